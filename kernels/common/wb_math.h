@@ -1,0 +1,63 @@
+// Scalar math shared by every variant, host and device: GELU with the tanh approximation and its
+// derivative, written so that the CPU reference and the GPU kernels compute the same function.
+#pragma once
+
+#include <math.h>
+
+#if defined(__CUDACC__)
+#define WB_HD __host__ __device__ __forceinline__
+#else
+#define WB_HD inline
+#endif
+
+// exp and reciprocal: the hardware's fast approximations for float on the device (a few ulp,
+// far below fp32 check tolerances), exact library calls everywhere else.
+WB_HD float wb_exp(float v) {
+#if defined(__CUDA_ARCH__)
+  return __expf(v);
+#else
+  return expf(v);
+#endif
+}
+WB_HD double wb_exp(double v) { return exp(v); }
+
+WB_HD float wb_rcp(float v) {
+#if defined(__CUDA_ARCH__)
+  return __fdividef(1.0f, v);  // 0 for v = inf, which the limits below rely on
+#else
+  return 1.0f / v;
+#endif
+}
+WB_HD double wb_rcp(double v) { return 1.0 / v; }
+
+// 0.5 * (1 + tanh(u)) == 1 / (1 + exp(-2u)): one exp and one reciprocal instead of tanh, and exact
+// in both limits (exp overflows to inf -> factor 0; underflows to 0 -> factor 1).
+template <typename A>
+WB_HD A wb_gelu_gate(A v, A* v2_out) {
+  const A k = A(0.7978845608028654);  // sqrt(2 / pi)
+  const A c = A(0.044715);
+  const A v2 = v * v;
+  const A u = k * v * (A(1) + c * v2);
+  *v2_out = v2;
+  return wb_rcp(A(1) + wb_exp(A(-2) * u));
+}
+
+// y = v * 0.5 * (1 + tanh(sqrt(2/pi) * (v + 0.044715 v^3)))
+template <typename A>
+WB_HD A wb_gelu_tanh(A v) {
+  A v2;
+  return v * wb_gelu_gate(v, &v2);
+}
+
+// dy/dv = s + 2 v s (1 - s) sqrt(2/pi) (1 + 3 * 0.044715 v^2), with s the gate above. Where the gate
+// has saturated (s (1 - s) == 0) the second term is exactly 0; testing for it keeps 0 * inf from
+// turning into NaN for huge |v|.
+template <typename A>
+WB_HD A wb_gelu_tanh_grad(A v) {
+  const A k = A(0.7978845608028654);
+  const A c3 = A(3 * 0.044715);
+  A v2;
+  const A s = wb_gelu_gate(v, &v2);
+  const A t = s * (A(1) - s);
+  return t == A(0) ? s : s + A(2) * k * v * t * (A(1) + c3 * v2);
+}

@@ -1,0 +1,31 @@
+"""Exceptions the workbench raises on purpose, each carrying what the user needs to act."""
+from __future__ import annotations
+
+import pathlib
+
+
+class WorkbenchError(RuntimeError):
+    """Base class for workbench errors."""
+
+
+class BuildError(WorkbenchError):
+    """A variant or the harness failed to compile or link.
+
+    Attributes: `file` and `line` of the first compiler error, `first_error` (its text and the
+    lines after it), `log_path` (the full build log), `label` ("op/variant"), and `last_good`
+    (a description of the build of that variant that is still loaded or cached, if any).
+    """
+
+    def __init__(self, label: str, file: str | None, line: int | None, first_error: str,
+                 log_path: pathlib.Path, last_good: str | None = None):
+        self.label, self.file, self.line = label, file, line
+        self.first_error, self.log_path, self.last_good = first_error, log_path, last_good
+        where = f"{file}:{line}" if file and line else (file or "build")
+        msg = f"{label} failed to build: {where}: {first_error}\nfull log: {log_path}"
+        if last_good:
+            msg += f"\nlast good build still available: {last_good}"
+        super().__init__(msg)
+
+
+class LockTimeout(WorkbenchError):
+    """Another process held a build lock for longer than WORKBENCH_LOCK_TIMEOUT seconds."""

@@ -1,0 +1,224 @@
+"""Loading: the harness (built once per toolchain) and variant libraries (one per source).
+
+`load(op, variant)` finds the variant's source, computes its content key, and either loads the
+published build (a warm hit: no ninja, no lock) or builds it under the key's lock and publishes it.
+The library is then registered with the harness under `name` and `name@build_id`; the returned
+Kernel calls its exact build, so a handle to an older build keeps working after an edit.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+import threading
+import time
+from dataclasses import dataclass, field
+
+from . import build, cache, config, registry, toolchain
+from .errors import BuildError, WorkbenchError
+
+_lock = threading.RLock()
+_harness: dict | None = None
+_current: dict[tuple[str, str], "Kernel"] = {}  # (op, name) -> newest loaded build
+_last_good: dict[tuple[str, str], str] = {}
+
+CPU_FLAGS = ["-O3"]
+CUDA_FLAGS = ["-O3", "-lineinfo", "-Xptxas=-v"]
+
+
+@dataclass
+class Kernel:
+    """A loaded build of one variant. Call it like the op: k(x, bias)."""
+    op: str
+    name: str
+    build_id: str
+    device: str
+    dtypes: tuple[str, ...]
+    description: str
+    library: pathlib.Path
+    source: pathlib.Path
+    built: bool                 # compiled by this load (False: loaded from the cache)
+    seconds: float              # time this load took
+    info: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.name}@{self.build_id}"
+
+    @property
+    def stale(self) -> bool:
+        """True once a newer build of the same name was loaded; this handle still runs its own."""
+        newest = _current.get((self.op, self.name))
+        return newest is not None and newest.build_id != self.build_id
+
+    @property
+    def op_overload(self):
+        import torch
+        return getattr(torch.ops.workbench, self.op).default
+
+    def __call__(self, *args):
+        return self.op_overload(*args, self.qualified)
+
+    def backward(self, *args):
+        import torch
+        return getattr(torch.ops.workbench, f"{self.op}_backward").default(*args, self.qualified)
+
+    def __repr__(self) -> str:
+        state = "built" if self.built else "cached"
+        stale = ", stale: a newer build of this name is loaded" if self.stale else ""
+        return (f"<Kernel {self.op}/{self.qualified} on {self.device} [{', '.join(self.dtypes)}] "
+                f"{state} in {self.seconds:.2f} s{stale}>")
+
+
+def _include_dirs(op_dir: pathlib.Path | None = None) -> list[pathlib.Path]:
+    dirs = [config.COMMON_DIR]
+    if op_dir is not None:
+        dirs.append(op_dir)
+    return dirs
+
+
+def _get_or_build(*, label: str, kind: str, sources: list[pathlib.Path], include_dirs: list[pathlib.Path],
+                  with_cuda: bool, cflags: list[str], cuda_cflags: list[str], rename: dict | None = None
+                  ) -> tuple[pathlib.Path, pathlib.Path, bool, str, dict]:
+    """(library, build dir, built now, key, record) for these sources, from the cache or built."""
+    arch = toolchain.default_arch_list() if with_cuda else None
+    tc = toolchain.current().fields()
+    key = cache.content_key(kind=kind, sources=sources, include_dirs=include_dirs,
+                            flags=cflags + (cuda_cflags if with_cuda else []) + (["cuda"] if with_cuda else []),
+                            arch_list=arch, toolchain=tc)
+    final = cache.build_dir_for(label, key)
+    lib, meta, problem = cache.lookup(final)
+    if lib is not None:
+        return lib, final, False, key, meta
+    with cache.file_lock(cache.lock_path(key), what=label):
+        lib, meta, problem = cache.lookup(final)  # someone may have built it while we waited
+        if lib is not None:
+            return lib, final, False, key, meta
+        if problem:
+            cache.progress(f"{label}: cached build unusable ({problem}); rebuilding")
+        staging = cache.new_staging_dir(label, key)
+        what = ", ".join(s.name for s in sources)
+        tool = f"nvcc, arch {arch}" if with_cuda and any(s.suffix == ".cu" for s in sources) else "c++"
+        cache.progress(f"{label}: compiling {what} ({tool}) ...")
+        last_good = _last_good.get(tuple(label.split("/", 1))) if "/" in label else None
+        try:
+            built, seconds = build.build_library(
+                label=label, name=f"wb_{label.replace('/', '_')}_{key[:12]}", sources=sources,
+                include_dirs=include_dirs, cflags=cflags, cuda_cflags=cuda_cflags, with_cuda=with_cuda,
+                arch_list=arch, build_dir=staging, rename=rename, last_good=last_good)
+        except BuildError as e:
+            # Keep the log where the message says it is; drop the rest of the staging dir later.
+            kept = config.cache_dir() / "logs" / f"{label.replace('/', '-')}-{key[:12]}.log"
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            if e.log_path.exists():
+                e.log_path.replace(kept)
+                e.log_path = kept
+                e.args = (str(e.args[0]).replace(str(staging / "build.log"), str(kept)),)
+            cache.discard(staging)
+            raise
+        record = {"label": label, "key": key, "kind": kind, "arch_list": arch, "toolchain": tc,
+                  "flags": cflags, "cuda_flags": cuda_cflags if with_cuda else [], "build_seconds": seconds,
+                  "created": time.time(), "sources": [str(s) for s in sources]}
+        lib = cache.publish(staging, final, built, record)
+        cache.progress(f"{label}: built in {seconds:.1f} s")
+        return lib, final, True, key, json.loads((final / "meta.json").read_text())
+
+
+def harness_sources() -> list[pathlib.Path]:
+    return sorted(config.BINDINGS_DIR.glob("*.cpp"))
+
+
+def ensure_harness() -> dict:
+    """Build (once per toolchain) and load the C++ harness that registers torch.ops.workbench.*."""
+    global _harness
+    with _lock:
+        if _harness is not None:
+            return _harness
+        import torch
+
+        with_cuda = toolchain.can_build_cuda()
+        include_dirs = [config.BINDINGS_DIR, config.COMMON_DIR, *registry.op_dirs()]
+        cflags = ["-O2"] + (["-DWORKBENCH_WITH_CUDA"] if with_cuda else [])
+        start = time.perf_counter()
+        lib, bdir, built, key, _ = _get_or_build(
+            label="harness", kind="harness", sources=harness_sources(), include_dirs=include_dirs,
+            with_cuda=with_cuda, cflags=cflags, cuda_cflags=[])
+        if not built:
+            if _workbench_namespace_registered():
+                raise WorkbenchError(
+                    "torch.ops.workbench is already registered in this process by another build of the "
+                    "harness (its sources or the toolchain changed since it was loaded); restart the "
+                    "process to load the new one")
+            torch.ops.load_library(str(lib))
+        cache.mark_in_use(bdir)
+        info = json.loads(torch.ops.workbench._harness_info())
+        _harness = dict(info, library=str(lib), key=key, built=built, seconds=time.perf_counter() - start)
+        registry.register_python_parts()
+        return _harness
+
+
+def _workbench_namespace_registered() -> bool:
+    import torch
+    try:
+        torch.ops.workbench._harness_info
+        return True
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _register(op: str, name: str, source: pathlib.Path, *, inline_label: str | None = None) -> Kernel:
+    start = time.perf_counter()
+    ensure_harness()
+    import torch
+
+    spec = registry.static_variant(op, source, name=name)
+    if spec.device == "cuda" and not toolchain.can_build_cuda():
+        raise WorkbenchError(
+            f"{op}/{name} is a CUDA variant, and this machine cannot build CUDA code "
+            f"(torch {torch.__version__} {'has no CUDA' if not toolchain.torch_has_cuda() else 'found no nvcc'}); "
+            f"CPU variants here: {', '.join(v.name for v in registry.variants(op) if v.device == 'cpu')}")
+    op_dir = config.KERNELS_DIR / op
+    label = f"{op}/{name}"
+    with_cuda = source.suffix == ".cu"
+    rename = {str(source): inline_label} if inline_label else None
+    lib, bdir, built, key, _ = _get_or_build(
+        label=label, kind="variant", sources=[source], include_dirs=_include_dirs(op_dir),
+        with_cuda=with_cuda, cflags=CPU_FLAGS, cuda_cflags=CUDA_FLAGS, rename=rename)
+    build_id = key[:10]
+    with _lock:
+        info = json.loads(torch.ops.workbench._register_variant(op, name, build_id, str(lib)))
+        cache.mark_in_use(bdir)
+        kernel = Kernel(op=op, name=name, build_id=build_id, device=info["device"], dtypes=tuple(info["dtypes"]),
+                        description=info["description"], library=lib, source=source, built=built,
+                        seconds=time.perf_counter() - start, info=info)
+        _current[(op, name)] = kernel
+        _last_good[(op, name)] = f"{op}/{kernel.qualified} ({lib})"
+    return kernel
+
+
+def load(op: str, variant: str) -> Kernel:
+    """Build (or fetch from the cache) and load one variant of an op from kernels/<op>/."""
+    source = registry.variant_source(op, variant)
+    return _register(op, variant, source)
+
+
+def load_inline(op: str, source: str, name: str) -> Kernel:
+    """Build a variant of `op` from a source string (a notebook cell). The text is written to the
+    cache under a name derived from its hash; errors point at lines of the string."""
+    registry.check_op(op)
+    if not isinstance(source, str) or not source.strip():
+        raise ValueError("load_inline: source must be a non-empty string of CUDA C++ (or C++ for a CPU variant)")
+    registry.check_variant_name(name)
+    is_cuda = "__global__" in source or "WB_DEVICE_CUDA" in source
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    path = config.cache_dir() / "sources" / op / f"{name}-{digest}{'.cu' if is_cuda else '.cpp'}"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + f".{digest}.tmp")
+        tmp.write_text(source)
+        tmp.replace(path)
+    return _register(op, name, path, inline_label=f"<inline {op}/{name}>")
+
+
+def loaded(op: str) -> list[Kernel]:
+    return [k for (o, _), k in sorted(_current.items()) if o == op]
