@@ -1,0 +1,189 @@
+"""Plots of benchmark rows: speedup over a baseline and achieved bandwidth, against size.
+
+Figures are built with matplotlib's object API (``matplotlib.figure.Figure``) and saved through
+the Agg renderer. That never touches pyplot's global state or backend, so it works headless
+and does not change the backend of a notebook that imports the workbench. The ``_draw_*``
+helpers draw onto a given Axes so tests (and notebooks) can inspect what was drawn.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = ["plot_all", "plot_bandwidth", "plot_speedup"]
+
+BASELINES = ("eager", "compile")
+_DPI = 120
+
+Row = dict[str, Any]
+
+
+def _newest_run(rows: Iterable[Row], *, op: str, dtype: str, direction: str) -> list[Row]:
+    """The rows for op/dtype/direction from the newest run_id among them.
+
+    "Newest" is the run with the latest timestamp (ISO 8601 UTC strings sort chronologically).
+    Rows already filtered to one run come back unchanged.
+    """
+    sel = [r for r in rows if r.get("op") == op and r.get("dtype") == dtype and r.get("direction") == direction]
+    if not sel:
+        raise ValueError(f"no rows for op={op!r} dtype={dtype!r} direction={direction!r}")
+    latest: dict[Any, str] = {}
+    for r in sel:
+        rid, ts = r.get("run_id"), str(r.get("timestamp") or "")
+        latest[rid] = max(latest.get(rid, ""), ts)
+    newest = max(latest, key=lambda rid: latest[rid])
+    return [r for r in sel if r.get("run_id") == newest]
+
+
+def _median_by_provider(rows: list[Row]) -> dict[str, dict[str, tuple[int, float]]]:
+    """provider -> shape -> (numel, median_ms); a later row for the same point wins."""
+    out: dict[str, dict[str, tuple[int, float]]] = {}
+    for r in rows:
+        if r.get("median_ms") is None:
+            continue
+        out.setdefault(str(r["variant"]), {})[str(r["shape"])] = (int(r["numel"]), float(r["median_ms"]))
+    return out
+
+
+def _order(providers: Iterable[str]) -> list[str]:
+    # Variants first in the order they were benchmarked, then the baselines in fixed order, so
+    # colours and legend order are stable between plots.
+    ps = list(providers)
+    return [p for p in ps if p not in BASELINES] + [b for b in BASELINES if b in ps]
+
+
+def _style(provider: str) -> dict[str, Any]:
+    return {"linestyle": ":", "marker": "s"} if provider in BASELINES else {"linestyle": "-", "marker": "o"}
+
+
+def _gpu_title(rows: list[Row]) -> str | None:
+    gpus = {r.get("gpu") for r in rows if r.get("gpu")}
+    return str(next(iter(gpus))) if len(gpus) == 1 else None
+
+
+def _draw_speedup(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direction: str,
+                  baseline: str = "eager") -> None:
+    """Draw speedup over ``baseline`` (baseline median / provider median, same shape) vs numel."""
+    sel = _newest_run(rows, op=op, dtype=dtype, direction=direction)
+    medians = _median_by_provider(sel)
+    base = medians.get(baseline)
+    if not base:
+        raise ValueError(f"no {baseline!r} rows for {op} {direction} {dtype}: cannot plot speedup over it")
+    for provider in _order(p for p in medians if p != baseline):
+        pts = sorted(
+            (numel, base[shape][1] / ms)
+            for shape, (numel, ms) in medians[provider].items()
+            if shape in base and ms > 0
+        )
+        if pts:
+            xs, ys = zip(*pts)
+            ax.plot(xs, ys, label=provider, **_style(provider))
+    ax.axhline(1.0, color="gray", linestyle="--", linewidth=1.0, label=f"{baseline} (baseline)")
+    ax.set_xscale("log")
+    ax.set_xlabel("size (elements)")
+    ax.set_ylabel(f"speedup over {baseline} (x)")
+    ax.set_title(f"{op} {direction} {dtype}: speedup over {baseline}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(title=_gpu_title(sel), fontsize="small")
+
+
+def _gbps(r: Row) -> float | None:
+    if r.get("GBps") is not None:
+        return float(r["GBps"])
+    # Fall back to the declared bytes when a writer left GBps empty.
+    if r.get("bytes") and r.get("median_ms"):
+        return float(r["bytes"]) / (float(r["median_ms"]) * 1e-3) / 1e9
+    return None
+
+
+def _draw_bandwidth(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direction: str) -> None:
+    """Draw achieved GB/s vs numel per provider, and the copy ceiling as a horizontal line."""
+    sel = _newest_run(rows, op=op, dtype=dtype, direction=direction)
+    points: dict[str, dict[str, tuple[int, float]]] = {}
+    for r in sel:
+        g = _gbps(r)
+        if g is not None:
+            points.setdefault(str(r["variant"]), {})[str(r["shape"])] = (int(r["numel"]), g)
+    if not points:
+        raise ValueError(f"no bandwidth (GBps or bytes) in the rows for {op} {direction} {dtype}")
+    for provider in _order(points):
+        xs, ys = zip(*sorted(points[provider].values()))
+        ax.plot(xs, ys, label=provider, **_style(provider))
+    ceilings = [float(r["ceiling_GBps"]) for r in sel if r.get("ceiling_GBps")]
+    if ceilings:
+        # One GPU per run, so the rows agree; max() only guards against a stray value.
+        c = max(ceilings)
+        ax.axhline(c, color="black", linestyle="--", linewidth=1.0, label=f"copy ceiling {c:.0f} GB/s")
+    ax.set_xscale("log")
+    ax.set_xlabel("size (elements)")
+    ax.set_ylabel("achieved GB/s")
+    ax.set_title(f"{op} {direction} {dtype}: achieved bandwidth")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(title=_gpu_title(sel), fontsize="small")
+
+
+def _new_figure() -> tuple[Figure, Axes]:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.0, 4.5), layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _save(fig: Figure, out_path: pathlib.Path) -> pathlib.Path:
+    out_path = pathlib.Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_path, dpi=_DPI, format="png")
+    fig.clear()  # a pyplot-free Figure is freed with its last reference; clear() drops artists now
+    return out_path
+
+
+def plot_speedup(rows: list[Row], out_path: pathlib.Path, *, op: str, dtype: str, direction: str,
+                 baseline: str = "eager") -> pathlib.Path:
+    """Save a PNG of speedup over ``baseline`` against size, one line per other provider."""
+    fig, ax = _new_figure()
+    _draw_speedup(ax, rows, op=op, dtype=dtype, direction=direction, baseline=baseline)
+    return _save(fig, out_path)
+
+
+def plot_bandwidth(rows: list[Row], out_path: pathlib.Path, *, op: str, dtype: str,
+                   direction: str) -> pathlib.Path:
+    """Save a PNG of achieved GB/s against size, one line per provider, with the copy ceiling."""
+    fig, ax = _new_figure()
+    _draw_bandwidth(ax, rows, op=op, dtype=dtype, direction=direction)
+    return _save(fig, out_path)
+
+
+def _token(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "", s.replace("fwd+bwd", "fwdbwd")) or "unknown"
+
+
+def plot_all(rows: list[Row], out_dir: pathlib.Path) -> list[pathlib.Path]:
+    """Every plot the rows support, for each (op, dtype, direction) present; returns the paths.
+
+    Per combination (its newest run): ``<op>_<direction>_<dtype>_speedup_vs_eager.png`` and
+    ``..._speedup_vs_compile.png`` when that baseline was run, and ``..._bandwidth.png`` when
+    bandwidth is known. "fwd+bwd" is written "fwdbwd" in file names.
+    """
+    out_dir = pathlib.Path(out_dir)
+    combos = sorted({(str(r["op"]), str(r["dtype"]), str(r["direction"])) for r in rows})
+    paths: list[pathlib.Path] = []
+    for op, dtype, direction in combos:
+        sel = _newest_run(rows, op=op, dtype=dtype, direction=direction)
+        stem = f"{_token(op)}_{_token(direction)}_{_token(dtype)}"
+        providers = {r.get("variant") for r in sel if r.get("median_ms") is not None}
+        for baseline in BASELINES:
+            if baseline in providers:
+                paths.append(plot_speedup(sel, out_dir / f"{stem}_speedup_vs_{baseline}.png",
+                                          op=op, dtype=dtype, direction=direction, baseline=baseline))
+        if any(_gbps(r) is not None for r in sel):
+            paths.append(plot_bandwidth(sel, out_dir / f"{stem}_bandwidth.png",
+                                        op=op, dtype=dtype, direction=direction))
+    return paths

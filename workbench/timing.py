@@ -1,0 +1,440 @@
+"""The one place timing lives: adaptive sampling, CPU and CUDA timers, peak memory, copy ceiling.
+
+Method (as in Triton ``do_bench``, nvbench, KernelBench): warm-up outside the timed region,
+CUDA events around each sample, L2 flushed between samples, median with p20/p80 spread, and
+samples drawn until the median is stable. CUDA-graph replay is used where launch overhead would
+dominate. torch is imported inside the functions so that importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import logging
+import math
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "Measurement",
+    "copy_bandwidth_gbps",
+    "driver_version",
+    "peak_memory_bytes",
+    "sample_until_stable",
+    "summarize",
+    "time_cpu",
+    "time_cuda",
+]
+
+_log = logging.getLogger(__name__)
+
+# sqrt(pi/2): the asymptotic standard error of a sample median is sqrt(pi/2) * sigma / sqrt(n)
+# for normal data, i.e. ~1.2533 times that of the mean.
+_MEDIAN_SE_FACTOR = 1.2533
+
+# Auto CUDA-graph mode: below this per-call time launch overhead (~5-20 us) would dominate.
+_GRAPH_THRESHOLD_MS = 0.020
+_GRAPH_TARGET_MS = 1.0  # how long one graph replay should run
+_GRAPH_MAX_CALLS = 1000
+_MAX_WARMUP_CALLS = 10_000
+
+# Used when the device does not report its L2 size; larger than the L2 of any current GPU.
+_FALLBACK_L2_BYTES = 128 * 2**20
+
+# One flush buffer per device index, allocated on first use and kept: allocating ~100 MB per
+# measurement would churn the caching allocator and cost more than the measurement.
+_flush_buffers: dict[int, torch.Tensor] = {}
+
+
+@dataclass
+class Measurement:
+    """Summary of one timed quantity. All times are in milliseconds per call."""
+
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+    mean_ms: float
+    std_ms: float
+    n_samples: int
+    rel_std_err: float  # standard error of the median / median (1.2533 * std / sqrt(n) / median)
+    method: str  # "cuda-events", "cuda-graph" or "cpu"
+    stop_reason: str  # "stable", "budget" or "max-samples"
+    samples_ms: list[float] = field(default_factory=list, repr=False)
+
+    def to_dict(self, include_samples: bool = False) -> dict[str, Any]:
+        """Plain-JSON dict; the raw samples are left out unless asked for (they can be large)."""
+        d = dataclasses.asdict(self)
+        if not include_samples:
+            del d["samples_ms"]
+        return d
+
+
+def _rel_std_err(median: float, std: float, n: int) -> float:
+    if n < 2:
+        return math.inf  # one sample says nothing about spread
+    if std == 0.0:
+        return 0.0  # identical samples: perfectly stable, even if the median is 0
+    if median <= 0.0:
+        return math.inf
+    return _MEDIAN_SE_FACTOR * std / math.sqrt(n) / median
+
+
+def summarize(samples_ms: Sequence[float], *, method: str, stop_reason: str) -> Measurement:
+    """Summarize raw samples. Percentiles interpolate linearly (numpy's default); std is ddof=1."""
+    if len(samples_ms) == 0:
+        raise ValueError("summarize() needs at least one sample")
+    a = np.asarray(samples_ms, dtype=np.float64)
+    p20, median, p80 = (float(x) for x in np.percentile(a, [20.0, 50.0, 80.0]))
+    n = int(a.size)
+    std = float(a.std(ddof=1)) if n > 1 else 0.0
+    return Measurement(
+        median_ms=median,
+        p20_ms=p20,
+        p80_ms=p80,
+        mean_ms=float(a.mean()),
+        std_ms=std,
+        n_samples=n,
+        rel_std_err=_rel_std_err(median, std, n),
+        method=method,
+        stop_reason=stop_reason,
+        samples_ms=[float(x) for x in a],
+    )
+
+
+def sample_until_stable(
+    run_once: Callable[[], float],
+    *,
+    min_samples: int = 10,
+    max_samples: int = 2000,
+    target_rse: float = 0.01,
+    budget_s: float = 2.0,
+    clock: Callable[[], float] = time.perf_counter,
+    method: str = "cpu",
+) -> Measurement:
+    """Call ``run_once()`` (one sample in ms) until the median is stable.
+
+    Stops, checked after every sample in this order, when:
+      * "stable": n >= min_samples and the median's relative standard error <= target_rse;
+      * "max-samples": n == max_samples;
+      * "budget": ``clock()`` has advanced by >= budget_s since the start, once at least
+        min(3, max_samples) samples exist (a median of fewer is meaningless).
+    ``clock`` is injectable so the rule can be tested with a deterministic fake clock.
+    """
+    if max_samples < 1:
+        raise ValueError(f"max_samples must be >= 1, got {max_samples}")
+    if min_samples < 1:
+        raise ValueError(f"min_samples must be >= 1, got {min_samples}")
+    if target_rse < 0 or budget_s < 0:
+        raise ValueError(f"target_rse and budget_s must be >= 0, got {target_rse}, {budget_s}")
+
+    floor = min(3, max_samples)
+    samples: list[float] = []
+    start = clock()
+    while True:
+        samples.append(float(run_once()))
+        n = len(samples)
+        # np.median/std over <= max_samples values takes microseconds and runs outside
+        # run_once's timed region, so recomputing them per sample costs no accuracy.
+        if n >= min_samples:
+            a = np.asarray(samples)
+            std = float(a.std(ddof=1)) if n > 1 else 0.0
+            if _rel_std_err(float(np.median(a)), std, n) <= target_rse:
+                reason = "stable"
+                break
+        if n >= max_samples:
+            reason = "max-samples"
+            break
+        if n >= floor and clock() - start >= budget_s:
+            reason = "budget"
+            break
+    return summarize(samples, method=method, stop_reason=reason)
+
+
+def time_cpu(fn: Callable[[], object], *, warmup: int = 3, **stop_kwargs: Any) -> Measurement:
+    """Wall-clock time per call of ``fn`` with ``time.perf_counter`` (no device sync).
+
+    ``stop_kwargs`` go to :func:`sample_until_stable` (min_samples, max_samples, target_rse,
+    budget_s, clock).
+    """
+    for _ in range(warmup):
+        fn()
+
+    def run_once() -> float:
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+
+    return sample_until_stable(run_once, method="cpu", **stop_kwargs)
+
+
+def _require_cuda(what: str) -> Any:
+    """Import torch and fail with a clear message when there is no usable CUDA device."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"{what} needs a CUDA GPU, but torch.cuda.is_available() is False "
+            f"(torch {torch.__version__}, built for CUDA {torch.version.cuda}). "
+            "Run on a machine with an NVIDIA GPU and driver, or use time_cpu() for CPU timing."
+        )
+    return torch
+
+
+def _l2_flush_buffer(torch: Any, device: int) -> torch.Tensor:
+    buf = _flush_buffers.get(device)
+    if buf is None:
+        props = torch.cuda.get_device_properties(device)
+        l2 = int(getattr(props, "L2_cache_size", 0) or _FALLBACK_L2_BYTES)
+        # 2x L2 so that, whatever the replacement policy, nothing of the previous sample survives.
+        n = (2 * l2 + 3) // 4
+        buf = torch.ones(n, dtype=torch.int32, device=device)
+        _flush_buffers[device] = buf
+    return buf
+
+
+def _flush_l2(buf: torch.Tensor) -> None:
+    # Read, don't write: a write (zero_/fill_) leaves dirty lines in L2 whose write-back would
+    # then land inside the next timed region. A reduction reads every byte and writes 4.
+    buf.max()
+
+
+def _events_per_call_ms(torch: Any, fn: Callable[[], object], calls: int) -> float:
+    """Mean time per call of ``calls`` back-to-back calls, from one event pair."""
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls
+
+
+def _capture_graph(torch: Any, fn: Callable[[], object], calls: int) -> Any | None:
+    """Capture ``calls`` back-to-back calls of ``fn`` into a CUDA graph, or None if not capturable."""
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    try:
+        # torch requires warm-up on a side stream before capture (lazy init, cuBLAS workspaces,
+        # autotuning must not happen during capture); then capture on that side stream too.
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph, stream=side):
+            for _ in range(calls):
+                fn()
+        graph.replay()  # first replay uploads the graph; keep it out of the samples
+        torch.cuda.synchronize()
+        return graph
+    except Exception as exc:  # not capturable (sync, host<->device copy, dynamic alloc, ...)
+        _log.debug("CUDA graph capture failed (%s: %s); timing with events", type(exc).__name__, exc)
+        try:
+            torch.cuda.synchronize()
+        except Exception:  # capture errors are not sticky, but do not let cleanup mask the fallback
+            pass
+        return None
+
+
+def time_cuda(
+    fn: Callable[[], object],
+    *,
+    flush_l2: bool = True,
+    use_graph: bool | None = None,
+    warmup_ms: float = 25.0,
+    **stop_kwargs: Any,
+) -> Measurement:
+    """GPU time per call of ``fn`` (which launches work on the current CUDA device and stream).
+
+    Warm-up calls (~warmup_ms worth) run before sampling. Each sample is one call between two
+    CUDA events; with ``flush_l2`` the L2 is flushed by reading a buffer of 2x its size before
+    the start event (outside the timed region). The flush also keeps the GPU busy while the call
+    is being launched, so host-side dispatch cost does not leak into the sample.
+
+    ``use_graph=None`` (auto) captures K back-to-back calls into a CUDA graph when a warm call
+    takes < 20 us, K chosen so a replay runs ~1 ms (at most 1000), and reports replay_time / K
+    per sample with method "cuda-graph". If capture fails the events method is used instead,
+    which is the same measurement the caller would get with use_graph=False: nothing is lost.
+    ``stop_kwargs`` go to :func:`sample_until_stable`.
+    """
+    torch = _require_cuda("time_cuda")
+    device = torch.cuda.current_device()
+
+    fn()  # first call may compile, autotune or allocate: never part of the estimate
+    torch.cuda.synchronize()
+    estimate_ms = max(_events_per_call_ms(torch, fn, 5), 1e-6)
+    n_warmup = min(max(1, math.ceil(warmup_ms / estimate_ms)), _MAX_WARMUP_CALLS)
+    for _ in range(n_warmup):
+        fn()
+    torch.cuda.synchronize()
+    # Back-to-back per-call time of a warm call: max(GPU time, host launch cost). Re-measured
+    # only where it can matter (graph decision or K); ~1 ms of calls, 5 to 100 of them.
+    warm_ms = estimate_ms
+    if use_graph is not False and estimate_ms < 1.0:
+        n_calls = max(5, min(100, int(1.0 / estimate_ms)))
+        warm_ms = max(_events_per_call_ms(torch, fn, n_calls), 1e-6)
+
+    if use_graph is None:
+        use_graph = warm_ms < _GRAPH_THRESHOLD_MS
+
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+
+    if use_graph:
+        calls = min(max(1, round(_GRAPH_TARGET_MS / warm_ms)), _GRAPH_MAX_CALLS)
+        graph = _capture_graph(torch, fn, calls)
+        if graph is not None:
+            # No L2 flush here: an op this short touches little enough data that in a real model
+            # its inputs are usually still in L2, and a flush per call is impossible inside a graph.
+            def run_graph() -> float:
+                start.record()
+                graph.replay()
+                end.record()
+                end.synchronize()
+                return start.elapsed_time(end) / calls
+
+            return sample_until_stable(run_graph, method="cuda-graph", **stop_kwargs)
+
+    buf = _l2_flush_buffer(torch, device) if flush_l2 else None
+
+    def run_events() -> float:
+        if buf is not None:
+            _flush_l2(buf)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    return sample_until_stable(run_events, method="cuda-events", **stop_kwargs)
+
+
+def _resolve_cuda_device(torch: Any, device: Any) -> torch.device:
+    dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    if dev.type != "cuda":
+        raise ValueError(f"expected a CUDA device, got {dev}")
+    if dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def peak_memory_bytes(fn: Callable[[], object], device: Any = None) -> int:
+    """Peak CUDA memory allocated by one call of ``fn`` above what was allocated before it.
+
+    ``device=None`` means the current CUDA device, or CPU when CUDA is unavailable. For a CPU
+    device the peak is not measured: ``fn`` is not called and -1 is returned.
+    """
+    import torch
+
+    if device is None:
+        if not torch.cuda.is_available():
+            return -1
+    elif torch.device(device).type == "cpu":
+        return -1
+    torch = _require_cuda("peak_memory_bytes")
+    dev = _resolve_cuda_device(torch, device)
+    torch.cuda.synchronize(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    baseline = torch.cuda.memory_allocated(dev)
+    fn()
+    torch.cuda.synchronize(dev)
+    return max(0, int(torch.cuda.max_memory_allocated(dev)) - int(baseline))
+
+
+def driver_version() -> str:
+    """NVIDIA driver version ("550.54.15"), or "" when it cannot be found.
+
+    torch does not expose the driver version, so ask nvidia-smi, then the kernel module.
+    """
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=5, check=True,
+            ).stdout.strip().splitlines()
+            if out and out[0].strip():
+                return out[0].strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    try:
+        text = pathlib.Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        return ""
+    m = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+(?:\.\d+)+)", text)
+    return m.group(1) if m else ""
+
+
+def _sanitize(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_.") or "unknown"
+
+
+def copy_bandwidth_gbps(
+    device: Any = None, *, cache_dir: pathlib.Path, refresh: bool = False
+) -> dict[str, Any]:
+    """The device's own device-to-device copy bandwidth (GB/s, read + written bytes), cached.
+
+    Measured once per GPU model with ``dst.copy_(src)`` on 1 GiB buffers (less if memory is
+    short) and stored in ``cache_dir/ceilings/<device name>.json``. A cached entry for the same
+    device name is returned without touching the GPU unless ``refresh``.
+    """
+    torch = _require_cuda("copy_bandwidth_gbps")
+    dev = _resolve_cuda_device(torch, device)
+    name = torch.cuda.get_device_name(dev)
+    path = pathlib.Path(cache_dir) / "ceilings" / f"{_sanitize(name)}.json"
+
+    if not refresh and path.is_file():
+        try:
+            cached = json.loads(path.read_text())
+            if cached.get("device_name") == name and isinstance(cached.get("copy_GBps"), (int, float)):
+                return cached
+        except (OSError, ValueError, AttributeError):
+            pass  # unreadable or foreign file: measure again and overwrite it
+
+    free, total = torch.cuda.mem_get_info(dev)
+    # Two buffers; leave headroom for the L2 flush buffer and other users of the device.
+    nbytes = min(2**30, int(free * 0.4))
+    nbytes -= nbytes % 2**20
+    if nbytes < 2**20:
+        raise RuntimeError(f"not enough free memory on {name} ({free} bytes) to measure copy bandwidth")
+
+    with torch.cuda.device(dev):
+        src = torch.ones(nbytes, dtype=torch.uint8, device=dev)
+        dst = torch.empty_like(src)
+        # 1 GiB is far beyond any L2, so no flush is needed; no graph, a copy this long is not
+        # launch-bound.
+        m = time_cuda(lambda: dst.copy_(src), flush_l2=False, use_graph=False)
+        del src, dst
+        torch.cuda.empty_cache()
+
+    result: dict[str, Any] = {
+        "device_name": name,
+        "total_memory_bytes": int(total),
+        "driver_version": driver_version(),
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda or "",
+        "buffer_bytes": nbytes,
+        "copy_GBps": 2 * nbytes / (m.median_ms * 1e-3) / 1e9,
+        "measurement": m.to_dict(),
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new, never half
+    return result
