@@ -22,5 +22,7 @@ class OpSpec:
     # Bytes the op must move and flops it must do, for GB/s: (shape, dtype, direction) -> int
     bytes_moved: Callable[[tuple, object, str], int]
     flops: Callable[[tuple, str], int]
+    # Sizes a benchmark sweeps by default: device type -> shapes
+    bench_shapes: dict = field(default_factory=dict)
     # Which variant to use by default for (device type, dtype): names in order of preference
     preferred: dict = field(default_factory=dict)

@@ -105,6 +105,10 @@ SPEC = OpSpec(
     check_shapes=[(1, 1), (3, 5), (127, 129), (64, 1000), (33, 4099), (2, 3, 7), (257,), (4, 8), (0, 16), (6, 0)],
     bytes_moved=bytes_moved,
     flops=flops,
+    bench_shapes={
+        "cuda": [(512, 4096), (2048, 4096), (4096, 4096), (8192, 8192), (16384, 16384)],
+        "cpu": [(64, 1024), (256, 4096), (1024, 4096)],
+    },
     preferred={
         ("cuda", torch.float32): ["vec4", "scalar"],
         ("cuda", torch.float16): ["half", "scalar"],

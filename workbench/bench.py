@@ -1,0 +1,166 @@
+"""Benchmarks: every requested variant against PyTorch eager and torch.compile, in one run.
+
+The op's spec supplies inputs and byte/flop counts; timing lives in workbench.timing; rows carry
+provenance and go to results/ (workbench.results); plots come from workbench.plot.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+
+import torch
+
+from . import __version__, config, loader, registry, results, timing, toolchain
+from .correctness import DTYPES
+
+DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
+BASELINES = ("eager", "compile")
+
+
+@dataclass
+class BenchResult:
+    rows: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def table(self) -> str:
+        """Medians, spread, GB/s, % of the copy ceiling and speedups, one line per row."""
+        head = (f"{'direction':9s} {'dtype':9s} {'shape':>12s} {'provider':10s} {'median ms':>10s} "
+                f"{'p20-p80 ms':>17s} {'GB/s':>8s} {'%ceil':>6s} {'x eager':>8s} {'x compile':>9s}")
+        lines = [head, "-" * len(head)]
+        for r in self.rows:
+            def f(v, spec):
+                return format(v, spec) if isinstance(v, (int, float)) and not math.isnan(v) else "-"
+            lines.append(
+                f"{r['direction']:9s} {r['dtype']:9s} {r['shape']:>12s} {r['variant']:10s} "
+                f"{f(r['median_ms'], '10.4f')} {f(r['p20_ms'], '8.4f')}-{f(r['p80_ms'], '<8.4f')} "
+                f"{f(r['GBps'], '8.1f')} {f(r['pct_of_ceiling'], '6.1f')} "
+                f"{f(r['speedup_vs_eager'], '8.2f')} {f(r['speedup_vs_compile'], '9.2f')}")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def save(self, path=None):
+        path = path or config.RESULTS_DIR / "bench.jsonl"
+        results.append_rows(path, self.rows)
+        return path
+
+    def plot(self, out_dir=None):
+        from . import plot
+        return plot.plot_all(self.rows, out_dir or config.RESULTS_DIR / "plots")
+
+    def __repr__(self) -> str:
+        return self.table()
+
+
+def _progress(i: int, n: int, what: str) -> None:
+    if not config.quiet():
+        end = "\r" if sys.stderr.isatty() and i < n else "\n"
+        print(f"[bench {i}/{n}] {what}".ljust(100), end=end, file=sys.stderr, flush=True)
+
+
+def _providers(op: str, spec, names: list[str], baselines, device: torch.device, dtype: torch.dtype):
+    """name -> (kind, forward callable over the inputs)."""
+    out = {}
+    for b in baselines:
+        if b == "eager":
+            out["eager"] = ("baseline", spec.eager)
+        elif b == "compile":
+            out["compile"] = ("baseline", torch.compile(spec.eager, dynamic=False))
+        else:
+            raise ValueError(f"baselines must be among {BASELINES}; got {b!r}")
+    for name in names:
+        k = loader.load(op, name)
+        if k.device != device.type or str(dtype).replace("torch.", "") not in k.dtypes:
+            continue
+        out[name] = ("variant", k)
+    return out
+
+
+def _timed_call(kind_fn, inputs, direction: str, gen: torch.Generator):
+    """A zero-argument callable doing one `direction` step, with its inputs prepared outside."""
+    _, fn = kind_fn
+    if direction == "fwd":
+        return lambda: fn(*inputs)
+    leaves = [t.detach().requires_grad_() for t in inputs]
+    out = fn(*leaves)
+    grad = torch.randn(out.shape, generator=gen, device=out.device, dtype=torch.float32).to(out.dtype)
+    if direction == "bwd":
+        return lambda: torch.autograd.grad(out, leaves, grad, retain_graph=True)
+    return lambda: torch.autograd.grad(fn(*leaves), leaves, grad)
+
+
+def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=BASELINES,
+          directions=("fwd",), *, device=None, budget_s: float = 1.0, target_rse: float = 0.01,
+          save: bool = False, results_path=None) -> BenchResult:
+    """Time variants of `op` against eager PyTorch and torch.compile over a sweep of shapes.
+
+    variants: "all" (every variant that runs on the device) or names. device: "cuda" if a GPU is
+    visible, else "cpu" (CPU variants, CPU timers). Returns a BenchResult (.table() .plot() .save())."""
+    spec = registry.spec(op)
+    device = torch.device(device or ("cuda" if toolchain.gpu_available() else "cpu"))
+    if device.type == "cuda" and not toolchain.gpu_available():
+        raise RuntimeError("bench: device='cuda' but no GPU is visible (torch.cuda.is_available() is False)")
+    for d in directions:
+        if d not in DIRECTIONS:
+            raise ValueError(f"directions must be among {DIRECTIONS}; got {d!r}")
+    for d in dtypes:
+        if d not in DTYPES:
+            raise ValueError(f"dtypes must be among {list(DTYPES)}; got {d!r}")
+    all_names = [v.name for v in registry.variants(op)]
+    if variants == "all":
+        names = [v.name for v in registry.variants(op) if v.device == device.type]
+    else:
+        names = [variants] if isinstance(variants, str) else list(variants)
+        unknown = [n for n in names if n not in all_names]
+        if unknown:
+            raise ValueError(f"variants must be among {all_names} or 'all'; unknown: {unknown}")
+    shapes = [tuple(s) for s in (shapes or spec.bench_shapes[device.type])]
+    result = BenchResult()
+    if device.type == "cpu":
+        result.notes.append("no GPU visible: CPU variants timed on the CPU; no copy ceiling")
+    ceiling = timing.copy_bandwidth_gbps(device, cache_dir=config.cache_dir())["copy_GBps"] \
+        if device.type == "cuda" else math.nan
+    prov = results.provenance(config.REPO_ROOT, __version__)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(0)
+    stop = {"budget_s": budget_s, "target_rse": target_rse}
+    jobs = [(dn, s, d) for dn in dtypes for s in shapes for d in directions]
+    total, done = 0, 0
+    for dname in dtypes:
+        provs = _providers(op, spec, names, baselines, device, DTYPES[dname])
+        skipped = [n for n in names if n not in provs]
+        if skipped:
+            result.notes.append(f"{dname}: skipped {', '.join(skipped)} (not for {device.type} {dname})")
+        total += len([j for j in jobs if j[0] == dname]) * len(provs)
+        for shape in shapes:
+            inputs = spec.make_inputs(shape, DTYPES[dname], device, gen)
+            numel = math.prod(shape)
+            for direction in directions:
+                group = []
+                for name, kind_fn in provs.items():
+                    done += 1
+                    _progress(done, total, f"{op} {direction} {dname} {'x'.join(map(str, shape))} {name}")
+                    call = _timed_call(kind_fn, inputs, direction, gen)
+                    if device.type == "cuda":
+                        m = timing.time_cuda(call, **stop)
+                        peak = timing.peak_memory_bytes(call, device)
+                    else:
+                        m = timing.time_cpu(call, **stop)
+                        peak = -1
+                    nbytes = spec.bytes_moved(shape, DTYPES[dname], direction)
+                    gbps = nbytes / (m.median_ms * 1e-3) / 1e9
+                    group.append(dict(prov, op=op, variant=name, kind=kind_fn[0], dtype=dname,
+                                      shape="x".join(map(str, shape)), numel=numel, direction=direction,
+                                      median_ms=m.median_ms, p20_ms=m.p20_ms, p80_ms=m.p80_ms,
+                                      n_samples=m.n_samples, rel_std_err=m.rel_std_err, method=m.method,
+                                      bytes=nbytes, flops=spec.flops(shape, direction), GBps=gbps,
+                                      pct_of_ceiling=100 * gbps / ceiling, ceiling_GBps=ceiling,
+                                      peak_mem_bytes=peak))
+                base = {r["variant"]: r["median_ms"] for r in group}
+                for r in group:
+                    r["speedup_vs_eager"] = base["eager"] / r["median_ms"] if "eager" in base else math.nan
+                    r["speedup_vs_compile"] = base["compile"] / r["median_ms"] if "compile" in base else math.nan
+                result.rows.extend(group)
+    if save:
+        result.save(results_path)
+    return result
