@@ -1,0 +1,193 @@
+"""python -m workbench list | build | check | gradcheck | bench | plot | doctor | clean"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import config
+
+
+def _variants_for(op: str, names: list[str], *, runnable_only: bool) -> list[str]:
+    """The named variants, or all that this machine can run (CPU variants where no GPU is visible)."""
+    from . import registry, toolchain
+
+    if names:
+        return names
+    all_v = registry.variants(op)
+    if not runnable_only:
+        return [v.name for v in all_v if v.device == "cpu" or toolchain.can_build_cuda()]
+    gpu = toolchain.gpu_available()
+    chosen = [v.name for v in all_v if v.device == "cpu" or gpu]
+    if not gpu:
+        print(f"no GPU visible: running the CPU variants of {op} ({', '.join(chosen)})", file=sys.stderr)
+    return chosen
+
+
+def cmd_list(args) -> int:
+    from . import registry
+
+    for op in [args.op] if args.op else registry.ops():
+        print(op)
+        for v in registry.variants(op):
+            print(f"  {v.name:10s} {v.device:5s} {', '.join(v.dtypes):36s} {v.description}")
+    return 0
+
+
+def cmd_build(args) -> int:
+    from . import loader
+
+    for name in _variants_for(args.op, args.variants, runnable_only=False):
+        k = loader.load(args.op, name)
+        print(f"{args.op}/{k.qualified:22s} {'built' if k.built else 'cached':6s} {k.seconds:6.2f} s  {k.library}")
+    return 0
+
+
+def _run_reports(args, fn) -> int:
+    ok = True
+    out = []
+    for name in _variants_for(args.op, args.variants, runnable_only=True):
+        report = fn(args, name)
+        ok &= report.ok
+        print(report.table() if args.verbose else report.summary())
+        out.append({"variant": name, "ok": report.ok, "method": report.method, "failures": [c.line() for c in report.failures]})
+    if args.json:
+        print(json.dumps(out, indent=1))
+    return 0 if ok else 1
+
+
+def cmd_check(args) -> int:
+    from .correctness import check
+
+    return _run_reports(args, lambda a, name: check(a.op, name, dtypes=a.dtypes or None, seed=a.seed))
+
+
+def cmd_gradcheck(args) -> int:
+    from .correctness import gradcheck
+
+    return _run_reports(args, lambda a, name: gradcheck(a.op, name, seed=a.seed))
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a shape is sizes joined by 'x', like 4096x4096; got {text!r}") from None
+    if not dims or any(d < 0 for d in dims):
+        raise argparse.ArgumentTypeError(f"a shape needs non-negative sizes; got {text!r}")
+    return dims
+
+
+def cmd_bench(args) -> int:
+    from .bench import bench
+
+    result = bench(args.op, variants=args.variants or "all", dtypes=args.dtypes or ["float32"],
+                   shapes=args.shapes or None, baselines=args.baselines, directions=args.directions,
+                   budget_s=args.budget, save=not args.no_save, results_path=args.results)
+    print(result.table())
+    if not args.no_save:
+        print(f"rows appended to {args.results or config.RESULTS_DIR / 'bench.jsonl'}")
+    if args.plot:
+        for p in result.plot(args.plot_dir):
+            print(f"plot: {p}")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from . import plot, results
+
+    path = args.results or config.RESULTS_DIR / "bench.jsonl"
+    rows = results.read_rows(path)
+    if not rows:
+        print(f"no rows in {path}", file=sys.stderr)
+        return 1
+    for p in plot.plot_all(rows, args.plot_dir or config.RESULTS_DIR / "plots"):
+        print(f"plot: {p}")
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from . import doctor
+
+    return doctor.main()
+
+
+def cmd_clean(args) -> int:
+    from . import cache
+
+    if not (args.all or args.older_than is not None or args.max_size is not None):
+        print("clean: say what to remove: --all, --older-than DAYS or --max-size GB", file=sys.stderr)
+        return 2
+    res = cache.clean(everything=args.all,
+                      older_than_s=None if args.older_than is None else args.older_than * 86400,
+                      max_bytes=None if args.max_size is None else int(args.max_size * 2**30))
+    print(f"removed {len(res['removed'])} builds ({res['freed_bytes'] / 2**20:.1f} MiB) from {config.cache_dir()}")
+    for d in res["in_use"]:
+        print(f"kept (in use by a running process): {d}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m workbench", description="Kernel Workbench: build, check and time CUDA kernel variants for PyTorch.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("list", help="ops and their variants")
+    s.add_argument("op", nargs="?")
+    s.set_defaults(fn=cmd_list)
+
+    s = sub.add_parser("build", help="build (or fetch from the cache) variants of an op")
+    s.add_argument("op")
+    s.add_argument("variants", nargs="*", help="default: every variant this machine can build")
+    s.set_defaults(fn=cmd_build)
+
+    for name, fn, helptext in (("check", cmd_check, "correctness matrix against the float64 reference"),
+                               ("gradcheck", cmd_gradcheck, "gradcheck in float64, or gradients vs the reference")):
+        s = sub.add_parser(name, help=helptext)
+        s.add_argument("op")
+        s.add_argument("variants", nargs="*", help="default: every variant this machine can run")
+        if name == "check":
+            s.add_argument("--dtypes", nargs="+", choices=["float32", "float64", "float16", "bfloat16"])
+        s.add_argument("--seed", type=int)
+        s.add_argument("--verbose", "-v", action="store_true", help="print every case")
+        s.add_argument("--json", action="store_true", help="also print a JSON summary")
+        s.set_defaults(fn=fn)
+
+    s = sub.add_parser("bench", help="time variants against eager and torch.compile")
+    s.add_argument("op")
+    s.add_argument("--variants", nargs="+", help="default: every variant that runs on this device")
+    s.add_argument("--dtypes", nargs="+", choices=["float32", "float64", "float16", "bfloat16"])
+    s.add_argument("--shapes", nargs="+", type=_shape, help="e.g. 4096x4096 16384x16384")
+    s.add_argument("--baselines", nargs="*", default=["eager", "compile"], choices=["eager", "compile"])
+    s.add_argument("--directions", nargs="+", default=["fwd"], choices=["fwd", "bwd", "fwd+bwd"])
+    s.add_argument("--budget", type=float, default=1.0, help="seconds of sampling per row at most")
+    s.add_argument("--results", help="JSONL file to append to (default results/bench.jsonl)")
+    s.add_argument("--no-save", action="store_true", help="print only; append nothing")
+    s.add_argument("--plot", action="store_true", help="also draw plots")
+    s.add_argument("--plot-dir")
+    s.set_defaults(fn=cmd_bench)
+
+    s = sub.add_parser("plot", help="redraw plots from saved results")
+    s.add_argument("--results")
+    s.add_argument("--plot-dir")
+    s.set_defaults(fn=cmd_plot)
+
+    s = sub.add_parser("doctor", help="toolchain, GPU, cache and lock report")
+    s.set_defaults(fn=cmd_doctor)
+
+    s = sub.add_parser("clean", help="remove cached builds (never one in use)")
+    s.add_argument("--all", action="store_true")
+    s.add_argument("--older-than", type=float, metavar="DAYS")
+    s.add_argument("--max-size", type=float, metavar="GB")
+    s.set_defaults(fn=cmd_clean)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from .errors import WorkbenchError
+
+    try:
+        return args.fn(args)
+    except (WorkbenchError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
