@@ -1,0 +1,36 @@
+// half: what it adds over vec4: fp16 and bf16 from one template, still 16 bytes per access, which
+// is now 8 elements per thread. Storage is half the bytes of float, so on a memory-bound op the
+// time halves; arithmetic stays in float (convert after the load, round once before the store),
+// so the only error is the final rounding to 16 bits. dbias partial sums are float as well.
+// Route: rows whose length is not a multiple of 8, or views whose data pointers are not 16-byte
+// aligned, run the same kernels with scalar (2-byte) accesses.
+#include "row_tiles.cuh"
+
+namespace {
+
+constexpr unsigned kDtypes = WB_F16 | WB_BF16;
+
+int forward(const WbBiasGeluForward* a, const WbLaunch* l) {
+  return wb_dispatch_dtype<kDtypes>(a->dtype, [&](auto tag) {
+    return bias_gelu_tiles::forward<typename decltype(tag)::type, 8>(a, l);
+  });
+}
+
+int backward(const WbBiasGeluBackward* a, const WbLaunch* l) {
+  return wb_dispatch_dtype<kDtypes>(a->dtype, [&](auto tag) {
+    return bias_gelu_tiles::backward<typename decltype(tag)::type, 8>(a, l);
+  });
+}
+
+size_t workspace_bytes(int64_t rows, int64_t cols, int, const WbLaunch* l) {
+  return bias_gelu_tiles::workspace_bytes<8>(rows, cols, l);
+}
+
+const WbBiasGeluLaunchers launchers = {forward, backward, workspace_bytes};
+
+}  // namespace
+
+WB_EXPORT_VARIANT(bias_gelu, WB_DEVICE_CUDA, WB_F16 | WB_BF16,
+                  "fp16/bf16, 8 elements (16 bytes) per access, float arithmetic, fused dx+dbias backward; "
+                  "cols % 8 != 0 or a pointer not 16-byte aligned -> same kernels with scalar accesses",
+                  launchers, wb_cuda_status_string)

@@ -1,0 +1,217 @@
+// The vectorized bias_gelu kernels, shared by vec4.cu (float, V = 4) and half.cu (half and
+// bfloat16, V = 8): each thread owns V adjacent columns and walks a slice of the rows.
+//
+// Owning columns rather than flat elements means the thread loads its V bias values once, needs
+// no per-element modulo to find them, and in the backward can sum dbias for its columns in
+// registers over all its rows, in float. Per-slice partial sums go to a workspace and one small
+// kernel adds the slices in order: dbias is deterministic and costs one extra pass over
+// slices x cols floats, a few MB against the GB the main pass moves.
+//
+// Tile: TX threads across column groups and TY = kThreads / TX rows, so narrow rows (few column
+// groups) still fill a block. Launchers pick V = 1 (scalar accesses) when cols is not a multiple of
+// V or a pointer is not 16-byte aligned: same kernels, correct for any view, lower bandwidth.
+#pragma once
+
+#include <initializer_list>
+
+#include "bias_gelu.h"
+#include "wb_math.h"
+#include "wb_vec.cuh"
+
+namespace bias_gelu_tiles {
+
+constexpr int kThreads = 256;
+
+struct Tiling {
+  int tx, ty;          // threads across column groups, rows per block step
+  int64_t groups;      // column groups of V elements per row
+  int64_t slices;      // row slices (gridDim.y)
+  int64_t rows_per_slice;
+  dim3 grid;
+};
+
+// Enough blocks for about two full waves (8 resident blocks of 256 threads per SM), each thread
+// walking rows_per_slice rows with several loads in flight.
+inline Tiling make_tiling(int64_t rows, int64_t cols, int v, int num_sms) {
+  Tiling t;
+  t.groups = cols / v;
+  t.tx = static_cast<int>(t.groups < kThreads ? t.groups : kThreads);
+  t.ty = kThreads / t.tx;
+  const int64_t grid_x = wb_ceil_div(t.groups, t.tx);
+  const int64_t target_blocks = static_cast<int64_t>(num_sms > 0 ? num_sms : 1) * 16;
+  int64_t slices = wb_ceil_div(target_blocks, grid_x);
+  const int64_t max_slices = wb_ceil_div(rows, t.ty);
+  slices = slices < max_slices ? slices : max_slices;
+  slices = slices < 65535 ? (slices > 0 ? slices : 1) : 65535;
+  t.rows_per_slice = wb_ceil_div(rows, slices);
+  t.slices = wb_ceil_div(rows, t.rows_per_slice);
+  t.grid = dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(t.slices));
+  return t;
+}
+
+template <typename T, int V, int UNROLL>
+__global__ void __launch_bounds__(kThreads) forward_kernel(const T* __restrict__ x, const T* __restrict__ bias,
+                                                           T* __restrict__ y, int64_t rows, int64_t cols,
+                                                           int tx, int ty, int64_t rows_per_slice) {
+  using A = wb_acc_t<T>;
+  const int lane_x = threadIdx.x % tx, lane_y = threadIdx.x / tx;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * tx + lane_x;
+  if (lane_y >= ty || g * V >= cols) return;
+  const int64_t c = g * V;
+  const WbVec<T, V> bv = wb_load<T, V>(bias + c);
+  A b[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) b[j] = wb_to_acc(bv.v[j]);
+  const int64_t r_begin = static_cast<int64_t>(blockIdx.y) * rows_per_slice + lane_y;
+  const int64_t r_end = min(rows, static_cast<int64_t>(blockIdx.y + 1) * rows_per_slice);
+  int64_t r = r_begin;
+  // UNROLL independent loads in flight before the first use.
+  for (; r + (UNROLL - 1) * ty < r_end; r += UNROLL * ty) {
+    WbVec<T, V> in[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) in[u] = wb_load_stream<T, V>(x + (r + u * ty) * cols + c);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      WbVec<T, V> out;
+#pragma unroll
+      for (int j = 0; j < V; ++j) out.v[j] = wb_from_acc<T>(wb_gelu_tanh(wb_to_acc(in[u].v[j]) + b[j]));
+      wb_store<T, V>(y + (r + u * ty) * cols + c, out);
+    }
+  }
+  for (; r < r_end; r += ty) {
+    const WbVec<T, V> in = wb_load_stream<T, V>(x + r * cols + c);
+    WbVec<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = wb_from_acc<T>(wb_gelu_tanh(wb_to_acc(in.v[j]) + b[j]));
+    wb_store<T, V>(y + r * cols + c, out);
+  }
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void backward_step(T* __restrict__ dx, int64_t offset, const WbVec<T, V>& gv,
+                                              const WbVec<T, V>& xv, const float* b, float* sum) {
+  WbVec<T, V> out;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const float g = wb_to_acc(gv.v[j]) * wb_gelu_tanh_grad(wb_to_acc(xv.v[j]) + b[j]);
+    out.v[j] = wb_from_acc<T>(g);
+    sum[j] += g;
+  }
+  wb_store<T, V>(dx + offset, out);
+}
+
+// dx for the thread's V columns over its rows, and their float partial sums into
+// partial[blockIdx.y * cols + c ...].
+template <typename T, int V, int UNROLL>
+__global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                                            const T* __restrict__ bias, T* __restrict__ dx,
+                                                            float* __restrict__ partial, int64_t rows, int64_t cols,
+                                                            int tx, int ty, int64_t rows_per_slice) {
+  const int lane_x = threadIdx.x % tx, lane_y = threadIdx.x / tx;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * tx + lane_x;
+  const bool active = lane_y < ty && g * V < cols;
+  const int64_t c = g * V;
+  float b[V], sum[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) sum[j] = 0.f;
+  if (active) {
+    const WbVec<T, V> bv = wb_load<T, V>(bias + c);
+#pragma unroll
+    for (int j = 0; j < V; ++j) b[j] = wb_to_acc(bv.v[j]);
+    const int64_t r_begin = static_cast<int64_t>(blockIdx.y) * rows_per_slice + lane_y;
+    const int64_t r_end = min(rows, static_cast<int64_t>(blockIdx.y + 1) * rows_per_slice);
+    int64_t r = r_begin;
+    for (; r + (UNROLL - 1) * ty < r_end; r += UNROLL * ty) {
+      WbVec<T, V> gv[UNROLL], xv[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        gv[u] = wb_load_stream<T, V>(dy + (r + u * ty) * cols + c);
+        xv[u] = wb_load_stream<T, V>(x + (r + u * ty) * cols + c);
+      }
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) backward_step<T, V>(dx, (r + u * ty) * cols + c, gv[u], xv[u], b, sum);
+    }
+    for (; r < r_end; r += ty)
+      backward_step<T, V>(dx, r * cols + c, wb_load_stream<T, V>(dy + r * cols + c),
+                          wb_load_stream<T, V>(x + r * cols + c), b, sum);
+  }
+  // Rows of a block that share columns (ty > 1) are combined through shared memory in a fixed
+  // order, so each (slice, column) has exactly one partial sum.
+  __shared__ float shared[kThreads * V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) shared[threadIdx.x * V + j] = sum[j];
+  __syncthreads();
+  if (active && lane_y == 0) {
+    for (int k = 1; k < ty; ++k)
+#pragma unroll
+      for (int j = 0; j < V; ++j) sum[j] += shared[(k * tx + lane_x) * V + j];
+#pragma unroll
+    for (int j = 0; j < V; ++j) partial[static_cast<int64_t>(blockIdx.y) * cols + c + j] = sum[j];
+  }
+}
+
+// dbias[c] = sum over slices of partial[s][c], in slice order.
+template <typename T>
+__global__ void sum_slices_kernel(const float* __restrict__ partial, T* __restrict__ dbias, int64_t slices,
+                                  int64_t cols) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float s = 0.f;
+  for (int64_t k = 0; k < slices; ++k) s += partial[k * cols + c];
+  dbias[c] = wb_from_acc<T>(s);
+}
+
+// V when the vector path applies to these pointers and this row length, else 1.
+template <typename T, int V>
+inline int vector_width(int64_t cols, std::initializer_list<const void*> ptrs) {
+  if (cols % V != 0) return 1;
+  for (const void* p : ptrs)
+    if (!wb_aligned(p, sizeof(T) * V)) return 1;
+  return V;
+}
+
+template <typename T, int V>
+int forward(const WbBiasGeluForward* a, const WbLaunch* l) {
+  const auto stream = static_cast<cudaStream_t>(l->stream);
+  const T* x = static_cast<const T*>(a->x);
+  const T* bias = static_cast<const T*>(a->bias);
+  T* y = static_cast<T*>(a->y);
+  if (vector_width<T, V>(a->cols, {x, bias, y}) == V) {
+    const Tiling t = make_tiling(a->rows, a->cols, V, l->num_sms);
+    forward_kernel<T, V, 4><<<t.grid, kThreads, 0, stream>>>(x, bias, y, a->rows, a->cols, t.tx, t.ty, t.rows_per_slice);
+  } else {
+    const Tiling t = make_tiling(a->rows, a->cols, 1, l->num_sms);
+    forward_kernel<T, 1, 4><<<t.grid, kThreads, 0, stream>>>(x, bias, y, a->rows, a->cols, t.tx, t.ty, t.rows_per_slice);
+  }
+  return wb_launch_status();
+}
+
+// The workspace is sized before the pointers are known, so for whichever path runs.
+template <int V>
+size_t workspace_bytes(int64_t rows, int64_t cols, const WbLaunch* l) {
+  const int64_t vec = make_tiling(rows, cols, V, l->num_sms).slices;
+  const int64_t scalar = make_tiling(rows, cols, 1, l->num_sms).slices;
+  return static_cast<size_t>((vec > scalar ? vec : scalar) * cols) * sizeof(float);
+}
+
+template <typename T, int V>
+int backward(const WbBiasGeluBackward* a, const WbLaunch* l) {
+  const auto stream = static_cast<cudaStream_t>(l->stream);
+  const int v = vector_width<T, V>(a->cols, {a->dy, a->x, a->bias, a->dx});
+  const Tiling t = make_tiling(a->rows, a->cols, v, l->num_sms);
+  float* partial = static_cast<float*>(a->workspace);
+  const T* dy = static_cast<const T*>(a->dy);
+  const T* x = static_cast<const T*>(a->x);
+  const T* bias = static_cast<const T*>(a->bias);
+  T* dx = static_cast<T*>(a->dx);
+  if (v == V)
+    backward_kernel<T, V, 2><<<t.grid, kThreads, 0, stream>>>(dy, x, bias, dx, partial, a->rows, a->cols, t.tx, t.ty, t.rows_per_slice);
+  else
+    backward_kernel<T, 1, 2><<<t.grid, kThreads, 0, stream>>>(dy, x, bias, dx, partial, a->rows, a->cols, t.tx, t.ty, t.rows_per_slice);
+  const int status = wb_launch_status();
+  if (status != WB_OK) return status;
+  sum_slices_kernel<T><<<wb_ceil_div(a->cols, kThreads), kThreads, 0, stream>>>(partial, static_cast<T*>(a->dbias), t.slices, a->cols);
+  return wb_launch_status();
+}
+
+}  // namespace bias_gelu_tiles
