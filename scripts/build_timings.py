@@ -1,0 +1,66 @@
+"""Build-time targets, measured the way a user meets them (prints JSON):
+  cold      : harness + first variant in an empty cache, in a fresh process (excludes import torch)
+  edit      : a variant rebuilt after a one-line kernel edit, in the same process
+  warm      : a load from the cache in a fresh process, beyond import torch
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import torch
+t1 = time.perf_counter()
+import workbench as wb
+k = wb.load("bias_gelu", sys.argv[1])
+t2 = time.perf_counter()
+out = {"import_torch_s": t1 - t0, "load_s": t2 - t1, "built": k.built}
+if len(sys.argv) > 2:  # the edit loop: the same variant's text, edited by one line, reloaded
+    src = k.source.read_text()
+    wb.load_inline("bias_gelu", src, name="edit")
+    edited = src.replace("const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;",
+                         "const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // edited", 1)
+    assert edited != src
+    t3 = time.perf_counter()
+    e = wb.load_inline("bias_gelu", edited, name="edit")
+    out["edit_rebuild_s"] = time.perf_counter() - t3
+    out["edit_built"] = e.built
+print("RESULT " + json.dumps(out))
+"""
+
+
+def run(variant: str, cache: str, *extra: str) -> dict:
+    env = dict(os.environ, WORKBENCH_CACHE=cache, PYTHONPATH=str(REPO))
+    p = subprocess.run([sys.executable, "-c", CHILD, variant, *extra], capture_output=True, text=True, env=env, cwd=REPO)
+    if p.returncode:
+        raise SystemExit(p.stdout + p.stderr)
+    return json.loads(next(l for l in p.stdout.splitlines() if l.startswith("RESULT "))[7:])
+
+
+def main() -> None:
+    variant = sys.argv[1] if len(sys.argv) > 1 else "scalar"
+    with tempfile.TemporaryDirectory() as cache:
+        cold = run(variant, cache, "edit")
+        warm = [run(variant, cache) for _ in range(3)]
+    result = {
+        "variant": variant,
+        "cold_harness_plus_variant_s": cold["load_s"],
+        "edit_rebuild_same_process_s": cold["edit_rebuild_s"],
+        "warm_load_beyond_import_torch_s": sorted(w["load_s"] for w in warm)[1],
+        "warm_built_flags": [w["built"] for w in warm],
+        "import_torch_s": sorted(w["import_torch_s"] for w in warm)[1],
+        "targets": {"cold_s": 10.0, "edit_s": 1.5, "warm_s": 0.3},
+    }
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

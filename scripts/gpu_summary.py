@@ -1,0 +1,42 @@
+"""The short table printed last by scripts/gpu_run.sh: build timings against their targets, the
+GPU test tally, and the headline benchmark rows (largest shape) against the copy ceiling."""
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import sys
+
+
+def main(out: pathlib.Path) -> None:
+    t = out / "build_timings.json"
+    if t.exists():
+        try:
+            d = json.loads(t.read_text()[t.read_text().index("{"):])
+            print(f"build: cold {d['cold_harness_plus_variant_s']:.2f} s (<= 10), edit {d['edit_rebuild_same_process_s']:.2f} s "
+                  f"(<= 1.5), warm {d['warm_load_beyond_import_torch_s']:.3f} s (<= 0.3) beyond import torch "
+                  f"{d['import_torch_s']:.2f} s")
+        except (ValueError, KeyError) as e:
+            print(f"build timings unreadable: {e}")
+    log = out / "gpu_tests.log"
+    if log.exists():
+        tail = [l for l in log.read_text().splitlines() if re.search(r"\d+ (passed|failed)", l)]
+        print("gpu tests:", tail[-1] if tail else "no summary line")
+    bench = out / "bench.jsonl"
+    if not bench.exists():
+        return
+    rows = [json.loads(l) for l in bench.read_text().splitlines() if l.strip()]
+    if not rows:
+        return
+    biggest = max(r["numel"] for r in rows)
+    print(f"bench: {rows[0]['gpu']}, copy ceiling {rows[0]['ceiling_GBps']:.0f} GB/s, shape with {biggest} elements")
+    print(f"{'dir':4s} {'dtype':9s} {'provider':8s} {'ms':>8s} {'GB/s':>7s} {'%ceil':>6s} {'x eager':>8s} {'x compile':>9s}")
+    for r in rows:
+        if r["numel"] == biggest:
+            f = lambda v, s: format(v, s) if isinstance(v, (int, float)) else "-"  # noqa: E731
+            print(f"{r['direction']:4s} {r['dtype']:9s} {r['variant']:8s} {f(r['median_ms'], '8.4f')} {f(r['GBps'], '7.0f')} "
+                  f"{f(r['pct_of_ceiling'], '6.1f')} {f(r['speedup_vs_eager'], '8.2f')} {f(r['speedup_vs_compile'], '9.2f')}")
+
+
+if __name__ == "__main__":
+    main(pathlib.Path(sys.argv[1]))
