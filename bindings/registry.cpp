@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -214,8 +215,54 @@ void check_status(const char* op, const Variant& v, const char* step, int status
 
 }  // namespace workbench
 
-TORCH_LIBRARY(workbench, m) {
-  m.def("_register_variant(str op, str name, str build_id, str path) -> str", &workbench::register_variant);
-  m.def("_loaded_variants(str op) -> str[]", &workbench::loaded_variants);
-  m.def("_harness_info() -> str", &workbench::harness_info);
+// The control plane is plain C, called from Python through ctypes: registering a library or
+// describing the harness takes no tensors, so it has no business in the dispatcher (whose handling
+// of tensor-less ops differs between torch releases). Errors come back as text, never as a C++
+// exception across the C boundary.
+namespace {
+int copy_out(const std::string& text, char* out, size_t out_len) {
+  if (out && out_len) {
+    const size_t n = text.size() < out_len - 1 ? text.size() : out_len - 1;
+    std::memcpy(out, text.data(), n);
+    out[n] = 0;
+  }
+  return static_cast<int>(text.size());
 }
+
+template <typename Fn>
+int guarded(char* out, size_t out_len, Fn&& fn) {
+  try {
+    copy_out(fn(), out, out_len);
+    return 0;
+  } catch (const c10::Error& e) {
+    copy_out(e.what_without_backtrace(), out, out_len);
+  } catch (const std::exception& e) {
+    copy_out(e.what(), out, out_len);
+  }
+  return 1;
+}
+}  // namespace
+
+// 0 and the variant's JSON description in `out`, or 1 and the error message.
+extern "C" __attribute__((visibility("default"))) int workbench_register_variant(
+    const char* op, const char* name, const char* build_id, const char* path, char* out, size_t out_len) {
+  return guarded(out, out_len, [&] { return workbench::register_variant(op, name, build_id, path); });
+}
+
+// 0 and a JSON list of the op's loaded variants in `out`.
+extern "C" __attribute__((visibility("default"))) int workbench_loaded_variants(const char* op, char* out,
+                                                                                size_t out_len) {
+  return guarded(out, out_len, [&] {
+    std::string js = "[";
+    for (const auto& d : workbench::loaded_variants(op)) js += (js.size() > 1 ? ", " : "") + d;
+    return js + "]";
+  });
+}
+
+extern "C" __attribute__((visibility("default"))) int workbench_harness_info(char* out, size_t out_len) {
+  return guarded(out, out_len, [] { return workbench::harness_info(); });
+}
+
+// The namespace and its tensor ops are defined by each op's file (TORCH_LIBRARY_FRAGMENT); this
+// block only claims the namespace, once.
+TORCH_LIBRARY(workbench, m) {}

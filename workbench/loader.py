@@ -7,6 +7,7 @@ Kernel calls its exact build, so a handle to an older build keeps working after 
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import pathlib
@@ -19,6 +20,7 @@ from .errors import BuildError, WorkbenchError
 
 _lock = threading.RLock()
 _harness: dict | None = None
+_harness_lib = None  # ctypes handle on the harness: the control plane (register, describe)
 _current: dict[tuple[str, str], "Kernel"] = {}  # (op, name) -> newest loaded build
 _last_good: dict[tuple[str, str], str] = {}
 
@@ -151,7 +153,9 @@ def ensure_harness() -> dict:
                     "process to load the new one")
             torch.ops.load_library(str(lib))
         cache.mark_in_use(bdir)
-        info = json.loads(torch.ops.workbench._harness_info())
+        global _harness_lib
+        _harness_lib = ctypes.CDLL(str(lib))  # the same handle torch.ops.load_library opened
+        info = json.loads(_call_harness("workbench_harness_info"))
         _harness = dict(info, library=str(lib), key=key, built=built, seconds=time.perf_counter() - start)
         registry.register_python_parts()
         return _harness
@@ -160,10 +164,23 @@ def ensure_harness() -> dict:
 def _workbench_namespace_registered() -> bool:
     import torch
     try:
-        torch.ops.workbench._harness_info
+        torch.ops.workbench.bias_gelu  # any op of the namespace
         return True
     except (AttributeError, RuntimeError):
         return False
+
+
+def _call_harness(fn: str, *args: str) -> str:
+    """Call one of the harness's C entry points; raise its error message as WorkbenchError."""
+    size = 1 << 16
+    out = ctypes.create_string_buffer(size)
+    func = getattr(_harness_lib, fn)
+    func.restype = ctypes.c_int
+    status = func(*[a.encode() for a in args], out, ctypes.c_size_t(size))
+    text = out.value.decode(errors="replace")
+    if status != 0:
+        raise WorkbenchError(text)
+    return text
 
 
 def _register(op: str, name: str, source: pathlib.Path, *, inline_label: str | None = None) -> Kernel:
@@ -186,7 +203,7 @@ def _register(op: str, name: str, source: pathlib.Path, *, inline_label: str | N
         with_cuda=with_cuda, cflags=CPU_FLAGS, cuda_cflags=CUDA_FLAGS, rename=rename)
     build_id = key[:10]
     with _lock:
-        info = json.loads(torch.ops.workbench._register_variant(op, name, build_id, str(lib)))
+        info = json.loads(_call_harness("workbench_register_variant", op, name, build_id, str(lib)))
         cache.mark_in_use(bdir)
         kernel = Kernel(op=op, name=name, build_id=build_id, device=info["device"], dtypes=tuple(info["dtypes"]),
                         description=info["description"], library=lib, source=source, built=built,
