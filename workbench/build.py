@@ -98,11 +98,13 @@ def build_library(*, label: str, name: str, sources: list[pathlib.Path], include
 
             if with_cuda and cpp_extension.CUDA_HOME is None:
                 cpp_extension.CUDA_HOME = toolchain.cuda_home()
+            libstdcxx = toolchain.loaded_libstdcxx()
             cpp_extension.load(
                 name=name,
                 sources=[str(s) for s in sources],
                 extra_cflags=cflags,
                 extra_cuda_cflags=cuda_cflags,
+                extra_ldflags=[libstdcxx] if libstdcxx else [],
                 extra_include_paths=[str(d) for d in include_dirs],
                 build_directory=str(build_dir),
                 verbose=True,

@@ -121,6 +121,7 @@ class Toolchain:
     cxx11_abi: bool
     python: str
     platform: str
+    libstdcxx: str | None  # linked explicitly into every build (see loaded_libstdcxx)
 
     def fields(self) -> dict:
         return asdict(self)
@@ -136,7 +137,29 @@ def current() -> Toolchain:
         cxx11_abi=bool(torch._C._GLIBCXX_USE_CXX11_ABI),
         python=sys.implementation.cache_tag,
         platform=sys.platform,
+        libstdcxx=loaded_libstdcxx(),
     )
+
+
+@functools.lru_cache(maxsize=None)
+def loaded_libstdcxx() -> str | None:
+    """Path of the libstdc++ this process has loaded (torch brings it in), from /proc/self/maps.
+
+    Every library the workbench builds links against exactly this one. A compiler whose default
+    link pulls a static libstdc++ (seen: a wrapped g++ with only libstdc++.a on its search path)
+    otherwise puts a second, never-initialised copy inside the extension, and the first
+    std::ostream use there (every TORCH_CHECK message) crashes the process."""
+    import torch  # noqa: F401  - make sure it is loaded
+
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1] if len(line.split()) >= 6 else ""
+                if re.search(r"/libstdc\+\+\.so(\.\d+)*$", path):
+                    return path
+    except OSError:
+        pass
+    return None
 
 
 def can_build_cuda() -> bool:
