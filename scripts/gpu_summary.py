@@ -13,7 +13,8 @@ def main(out: pathlib.Path) -> None:
     if t.exists():
         try:
             d = json.loads(t.read_text()[t.read_text().index("{"):])
-            print(f"build: cold {d['cold_harness_plus_variant_s']:.2f} s (<= 10), edit {d['edit_rebuild_same_process_s']:.2f} s "
+            edits = ", ".join(f"{k} {v:.2f}" for k, v in d["edit_rebuild_same_process_s"].items())
+            print(f"build: cold {d['cold_harness_plus_variant_s']:.2f} s (<= 10), edit rebuild [{edits}] s "
                   f"(<= 1.5), warm {d['warm_load_beyond_import_torch_s']:.3f} s (<= 0.3) beyond import torch "
                   f"{d['import_torch_s']:.2f} s")
         except (ValueError, KeyError) as e:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import os
 import pathlib
 import threading
 import time
@@ -25,7 +26,13 @@ _current: dict[tuple[str, str], "Kernel"] = {}  # (op, name) -> newest loaded bu
 _last_good: dict[tuple[str, str], str] = {}
 
 CPU_FLAGS = ["-O3"]
-CUDA_FLAGS = ["-O3", "-lineinfo", "-Xptxas=-v"]
+# -Xptxas=-v puts the register/spill report in each build log. -lineinfo is left out of the edit
+# loop (it costs ~3% of the nvcc time); WORKBENCH_NVCC_FLAGS adds it, or anything else, when wanted.
+CUDA_FLAGS = ["-O3", "-Xptxas=-v"]
+
+
+def _cuda_flags() -> list[str]:
+    return CUDA_FLAGS + os.environ.get("WORKBENCH_NVCC_FLAGS", "").split()
 
 
 @dataclass
@@ -200,7 +207,7 @@ def _register(op: str, name: str, source: pathlib.Path, *, inline_label: str | N
     rename = {str(source): inline_label} if inline_label else None
     lib, bdir, built, key, _ = _get_or_build(
         label=label, kind="variant", sources=[source], include_dirs=_include_dirs(op_dir),
-        with_cuda=with_cuda, cflags=CPU_FLAGS, cuda_cflags=CUDA_FLAGS, rename=rename)
+        with_cuda=with_cuda, cflags=CPU_FLAGS, cuda_cflags=_cuda_flags(), rename=rename)
     build_id = key[:10]
     with _lock:
         info = json.loads(_call_harness("workbench_register_variant", op, name, build_id, str(lib)))

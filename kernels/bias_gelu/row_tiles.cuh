@@ -32,6 +32,7 @@ struct Tiling {
 
 // Enough blocks for about two full waves (8 resident blocks of 256 threads per SM), each thread
 // walking rows_per_slice rows with several loads in flight.
+// Requires cols >= v (at least one column group) and rows >= 1.
 inline Tiling make_tiling(int64_t rows, int64_t cols, int v, int num_sms) {
   Tiling t;
   t.groups = cols / v;
@@ -189,8 +190,8 @@ int forward(const WbBiasGeluForward* a, const WbLaunch* l) {
 // The workspace is sized before the pointers are known, so for whichever path runs.
 template <int V>
 size_t workspace_bytes(int64_t rows, int64_t cols, const WbLaunch* l) {
-  const int64_t vec = make_tiling(rows, cols, V, l->num_sms).slices;
   const int64_t scalar = make_tiling(rows, cols, 1, l->num_sms).slices;
+  const int64_t vec = cols % V == 0 ? make_tiling(rows, cols, V, l->num_sms).slices : 0;  // no vector path otherwise
   return static_cast<size_t>((vec > scalar ? vec : scalar) * cols) * sizeof(float);
 }
 
