@@ -22,6 +22,9 @@ class OpSpec:
     # Bytes the op must move and flops it must do, for GB/s: (shape, dtype, direction) -> int
     bytes_moved: Callable[[tuple, object, str], int]
     flops: Callable[[tuple, str], int]
+    # How many terms each gradient sums per element, (shape) -> tuple (1 for element-wise): a float
+    # sum of n terms carries ~sqrt(n) times the rounding error of one, so its atol scales with it
+    grad_terms: Callable[[tuple], tuple] = lambda shape: ()
     # Sizes a benchmark sweeps by default: device type -> shapes
     bench_shapes: dict = field(default_factory=dict)
     # Which variant to use by default for (device type, dtype): names in order of preference
