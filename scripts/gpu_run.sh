@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one call for the GPU machine: environment, build timings, GPU tests, the bias_gelu benchmark
 # sweep, then a short table. Everything it writes goes under $OUT (default artifacts/gpu):
-#   env.txt build_timings.json gpu_tests.log bench.jsonl bench.log summary.txt
+#   env.txt build_timings.json gpu_tests.log bench.jsonl bench.log [bench_repeat.*] summary.txt
 # Usage (device tool):  bash scripts/gpu_run.sh            # everything
 #                       STEPS="tests" bash scripts/gpu_run.sh
 set -uo pipefail
@@ -24,9 +24,9 @@ for step in $STEPS; do
       timeout 300 python3 scripts/build_timings.py scalar 2>&1 | tee "$OUT/build_timings.json" ;;
     tests)
       WORKBENCH_TEST_CACHE="$WORKBENCH_CACHE" timeout 400 python3 -m pytest -q -m gpu -rfEs tests/test_gpu.py tests/test_timing.py 2>&1 | tee "$OUT/gpu_tests.log" ;;
-    bench)
+    bench|bench_repeat)  # bench_repeat: the same sweep again, to see run-to-run spread
       timeout 420 python3 -m workbench bench bias_gelu --dtypes float32 float16 bfloat16 --directions fwd bwd \
-        --budget "$BUDGET" --results "$OUT/bench.jsonl" 2>&1 | grep -v '^\[bench' | tee "$OUT/bench.log" ;;
+        --budget "$BUDGET" --results "$OUT/$step.jsonl" 2>&1 | grep -v '^\[bench' | tee "$OUT/$step.log" ;;
     *) echo "unknown step $step" ;;
   esac
 done

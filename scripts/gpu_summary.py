@@ -29,6 +29,20 @@ def main(out: pathlib.Path) -> None:
     rows = [json.loads(l) for l in bench.read_text().splitlines() if l.strip()]
     if not rows:
         return
+    repeat = out / "bench_repeat.jsonl"
+    if repeat.exists():
+        again = {(r["op"], r["variant"], r["dtype"], r["shape"], r["direction"]): r["median_ms"]
+                 for r in map(json.loads, filter(str.strip, repeat.read_text().splitlines()))}
+        diffs = []
+        for r in rows:
+            key = (r["op"], r["variant"], r["dtype"], r["shape"], r["direction"])
+            if key in again and r["numel"] * (4 if r["dtype"] == "float32" else 2) >= 8 * 2**20:
+                diffs.append((abs(again[key] / r["median_ms"] - 1), key))
+        if diffs:
+            worst = max(diffs)
+            within = sum(d <= 0.03 for d, _ in diffs)
+            print(f"repeat: {within}/{len(diffs)} rows of >= 8 MiB within 3%; median |diff| "
+                  f"{sorted(d for d, _ in diffs)[len(diffs) // 2]:.2%}, worst {worst[0]:.2%} at {worst[1]}")
     biggest = max(r["numel"] for r in rows)
     print(f"bench: {rows[0]['gpu']}, copy ceiling {rows[0]['ceiling_GBps']:.0f} GB/s, shape with {biggest} elements")
     print(f"{'dir':4s} {'dtype':9s} {'provider':8s} {'ms':>8s} {'GB/s':>7s} {'%ceil':>6s} {'x eager':>8s} {'x compile':>9s}")

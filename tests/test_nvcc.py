@@ -28,7 +28,7 @@ def test_compiles_without_spills(source, arch):
 
 
 # (variant, the template instantiations that must be vectorized: V = 4 for float, 8 for 16-bit)
-VECTOR_KERNELS = {"vec4": ["IfLi4E"], "half": ["I6__halfLi8E", "I13__nv_bfloat16Li8E"]}
+VECTOR_KERNELS = {"vec4": ["IfLi4E"], "half": ["I9wb_half_tLi8E", "I9wb_bf16_tLi8E"]}
 
 
 @pytest.mark.parametrize("variant", sorted(VECTOR_KERNELS))

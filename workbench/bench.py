@@ -58,14 +58,27 @@ def _progress(i: int, n: int, what: str) -> None:
         print(f"[bench {i}/{n}] {what}".ljust(100), end=end, file=sys.stderr, flush=True)
 
 
+class _Compiled:
+    """torch.compile of the op's eager math, compiled afresh for each timed group: one compiled
+    function reused across many shapes and directions hits dynamo's recompile limit and then
+    silently runs eager, which would make the baseline a copy of eager."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def fresh(self):
+        torch._dynamo.reset()
+        return torch.compile(self.fn, dynamic=False, fullgraph=True)
+
+
 def _providers(op: str, spec, names: list[str], baselines, device: torch.device, dtype: torch.dtype):
-    """name -> (kind, forward callable over the inputs)."""
+    """name -> (kind, forward callable over the inputs, or a _Compiled to instantiate per group)."""
     out = {}
     for b in baselines:
         if b == "eager":
             out["eager"] = ("baseline", spec.eager)
         elif b == "compile":
-            out["compile"] = ("baseline", torch.compile(spec.eager, dynamic=False))
+            out["compile"] = ("baseline", _Compiled(spec.eager))
         else:
             raise ValueError(f"baselines must be among {BASELINES}; got {b!r}")
     for name in names:
@@ -79,6 +92,8 @@ def _providers(op: str, spec, names: list[str], baselines, device: torch.device,
 def _timed_call(kind_fn, inputs, direction: str, gen: torch.Generator):
     """A zero-argument callable doing one `direction` step, with its inputs prepared outside."""
     _, fn = kind_fn
+    if isinstance(fn, _Compiled):
+        fn = fn.fresh()
     if direction == "fwd":
         return lambda: fn(*inputs)
     leaves = [t.detach().requires_grad_() for t in inputs]

@@ -4,8 +4,8 @@
 // Owning columns rather than flat elements means the thread loads its V bias values once, needs
 // no per-element modulo to find them, and in the backward can sum dbias for its columns in
 // registers over all its rows, in float. Per-slice partial sums go to a workspace and one small
-// kernel adds the slices in order: dbias is deterministic and costs one extra pass over
-// slices x cols floats, a few MB against the GB the main pass moves.
+// kernel adds the slices in a fixed order: dbias is deterministic, and with at least
+// kBackwardMinRows rows per thread the partials are a few percent of the bytes the main pass moves.
 //
 // Tile: TX threads across column groups and TY = kThreads / TX rows, so narrow rows (few column
 // groups) still fill a block. Launchers pick V = 1 (scalar accesses) when cols is not a multiple of
@@ -31,9 +31,11 @@ struct Tiling {
 };
 
 // Enough blocks for about two full waves (8 resident blocks of 256 threads per SM), each thread
-// walking rows_per_slice rows with several loads in flight.
+// walking rows_per_slice rows with several loads in flight. `min_rows` keeps each thread on at
+// least that many rows: the backward writes one float per (slice, column), so slices must stay
+// few enough that this partial-sum traffic is small next to the tensor itself.
 // Requires cols >= v (at least one column group) and rows >= 1.
-inline Tiling make_tiling(int64_t rows, int64_t cols, int v, int num_sms) {
+inline Tiling make_tiling(int64_t rows, int64_t cols, int v, int num_sms, int64_t min_rows = 1) {
   Tiling t;
   t.groups = cols / v;
   t.tx = static_cast<int>(t.groups < kThreads ? t.groups : kThreads);
@@ -41,7 +43,7 @@ inline Tiling make_tiling(int64_t rows, int64_t cols, int v, int num_sms) {
   const int64_t grid_x = wb_ceil_div(t.groups, t.tx);
   const int64_t target_blocks = static_cast<int64_t>(num_sms > 0 ? num_sms : 1) * 16;
   int64_t slices = wb_ceil_div(target_blocks, grid_x);
-  const int64_t max_slices = wb_ceil_div(rows, t.ty);
+  const int64_t max_slices = wb_ceil_div(rows, static_cast<int64_t>(t.ty) * min_rows);
   slices = slices < max_slices ? slices : max_slices;
   slices = slices < 65535 ? (slices > 0 ? slices : 1) : 65535;
   t.rows_per_slice = wb_ceil_div(rows, slices);
@@ -49,6 +51,9 @@ inline Tiling make_tiling(int64_t rows, int64_t cols, int v, int num_sms) {
   t.grid = dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(t.slices));
   return t;
 }
+
+// Each backward thread walks at least this many rows (see make_tiling).
+constexpr int64_t kBackwardMinRows = 16;
 
 template <typename T, int V, int UNROLL>
 __global__ void __launch_bounds__(kThreads) forward_kernel(const T* __restrict__ x, const T* __restrict__ bias,
@@ -151,15 +156,26 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict_
   }
 }
 
-// dbias[c] = sum over slices of partial[s][c], in slice order.
+// dbias[c] = sum over slices of partial[s][c]. A block owns 32 columns; its 8 warps-rows take
+// every 8th slice, then one row adds the 8 sums in order: parallel, and still deterministic.
+constexpr int kSumCols = 32, kSumRows = 8;
+
 template <typename T>
-__global__ void sum_slices_kernel(const float* __restrict__ partial, T* __restrict__ dbias, int64_t slices,
-                                  int64_t cols) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
+__global__ void __launch_bounds__(kSumCols * kSumRows) sum_slices_kernel(const float* __restrict__ partial,
+                                                                         T* __restrict__ dbias, int64_t slices,
+                                                                         int64_t cols) {
+  __shared__ float sums[kSumRows][kSumCols + 1];
+  const int lx = threadIdx.x % kSumCols, ly = threadIdx.x / kSumCols;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kSumCols + lx;
   float s = 0.f;
-  for (int64_t k = 0; k < slices; ++k) s += partial[k * cols + c];
-  dbias[c] = wb_from_acc<T>(s);
+  if (c < cols)
+    for (int64_t k = ly; k < slices; k += kSumRows) s += partial[k * cols + c];
+  sums[ly][lx] = s;
+  __syncthreads();
+  if (ly == 0 && c < cols) {
+    for (int r = 1; r < kSumRows; ++r) s += sums[r][lx];
+    dbias[c] = wb_from_acc<T>(s);
+  }
 }
 
 // V when the vector path applies to these pointers and this row length, else 1.
@@ -190,8 +206,8 @@ int forward(const WbBiasGeluForward* a, const WbLaunch* l) {
 // The workspace is sized before the pointers are known, so for whichever path runs.
 template <int V>
 size_t workspace_bytes(int64_t rows, int64_t cols, const WbLaunch* l) {
-  const int64_t scalar = make_tiling(rows, cols, 1, l->num_sms).slices;
-  const int64_t vec = cols % V == 0 ? make_tiling(rows, cols, V, l->num_sms).slices : 0;  // no vector path otherwise
+  const int64_t scalar = make_tiling(rows, cols, 1, l->num_sms, kBackwardMinRows).slices;
+  const int64_t vec = cols % V == 0 ? make_tiling(rows, cols, V, l->num_sms, kBackwardMinRows).slices : 0;
   return static_cast<size_t>((vec > scalar ? vec : scalar) * cols) * sizeof(float);
 }
 
@@ -199,7 +215,7 @@ template <typename T, int V>
 int backward(const WbBiasGeluBackward* a, const WbLaunch* l) {
   const auto stream = static_cast<cudaStream_t>(l->stream);
   const int v = vector_width<T, V>(a->cols, {a->dy, a->x, a->bias, a->dx});
-  const Tiling t = make_tiling(a->rows, a->cols, v, l->num_sms);
+  const Tiling t = make_tiling(a->rows, a->cols, v, l->num_sms, kBackwardMinRows);
   float* partial = static_cast<float*>(a->workspace);
   const T* dy = static_cast<const T*>(a->dy);
   const T* x = static_cast<const T*>(a->x);
@@ -211,7 +227,8 @@ int backward(const WbBiasGeluBackward* a, const WbLaunch* l) {
     backward_kernel<T, 1, 2><<<t.grid, kThreads, 0, stream>>>(dy, x, bias, dx, partial, a->rows, a->cols, t.tx, t.ty, t.rows_per_slice);
   const int status = wb_launch_status();
   if (status != WB_OK) return status;
-  sum_slices_kernel<T><<<wb_ceil_div(a->cols, kThreads), kThreads, 0, stream>>>(partial, static_cast<T*>(a->dbias), t.slices, a->cols);
+  sum_slices_kernel<T><<<wb_ceil_div(a->cols, kSumCols), kSumCols * kSumRows, 0, stream>>>(
+      partial, static_cast<T*>(a->dbias), t.slices, a->cols);
   return wb_launch_status();
 }
 

@@ -55,12 +55,12 @@ __global__ void sum_slices_kernel(const wb_acc_t<T>* __restrict__ partial, T* __
   dbias[c] = wb_from_acc<T>(sum);
 }
 
-// Enough row slices for about 8 resident threads per CUDA core's worth of columns, at most one
-// slice per row, and no more than gridDim.y allows.
+// Enough row slices to fill the GPU (2048 threads per SM), but at least 16 rows per slice so the
+// per-slice partial sums stay small next to the tensor, and no more than gridDim.y allows.
 int64_t row_slices(int64_t rows, int64_t cols, int num_sms) {
   const int64_t want_threads = static_cast<int64_t>(num_sms > 0 ? num_sms : 1) * 2048;
   int64_t slices = wb_ceil_div(want_threads, cols);
-  if (slices > rows) slices = rows;
+  if (slices > wb_ceil_div(rows, 16)) slices = wb_ceil_div(rows, 16);
   if (slices > 65535) slices = 65535;
   return slices < 1 ? 1 : slices;
 }

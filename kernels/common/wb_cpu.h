@@ -6,10 +6,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "wb_types.h"
 #include "wb_variant.h"
-
-struct wb_half_t { uint16_t bits; };
-struct wb_bf16_t { uint16_t bits; };
 
 inline float wb_bits_to_float(uint32_t u) { float f; memcpy(&f, &u, sizeof f); return f; }
 inline uint32_t wb_float_to_bits(float f) { uint32_t u; memcpy(&u, &f, sizeof u); return u; }
