@@ -12,6 +12,8 @@
 // V or a pointer is not 16-byte aligned: same kernels, correct for any view, lower bandwidth.
 #pragma once
 
+#include <stdint.h>
+
 #include <initializer_list>
 
 #include "bias_gelu.h"
@@ -30,19 +32,15 @@ struct Tiling {
   dim3 grid;
 };
 
-// Enough blocks for about two full waves (8 resident blocks of 256 threads per SM), each thread
-// walking rows_per_slice rows with several loads in flight. `min_rows` keeps each thread on at
-// least that many rows: the backward writes one float per (slice, column), so slices must stay
-// few enough that this partial-sum traffic is small next to the tensor itself.
-// Requires cols >= v (at least one column group) and rows >= 1.
-inline Tiling make_tiling(int64_t rows, int64_t cols, int v, int num_sms, int64_t min_rows = 1) {
+// Cut the rows into slices (gridDim.y) so that each thread walks at least `min_rows` rows and
+// there are at most `max_blocks` blocks. Requires cols >= v (one column group) and rows >= 1.
+inline Tiling make_tiling(int64_t rows, int64_t cols, int v, int64_t max_blocks, int64_t min_rows) {
   Tiling t;
   t.groups = cols / v;
   t.tx = static_cast<int>(t.groups < kThreads ? t.groups : kThreads);
   t.ty = kThreads / t.tx;
   const int64_t grid_x = wb_ceil_div(t.groups, t.tx);
-  const int64_t target_blocks = static_cast<int64_t>(num_sms > 0 ? num_sms : 1) * 16;
-  int64_t slices = wb_ceil_div(target_blocks, grid_x);
+  int64_t slices = max_blocks / grid_x;
   const int64_t max_slices = wb_ceil_div(rows, static_cast<int64_t>(t.ty) * min_rows);
   slices = slices < max_slices ? slices : max_slices;
   slices = slices < 65535 ? (slices > 0 ? slices : 1) : 65535;
@@ -52,8 +50,22 @@ inline Tiling make_tiling(int64_t rows, int64_t cols, int v, int num_sms, int64_
   return t;
 }
 
-// Each backward thread walks at least this many rows (see make_tiling).
+// Forward: many short blocks, ~8 rows per thread. With long blocks sized for "two waves", the
+// H100 fitted 6 of them per SM, ran 2.67 waves, and the partial last wave cost ~6% of the time.
+constexpr int64_t kForwardRowsPerThread = 8;
+
+// Backward: exactly the blocks that are resident at once (one balanced wave, no tail), each
+// thread on at least 16 rows: every block writes one float per (slice, column), so the number of
+// slices is also what the dbias partial sums cost in traffic.
 constexpr int64_t kBackwardMinRows = 16;
+
+template <typename Kernel>
+inline int64_t resident_blocks(Kernel kernel, int num_sms) {
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess || per_sm < 1)
+    per_sm = 1;
+  return static_cast<int64_t>(per_sm) * (num_sms > 0 ? num_sms : 1);
+}
 
 template <typename T, int V, int UNROLL>
 __global__ void __launch_bounds__(kThreads) forward_kernel(const T* __restrict__ x, const T* __restrict__ bias,
@@ -193,21 +205,28 @@ int forward(const WbBiasGeluForward* a, const WbLaunch* l) {
   const T* x = static_cast<const T*>(a->x);
   const T* bias = static_cast<const T*>(a->bias);
   T* y = static_cast<T*>(a->y);
-  if (vector_width<T, V>(a->cols, {x, bias, y}) == V) {
-    const Tiling t = make_tiling(a->rows, a->cols, V, l->num_sms);
+  const int v = vector_width<T, V>(a->cols, {x, bias, y});
+  const Tiling t = make_tiling(a->rows, a->cols, v, INT64_MAX, kForwardRowsPerThread);
+  if (v == V)
     forward_kernel<T, V, 4><<<t.grid, kThreads, 0, stream>>>(x, bias, y, a->rows, a->cols, t.tx, t.ty, t.rows_per_slice);
-  } else {
-    const Tiling t = make_tiling(a->rows, a->cols, 1, l->num_sms);
+  else
     forward_kernel<T, 1, 4><<<t.grid, kThreads, 0, stream>>>(x, bias, y, a->rows, a->cols, t.tx, t.ty, t.rows_per_slice);
-  }
   return wb_launch_status();
 }
 
-// The workspace is sized before the pointers are known, so for whichever path runs.
-template <int V>
+// The backward's tiling for vector width v (V, or 1 for the scalar-access route).
+template <typename T, int V>
+Tiling backward_tiling(int64_t rows, int64_t cols, int v, int num_sms) {
+  const int64_t resident = v == V ? resident_blocks(backward_kernel<T, V, 2>, num_sms)
+                                  : resident_blocks(backward_kernel<T, 1, 2>, num_sms);
+  return make_tiling(rows, cols, v, resident, kBackwardMinRows);
+}
+
+// The workspace is sized before the pointers are known, so for whichever route runs.
+template <typename T, int V>
 size_t workspace_bytes(int64_t rows, int64_t cols, const WbLaunch* l) {
-  const int64_t scalar = make_tiling(rows, cols, 1, l->num_sms, kBackwardMinRows).slices;
-  const int64_t vec = cols % V == 0 ? make_tiling(rows, cols, V, l->num_sms, kBackwardMinRows).slices : 0;
+  const int64_t scalar = backward_tiling<T, V>(rows, cols, 1, l->num_sms).slices;
+  const int64_t vec = cols % V == 0 ? backward_tiling<T, V>(rows, cols, V, l->num_sms).slices : 0;
   return static_cast<size_t>((vec > scalar ? vec : scalar) * cols) * sizeof(float);
 }
 
@@ -215,7 +234,7 @@ template <typename T, int V>
 int backward(const WbBiasGeluBackward* a, const WbLaunch* l) {
   const auto stream = static_cast<cudaStream_t>(l->stream);
   const int v = vector_width<T, V>(a->cols, {a->dy, a->x, a->bias, a->dx});
-  const Tiling t = make_tiling(a->rows, a->cols, v, l->num_sms, kBackwardMinRows);
+  const Tiling t = backward_tiling<T, V>(a->rows, a->cols, v, l->num_sms);
   float* partial = static_cast<float*>(a->workspace);
   const T* dy = static_cast<const T*>(a->dy);
   const T* x = static_cast<const T*>(a->x);

@@ -23,8 +23,13 @@ int backward(const WbBiasGeluBackward* a, const WbLaunch* l) {
   });
 }
 
-size_t workspace_bytes(int64_t rows, int64_t cols, int, const WbLaunch* l) {
-  return bias_gelu_tiles::workspace_bytes<4>(rows, cols, l);
+size_t workspace_bytes(int64_t rows, int64_t cols, int dtype, const WbLaunch* l) {
+  size_t bytes = 0;
+  wb_dispatch_dtype<WB_F32>(dtype, [&](auto tag) {
+    bytes = bias_gelu_tiles::workspace_bytes<typename decltype(tag)::type, 4>(rows, cols, l);
+    return WB_OK;
+  });
+  return bytes;
 }
 
 const WbBiasGeluLaunchers launchers = {forward, backward, workspace_bytes};
