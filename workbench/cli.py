@@ -1,4 +1,4 @@
-"""python -m workbench list | build | check | gradcheck | bench | plot | doctor | clean"""
+"""python -m workbench list | build | check | gradcheck | bench | plot | demo | doctor | clean"""
 from __future__ import annotations
 
 import argparse
@@ -106,6 +106,39 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_demo(args) -> int:
+    """Build every variant this machine can run, check and gradcheck each, time them against eager
+    and torch.compile, print the table and draw the plots."""
+    import pathlib
+
+    from . import loader, registry, toolchain
+    from .bench import bench
+    from .correctness import check, gradcheck
+
+    op = args.op
+    gpu = toolchain.gpu_available()
+    print(f"Kernel Workbench demo: {op} on {'the GPU' if gpu else 'the CPU (no GPU visible: CPU path, small sizes)'}")
+    names = _variants_for(op, [], runnable_only=True)
+    ok = True
+    for name in names:
+        k = loader.load(op, name)
+        print(f"\n{op}/{name}: {'built' if k.built else 'loaded from cache'} in {k.seconds:.2f} s - {k.description}")
+        for report in (check(op, k), gradcheck(op, k)):
+            print("  " + report.summary().replace("\n", "\n  "))
+            ok &= report.ok
+    shapes = None if gpu else [(256, 1024), (1024, 1024), (2048, 2048)]
+    result = bench(op, variants=names, dtypes=["float32", "bfloat16"] if gpu else ["float32"], shapes=shapes,
+                   directions=["fwd", "bwd"], budget_s=args.budget)
+    print()
+    print(result.table())
+    out = pathlib.Path(args.out)
+    result.save(out / "bench.jsonl")
+    for p in result.plot(out / "plots"):
+        print(f"plot: {p}")
+    print(f"\nrows saved to {out / 'bench.jsonl'}; " + ("all checks passed" if ok else "SOME CHECKS FAILED"))
+    return 0 if ok else 1
+
+
 def cmd_doctor(args) -> int:
     from . import doctor
 
@@ -170,6 +203,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--results")
     s.add_argument("--plot-dir")
     s.set_defaults(fn=cmd_plot)
+
+    s = sub.add_parser("demo", help="build, check, gradcheck, bench and plot an op's variants")
+    s.add_argument("op", nargs="?", default="bias_gelu")
+    s.add_argument("--out", default="workbench-demo", help="where the demo writes rows and plots")
+    s.add_argument("--budget", type=float, default=0.3, help="seconds of sampling per row at most")
+    s.set_defaults(fn=cmd_demo)
 
     s = sub.add_parser("doctor", help="toolchain, GPU, cache and lock report")
     s.set_defaults(fn=cmd_doctor)

@@ -86,6 +86,9 @@ def _git(repo_root: pathlib.Path, *args: str) -> str | None:
 
 
 def _commit(repo_root: pathlib.Path) -> str:
+    # A copy of the tree without .git (the GPU machine gets one) is told its commit by the caller.
+    if os.environ.get("WORKBENCH_COMMIT"):
+        return os.environ["WORKBENCH_COMMIT"]
     head = _git(repo_root, "rev-parse", "--short", "HEAD")
     if head is None or not head.strip():
         return "unknown"
