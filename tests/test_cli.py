@@ -1,0 +1,157 @@
+"""`python -m workbench ...` in fresh processes against the session's cache."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from conftest import CACHE_DIR, describe, private_cache, wait_for_line
+
+
+def _ok(proc):
+    assert proc.returncode == 0, describe(proc)
+    return proc.stdout
+
+
+def test_list(run_cli):
+    out = _ok(run_cli("list"))
+    lines = out.splitlines()
+    assert lines[0] == "bias_gelu"
+    rows = {ln.split()[0]: ln for ln in lines[1:] if ln.startswith("  ")}
+    assert rows["cpu"].split()[1] == "cpu" and rows["scalar"].split()[1] == "cuda", out
+    for name in ("cpu", "scalar"):  # both declare all four dtypes, and say what they are
+        assert all(d in rows[name] for d in ("float32", "float64", "float16", "bfloat16")), rows[name]
+    assert "one element per thread" in rows["scalar"]
+
+
+def test_list_one_op_and_unknown_op(run_cli):
+    assert _ok(run_cli("list", "bias_gelu")).startswith("bias_gelu")
+    proc = run_cli("list", "no_such_op")
+    assert proc.returncode == 1 and "op must be one of" in proc.stderr, describe(proc)
+
+
+def test_build_cpu(run_cli, cpu_kernel):
+    out = _ok(run_cli("build", "bias_gelu", "cpu"))
+    assert f"bias_gelu/cpu@{cpu_kernel.build_id}" in out and "cached" in out, out
+    assert str(cpu_kernel.library) in out
+
+
+def test_build_unknown_variant(run_cli, cpu_kernel):
+    proc = run_cli("build", "bias_gelu", "no_such_variant")
+    assert proc.returncode == 1, describe(proc)
+    assert "no variant 'no_such_variant'" in proc.stderr and "cpu" in proc.stderr
+
+
+def test_check_cpu(run_cli, cpu_kernel):
+    out = _ok(run_cli("check", "bias_gelu", "cpu", "--seed", "3"))
+    assert "bias_gelu/cpu on cpu" in out and "passed" in out, out
+    assert "FAIL" not in out
+
+
+def test_check_json_and_dtypes(run_cli, cpu_kernel):
+    out = _ok(run_cli("check", "bias_gelu", "cpu", "--dtypes", "float64", "--json"))
+    summary = json.loads(out[out.index("["):])
+    assert summary == [{"variant": "cpu", "ok": True, "method": "", "failures": []}]
+
+
+def test_check_without_gpu_runs_cpu_variants(run_cli, cpu_kernel):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: every variant runs")
+    proc = run_cli("check", "bias_gelu", "--dtypes", "float32")
+    assert proc.returncode == 0, describe(proc)
+    assert "no GPU visible" in proc.stderr and "bias_gelu/cpu" in proc.stdout
+    assert "scalar" not in proc.stdout
+
+
+def test_gradcheck_cpu(run_cli, cpu_kernel):
+    out = _ok(run_cli("gradcheck", "bias_gelu", "cpu"))
+    assert "passed" in out and "float64" in out, out
+
+
+def test_doctor(run_cli, cpu_kernel):
+    out = _ok(run_cli("doctor"))
+    rows = {}
+    for ln in out.splitlines():
+        if " : " in ln:
+            k, v = ln.split(" : ", 1)
+            rows[k.strip()] = v.strip()
+    import torch
+
+    assert rows["torch"].startswith(torch.__version__), out
+    assert "nvcc" in rows and "ninja" in rows and "gpu" in rows, out
+    assert str(CACHE_DIR) in rows["cache"] and "builds" in rows["cache"], out
+    assert "build locks held" in rows
+
+
+def test_clean_requires_an_option(run_cli):
+    proc = run_cli("clean")
+    assert proc.returncode == 2, describe(proc)
+    assert "--all" in proc.stderr
+
+
+LOAD_AND_WAIT = r"""
+import sys
+import workbench as wb
+k = wb.load("bias_gelu", "cpu")
+print("loaded", k.library, flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_clean_all_keeps_builds_in_use(run_cli, spawn_python, tmp_path, cpu_kernel):
+    # A private copy of the cache, so that cleaning it costs the other tests nothing.
+    root = private_cache(tmp_path / "cache")
+    env = {"WORKBENCH_CACHE": str(root)}
+    idle = root / "builds" / "bias_gelu-idle-00000000000000000000"
+    idle.mkdir()
+    (idle / "meta.json").write_text("{}")
+    (idle / "lib.so").write_bytes(b"\0" * 1024)
+
+    holder = spawn_python(LOAD_AND_WAIT, env_extra=env)
+    line = wait_for_line(holder, "loaded")
+    in_use = pathlib.Path(line.split(" ", 1)[1]).parent
+    assert in_use.parent == root / "builds", line
+    harness_dirs = list((root / "builds").glob("harness-*"))
+
+    out = _ok(run_cli("clean", "--all", env_extra=env))
+    assert not idle.exists(), out
+    assert in_use.is_dir() and (in_use / "meta.json").exists(), out
+    assert f"kept (in use by a running process): {in_use}" in out
+    assert any(d.is_dir() for d in harness_dirs), "the harness the live process loaded was removed"
+    assert "removed" in out
+
+    holder.stdin.write("\n")
+    holder.stdin.flush()
+    holder.wait(60)
+    out = _ok(run_cli("clean", "--all", env_extra=env))
+    assert not in_use.exists(), out
+    assert not [d for d in (root / "builds").iterdir() if not d.name.startswith(".")]
+
+
+def test_bench_on_cpu(run_cli, cpu_kernel, tmp_path):
+    proc = run_cli("bench", "bias_gelu", "--shapes", "32x64", "--budget", "0.05", "--baselines", "eager",
+                   "--no-save", env_extra={"MPLCONFIGDIR": str(tmp_path)})
+    out = _ok(proc)
+    rows = [ln.split() for ln in out.splitlines()]
+    providers = {r[3] for r in rows if len(r) > 3 and r[0] == "fwd"}
+    assert {"eager", "cpu"} <= providers, out
+    assert "median ms" in out
+    assert "rows appended" not in out  # --no-save
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "bias_gelu", "--shapes", "12xq"], "a shape is sizes joined by 'x'"),
+    (["bench", "bias_gelu", "--shapes=-3x4"], "non-negative"),
+    (["bench", "bias_gelu", "--budget", "soon"], "--budget"),
+    (["check", "bias_gelu", "--dtypes", "int8"], "invalid choice"),
+    (["frobnicate"], "invalid choice"),
+    ([], "required"),
+], ids=["bad-shape", "negative-shape", "bad-budget", "bad-dtype", "bad-command", "no-command"])
+def test_bad_arguments(run_cli, argv, message):
+    proc = run_cli(*argv)
+    assert proc.returncode != 0, describe(proc)
+    assert message in proc.stderr, describe(proc)
+    assert "Traceback" not in proc.stderr
