@@ -6,6 +6,7 @@ relative norm error and element-wise tolerance; NaN passes only where the refere
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass, field
@@ -155,11 +156,22 @@ def _layout(t: torch.Tensor, layout: str) -> torch.Tensor:
     raise ValueError(f"layout must be contiguous, strided or offset; got {layout!r}")
 
 
-def _poison(like: list[tuple[tuple, torch.dtype]], device: torch.device) -> None:
-    """Fill, then free, blocks of exactly the sizes the op will allocate: the allocator hands the
-    same memory back for its outputs, so any element the kernel does not write reads as NaN."""
-    blocks = [torch.full(shape, float("nan"), dtype=dtype, device=device) for shape, dtype in like]
-    del blocks
+@contextlib.contextmanager
+def _poisoned_outputs():
+    """Inside: every tensor the op allocates (its outputs too) starts as NaN, so an element the
+    kernel never writes fails the comparison. torch's deterministic mode fills uninitialised memory
+    from at::empty on CPU and CUDA alike; freeing a NaN block and hoping the allocator hands it
+    back works for CUDA's caching allocator but not for CPU malloc."""
+    was = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+        torch.use_deterministic_algorithms(was, warn_only=warn_only)
 
 
 def _seed(seed: int | None) -> int:
@@ -190,8 +202,8 @@ def check(op: str, variant: str, *, dtypes=None, shapes=None, layouts=("contiguo
                 if layout != "contiguous" and 0 in shape:
                     continue
                 inputs = [_layout(t, layout) for t in spec.make_inputs(shape, dtype, device, gen)]
-                _poison([(shape, dtype)], device)
-                out = kernel(*inputs)
+                with _poisoned_outputs():
+                    out = kernel(*inputs)
                 ok, rel, mx, where, note = compare(out, spec.reference(*inputs), dtype)
                 report.cases.append(Case("forward", shape, dname, layout, ok, rel, mx, where, note))
                 if verbose:
@@ -199,8 +211,8 @@ def check(op: str, variant: str, *, dtypes=None, shapes=None, layouts=("contiguo
                 if not backward:
                     continue
                 grad = _layout(torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype), layout)
-                _poison([(shape, dtype), (inputs[1].shape, dtype)], device)
-                grads = kernel.backward(grad, *inputs)
+                with _poisoned_outputs():
+                    grads = kernel.backward(grad, *inputs)
                 refs = spec.reference_backward(grad, *inputs)
                 terms = spec.grad_terms(shape) or (1,) * len(refs)
                 for label, g, r, n in zip(("backward dx", "backward dbias"), grads, refs, terms):

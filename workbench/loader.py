@@ -13,6 +13,7 @@ import json
 import os
 import pathlib
 import threading
+import uuid
 import time
 from dataclasses import dataclass, field
 
@@ -238,7 +239,7 @@ def load_inline(op: str, source: str, name: str) -> Kernel:
     path = config.cache_dir() / "sources" / op / f"{name}-{digest}{'.cu' if is_cuda else '.cpp'}"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + f".{digest}.tmp")
+        tmp = path.with_suffix(path.suffix + f".{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")  # one per writer
         tmp.write_text(source)
         tmp.replace(path)
     return _register(op, name, path, inline_label=f"<inline {op}/{name}>")

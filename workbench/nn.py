@@ -25,7 +25,7 @@ class BiasGELU(torch.nn.Module):
 
     def __init__(self, features: int, *, variant: str | None = None, device=None, dtype=None):
         super().__init__()
-        if not isinstance(features, int) or features < 1:
+        if isinstance(features, bool) or not isinstance(features, int) or features < 1:
             raise ValueError(f"BiasGELU: features must be a positive int; got {features!r}")
         self.features = features
         self.variant = variant

@@ -63,7 +63,24 @@ def flops(shape, direction: str) -> int:
     return {"fwd": 12, "bwd": 22, "fwd+bwd": 34}[direction] * numel
 
 
+def _gelu_tanh_derivatives(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """GELU_tanh'(v) and GELU_tanh''(v) with torch ops (so they are differentiable in turn).
+    With s = sigmoid(2u), u = k (v + c v^3):  gelu = v s,  s' = 2 s (1 - s) u',
+    gelu' = s + v s',  gelu'' = 2 s' + v s'',  s'' = 2 (s' (1 - 2 s) u' + s (1 - s) u'')."""
+    c = 0.044715
+    s = torch.sigmoid(2.0 * _K * (v + c * v.pow(3)))
+    du = _K * (1.0 + 3.0 * c * v * v)
+    d2u = 6.0 * _K * c * v
+    t = s * (1.0 - s)
+    ds = 2.0 * t * du
+    d2s = 2.0 * (ds * (1.0 - 2.0 * s) * du + t * d2u)
+    return s + v * ds, 2.0 * ds + v * d2s
+
+
 def _check_fake_args(x, bias):
+    if x.device != bias.device:
+        raise RuntimeError(f"workbench::bias_gelu: bias must be on the same device as x ({x.device}); "
+                           f"got bias on {bias.device}")
     if x.dim() < 1:
         raise ValueError("workbench::bias_gelu: x must have at least 1 dimension; got a 0-dim tensor")
     if bias.dim() != 1 or bias.shape[0] != x.shape[-1]:
@@ -93,6 +110,29 @@ def register_python() -> None:
         return (dx if ctx.needs_input_grad[0] else None, dbias if ctx.needs_input_grad[1] else None, None)
 
     torch.library.register_autograd("workbench::bias_gelu", backward, setup_context=setup_context)
+
+    # The backward op's own derivative, for create_graph=True (gradient penalties, double
+    # backward). dx = dy * gelu'(v) and dbias = sum(dx), v = x + bias; given upstream grads
+    # (gdx, gdbias), G = gdx + gdbias:  d/d dy = G gelu'(v),  d/dv = G dy gelu''(v).
+    def setup_backward_context(ctx, inputs, output):
+        grad_y, x, bias, variant = inputs
+        ctx.save_for_backward(grad_y, x, bias)
+
+    def backward_of_backward(ctx, g_dx, g_dbias):
+        grad_y, x, bias = ctx.saved_tensors
+        acc = torch.promote_types(x.dtype, torch.float32)
+        upstream = torch.zeros_like(x, dtype=acc)
+        if g_dx is not None:
+            upstream = upstream + g_dx.to(acc)
+        if g_dbias is not None:
+            upstream = upstream + g_dbias.to(acc)
+        d1, d2 = _gelu_tanh_derivatives(x.to(acc) + bias.to(acc))
+        grad_v = upstream * grad_y.to(acc) * d2
+        return ((upstream * d1).to(grad_y.dtype), grad_v.to(x.dtype),
+                grad_v.reshape(-1, x.shape[-1]).sum(0).to(bias.dtype), None)
+
+    torch.library.register_autograd("workbench::bias_gelu_backward", backward_of_backward,
+                                    setup_context=setup_backward_context)
 
 
 SPEC = OpSpec(
