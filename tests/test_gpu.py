@@ -146,3 +146,24 @@ def test_module_trains_on_cuda():
         losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0]
     assert m[1]._variant in ("vec4", "scalar")
+
+
+def test_bench_small_sweep(tmp_path):
+    """A real sweep on the GPU: every provider times, GB/s and the ceiling are filled, results
+    round-trip through the JSONL file and the plots are drawn."""
+    from workbench import plot, results
+
+    r = wb.bench("bias_gelu", dtypes=["float32", "bfloat16"], shapes=[(1024, 1024), (4096, 1024)],
+                 directions=("fwd", "bwd"), budget_s=0.2)
+    providers = {(row["dtype"], row["variant"]) for row in r.rows}
+    assert {("float32", p) for p in ("eager", "compile", "scalar", "vec4")} <= providers
+    assert {("bfloat16", p) for p in ("eager", "compile", "scalar", "half")} <= providers
+    for row in r.rows:
+        assert row["median_ms"] > 0 and row["p20_ms"] <= row["median_ms"] <= row["p80_ms"]
+        assert row["GBps"] > 0 and 0 < row["pct_of_ceiling"] < 1000 and row["ceiling_GBps"] > 100
+        assert row["method"] in ("cuda-events", "cuda-graph") and row["peak_mem_bytes"] >= 0
+        if row["variant"] == "eager":
+            assert row["speedup_vs_eager"] == 1.0
+    path = r.save(tmp_path / "rows.jsonl")
+    assert len(results.read_rows(path)) == len(r.rows)
+    assert len(plot.plot_all(results.read_rows(path), tmp_path / "plots")) >= 8
