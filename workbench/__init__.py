@@ -10,19 +10,13 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from .benchmark import bench
 from .correctness import check, gradcheck
-from .errors import BuildError, LockTimeout, WorkbenchError
-from .loader import Kernel, load, load_inline
+from .errors import BuildError, IsolatedRunError, LockTimeout, WorkbenchError
+from .loader import Kernel, load, load_inline, load_source
 from .registry import ops, variants
 from . import nn
 
-__all__ = ["ops", "variants", "load", "load_inline", "check", "gradcheck", "bench", "Kernel",
-           "BuildError", "LockTimeout", "WorkbenchError", "nn", "__version__"]
+__all__ = ["ops", "variants", "load", "load_inline", "load_source", "check", "gradcheck", "bench", "Kernel",
+           "BuildError", "IsolatedRunError", "LockTimeout", "WorkbenchError", "nn", "__version__"]
 
-
-def __getattr__(name):
-    # bench pulls in timing, results and plotting; load it on first use.
-    if name == "bench":
-        import importlib
-        return importlib.import_module("workbench.bench").bench
-    raise AttributeError(f"module 'workbench' has no attribute {name!r}")

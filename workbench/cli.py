@@ -1,4 +1,4 @@
-"""python -m workbench list | build | check | gradcheck | bench | plot | demo | doctor | clean"""
+"""python -m workbench list | build | check | gradcheck | bench | plot | demo | sanitize | doctor | clean"""
 from __future__ import annotations
 
 import argparse
@@ -79,7 +79,7 @@ def _shape(text: str) -> tuple[int, ...]:
 
 
 def cmd_bench(args) -> int:
-    from .bench import bench
+    from .benchmark import bench
 
     result = bench(args.op, variants=args.variants or "all", dtypes=args.dtypes or ["float32"],
                    shapes=args.shapes or None, baselines=args.baselines, directions=args.directions,
@@ -112,7 +112,7 @@ def cmd_demo(args) -> int:
     import pathlib
 
     from . import loader, registry, toolchain
-    from .bench import bench
+    from .benchmark import bench
     from .correctness import check, gradcheck
 
     op = args.op
@@ -137,6 +137,13 @@ def cmd_demo(args) -> int:
         print(f"plot: {p}")
     print(f"\nrows saved to {out / 'bench.jsonl'}; " + ("all checks passed" if ok else "SOME CHECKS FAILED"))
     return 0 if ok else 1
+
+
+def cmd_sanitize(args) -> int:
+    from . import loader, sanitize
+
+    variant = loader.load_source(args.op, args.source, args.variant) if args.source else args.variant
+    return sanitize.main(args.op, variant, args.tools)
 
 
 def cmd_doctor(args) -> int:
@@ -210,6 +217,14 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--budget", type=float, default=0.3, help="seconds of sampling per row at most")
     s.set_defaults(fn=cmd_demo)
 
+    s = sub.add_parser("sanitize", help="compute-sanitizer (memcheck, racecheck, initcheck, synccheck) over a small check")
+    s.add_argument("op")
+    s.add_argument("variant")
+    s.add_argument("--source", help="a variant source file to build as VARIANT (default: kernels/OP/VARIANT.*)")
+    s.add_argument("--tools", nargs="+", default=["memcheck", "racecheck", "initcheck", "synccheck"],
+                   choices=["memcheck", "racecheck", "initcheck", "synccheck"])
+    s.set_defaults(fn=cmd_sanitize)
+
     s = sub.add_parser("doctor", help="toolchain, GPU, cache and lock report")
     s.set_defaults(fn=cmd_doctor)
 
@@ -222,6 +237,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_child"]:  # internal: the child side of isolate=True (workbench/isolate.py)
+        from .isolate import child_main
+        return child_main(argv[1])
     args = parser().parse_args(argv)
     from .errors import WorkbenchError
 

@@ -7,6 +7,7 @@ relative norm error and element-wise tolerance; NaN passes only where the refere
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
@@ -81,6 +82,15 @@ class Report:
 
     def __repr__(self) -> str:
         return self.summary()
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Report":
+        cases = [Case(**{**c, "shape": tuple(c["shape"]), "where": tuple(c["where"]) if c["where"] else None})
+                 for c in d["cases"]]
+        return cls(d["op"], d["variant"], d["device"], cases, list(d["skipped"]), d["method"])
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, *, terms: int = 1
@@ -178,12 +188,24 @@ def _seed(seed: int | None) -> int:
     return int.from_bytes(os.urandom(4), "little") if seed is None else seed
 
 
+def _isolated(kind: str, op: str, variant, kwargs: dict) -> Report:
+    from . import isolate
+
+    return Report.from_dict(isolate.run(kind, isolate.variant_spec(op, variant), kwargs))
+
+
 def check(op: str, variant: str, *, dtypes=None, shapes=None, layouts=("contiguous", "strided", "offset"),
-          seed: int | None = None, backward: bool = True, verbose: bool = False) -> Report:
+          seed: int | None = None, backward: bool = True, verbose: bool = False, isolate: bool = False) -> Report:
     """Run the correctness matrix for one variant: every supported dtype x shape x layout, forward
-    and backward, against the float64 reference. Returns a Report (report.ok, report.table())."""
+    and backward, against the float64 reference. Returns a Report (report.ok, report.table()).
+    isolate=True runs it in a child process: a kernel that faults raises IsolatedRunError here and
+    leaves this process, its CUDA context and its tensors as they were."""
+    if isolate:
+        return _isolated("check", op, variant, dict(
+            dtypes=dtypes, shapes=[list(s) for s in shapes] if shapes else None, layouts=list(layouts),
+            seed=seed, backward=backward))
     spec = registry.spec(op)
-    kernel = variant if isinstance(variant, loader.Kernel) else loader.load(op, variant)
+    kernel = variant if isinstance(variant, loader.Kernel) else loader.get(op, variant)
     device = _device_for(kernel)
     report = Report(op, kernel.name, str(device))
     wanted = list(kernel.dtypes) if dtypes is None else [d if isinstance(d, str) else str(d).replace("torch.", "") for d in dtypes]
@@ -229,12 +251,15 @@ def check(op: str, variant: str, *, dtypes=None, shapes=None, layouts=("contiguo
     return report
 
 
-def gradcheck(op: str, variant: str, *, seed: int | None = None, shapes=((3, 5), (2, 3, 4), (1, 1))) -> Report:
+def gradcheck(op: str, variant: str, *, seed: int | None = None, shapes=((3, 5), (2, 3, 4), (1, 1)),
+              isolate: bool = False) -> Report:
     """torch.autograd.gradcheck in float64 where the variant supports float64; otherwise the
     variant's gradients against the float64 reference's at each dtype's tolerance. The report's
-    `method` says which ran."""
+    `method` says which ran. isolate=True: as for check()."""
+    if isolate:
+        return _isolated("gradcheck", op, variant, dict(seed=seed, shapes=[list(s) for s in shapes]))
     spec = registry.spec(op)
-    kernel = variant if isinstance(variant, loader.Kernel) else loader.load(op, variant)
+    kernel = variant if isinstance(variant, loader.Kernel) else loader.get(op, variant)
     device = _device_for(kernel)
     report = Report(op, kernel.name, str(device))
     gen = _generator(device, _seed(seed))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pathlib
+import signal
 
 
 class WorkbenchError(RuntimeError):
@@ -29,3 +30,20 @@ class BuildError(WorkbenchError):
 
 class LockTimeout(WorkbenchError):
     """Another process held a build lock for longer than WORKBENCH_LOCK_TIMEOUT seconds."""
+
+
+class IsolatedRunError(WorkbenchError):
+    """A check or bench run in a child process (isolate=True) failed: the child raised (a CUDA
+    error such as an illegal address), or died (a signal). The caller's process, its CUDA context
+    and its tensors are untouched. `returncode` and `output` (the child's last lines) say how."""
+
+    def __init__(self, what: str, returncode: int, output: str):
+        self.returncode, self.output = returncode, output
+        if returncode < 0:
+            try:
+                how = f"was killed by {signal.Signals(-returncode).name}"
+            except ValueError:
+                how = f"was killed by signal {-returncode}"
+        else:
+            how = f"exited with status {returncode}"
+        super().__init__(f"{what}: the child process {how}; the caller's process is unaffected.\n{output}")

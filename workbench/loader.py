@@ -227,6 +227,18 @@ def load(op: str, variant: str) -> Kernel:
     return _register(op, variant, source)
 
 
+def load_source(op: str, path, name: str | None = None) -> Kernel:
+    """Build and load a variant of `op` from a source file anywhere (an exercise, a planted test
+    kernel); `name` defaults to the file's stem."""
+    registry.check_op(op)
+    path = pathlib.Path(path).resolve()
+    if not path.is_file() or path.suffix not in (".cu", ".cpp"):
+        raise ValueError(f"load_source: path must be an existing .cu or .cpp file; got {str(path)!r}")
+    name = name or path.stem
+    registry.check_variant_name(name)
+    return _register(op, name, path)
+
+
 def load_inline(op: str, source: str, name: str) -> Kernel:
     """Build a variant of `op` from a source string (a notebook cell). The text is written to the
     cache under a name derived from its hash; errors point at lines of the string."""
@@ -243,6 +255,12 @@ def load_inline(op: str, source: str, name: str) -> Kernel:
         tmp.write_text(source)
         tmp.replace(path)
     return _register(op, name, path, inline_label=f"<inline {op}/{name}>")
+
+
+def get(op: str, name: str) -> Kernel:
+    """The newest loaded build of `name` (inline and file variants included), else load it from
+    kernels/<op>/."""
+    return _current.get((op, name)) or load(op, name)
 
 
 def loaded(op: str) -> list[Kernel]:

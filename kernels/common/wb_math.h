@@ -50,8 +50,9 @@ WB_HD A wb_gelu_tanh(A v) {
 }
 
 // dy/dv = s + 2 v s (1 - s) sqrt(2/pi) (1 + 3 * 0.044715 v^2), with s the gate above. Where the gate
-// has saturated (s (1 - s) == 0) the second term is exactly 0; testing for it keeps 0 * inf from
-// turning into NaN for huge |v|.
+// has saturated (s (1 - s) == 0) the second term is exactly 0 for any finite v; testing for it
+// keeps a huge finite |v| (whose v^2 overflows float) from making 0 * inf = NaN. At v = +-inf the
+// result is NaN, as PyTorch's own GELU backward gives there: (v - v) adds 0 or NaN, branch-free.
 template <typename A>
 WB_HD A wb_gelu_tanh_grad(A v) {
   const A k = A(0.7978845608028654);
@@ -59,5 +60,5 @@ WB_HD A wb_gelu_tanh_grad(A v) {
   A v2;
   const A s = wb_gelu_gate(v, &v2);
   const A t = s * (A(1) - s);
-  return t == A(0) ? s : s + A(2) * k * v * t * (A(1) + c3 * v2);
+  return t == A(0) ? s + (v - v) : s + A(2) * k * v * t * (A(1) + c3 * v2);
 }

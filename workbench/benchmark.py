@@ -89,7 +89,7 @@ def _providers(op: str, spec, names: list[str], baselines, device: torch.device,
         else:
             raise ValueError(f"baselines must be among {BASELINES}; got {b!r}")
     for name in names:
-        k = loader.load(op, name)
+        k = loader.get(op, name)
         if k.device != device.type or str(dtype).replace("torch.", "") not in k.dtypes:
             continue
         out[name] = ("variant", k)
@@ -113,11 +113,21 @@ def _timed_call(kind_fn, inputs, direction: str, gen: torch.Generator):
 
 def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=BASELINES,
           directions=("fwd",), *, device=None, budget_s: float = 1.0, target_rse: float = 0.01,
-          save: bool = False, results_path=None) -> BenchResult:
+          save: bool = False, results_path=None, isolate: bool = False) -> BenchResult:
     """Time variants of `op` against eager PyTorch and torch.compile over a sweep of shapes.
 
-    variants: "all" (every variant that runs on the device) or names. device: "cuda" if a GPU is
-    visible, else "cpu" (CPU variants, CPU timers). Returns a BenchResult (.table() .plot() .save())."""
+    variants: "all" (every variant that runs on the device), names, or Kernel handles. device:
+    "cuda" if a GPU is visible, else "cpu" (CPU variants, CPU timers). isolate=True runs the sweep
+    in a child process (a faulting kernel cannot take this one down). Returns a BenchResult
+    (.table() .plot() .save())."""
+    if isolate:
+        return _bench_isolated(op, variants, dict(
+            dtypes=list(dtypes), shapes=[list(s) for s in shapes] if shapes else None, baselines=list(baselines),
+            directions=list(directions), device=None if device is None else str(device), budget_s=budget_s,
+            target_rse=target_rse), save=save, results_path=results_path)
+    if isinstance(variants, loader.Kernel) or (isinstance(variants, (list, tuple)) and variants
+                                                and all(isinstance(v, loader.Kernel) for v in variants)):
+        variants = [v.name for v in ([variants] if isinstance(variants, loader.Kernel) else variants)]
     spec = registry.spec(op)
     device = torch.device(device or ("cuda" if toolchain.gpu_available() else "cpu"))
     if device.type == "cuda" and not toolchain.gpu_available():
@@ -184,6 +194,24 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=B
                     r["speedup_vs_eager"] = base["eager"] / r["median_ms"] if "eager" in base else math.nan
                     r["speedup_vs_compile"] = base["compile"] / r["median_ms"] if "compile" in base else math.nan
                 result.rows.extend(group)
+    if save:
+        result.save(results_path)
+    return result
+
+
+def _bench_isolated(op, variants, kwargs, *, save, results_path) -> BenchResult:
+    """One child process per variant, so a fault names its variant; baselines run in the first."""
+    from . import isolate
+
+    if variants == "all":
+        device = kwargs["device"] or ("cuda" if toolchain.gpu_available() else "cpu")
+        variants = [v.name for v in registry.variants(op) if v.device == device]
+    items = variants if isinstance(variants, (list, tuple)) else [variants]
+    result = BenchResult()
+    for i, v in enumerate(items):
+        spec = isolate.variant_spec(op, v)
+        out = isolate.run("bench", spec, dict(kwargs, baselines=kwargs["baselines"] if i == 0 else []))
+        result.rows.extend(out["rows"])
     if save:
         result.save(results_path)
     return result

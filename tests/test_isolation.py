@@ -1,0 +1,70 @@
+"""isolate=True: check, gradcheck and bench in a child process. A planted crashing variant
+(tests/faulty/cpu_segfault.cpp) is reported as IsolatedRunError; the caller keeps running. Also
+the sanitize command's refusals, which need no GPU."""
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+import torch
+
+import workbench as wb
+from workbench.ops import bias_gelu as spec
+
+FAULTY = pathlib.Path(__file__).parent / "faulty"
+
+
+def test_isolated_check_reports_a_crash_and_the_caller_survives(cpu_kernel):
+    k = wb.load_source("bias_gelu", FAULTY / "cpu_segfault.cpp", name="segv")
+    x, b = spec.make_inputs((6, 9), torch.float32, "cpu", torch.Generator().manual_seed(0))
+    before = x.clone()
+    with pytest.raises(wb.IsolatedRunError, match="SIGSEGV") as info:
+        wb.check("bias_gelu", k, isolate=True)
+    assert "caller's process is unaffected" in str(info.value) and info.value.returncode < 0
+    assert torch.equal(x, before)
+    assert wb.correctness.compare(cpu_kernel(x, b), spec.reference(x, b), torch.float32)[0]
+
+
+def test_isolated_check_agrees_with_in_process(cpu_kernel):
+    kwargs = dict(seed=11, shapes=[(3, 5), (17, 33)], layouts=("contiguous", "offset"))
+    here = wb.check("bias_gelu", "cpu", **kwargs)
+    there = wb.check("bias_gelu", "cpu", isolate=True, **kwargs)
+    assert there.ok and here.ok
+    assert [(c.what, c.shape, c.dtype, c.layout) for c in there.cases] == \
+        [(c.what, c.shape, c.dtype, c.layout) for c in here.cases]
+
+
+def test_isolated_check_reports_wrong_results_as_a_report(cpu_kernel, cpu_source_text):
+    """Isolation changes where it runs, not what a failure looks like: wrong numbers come back as
+    a failing report, not an exception."""
+    wrong = cpu_source_text.replace("wb_to_acc(x[r * cols + c]) + wb_to_acc(bias[c])", "wb_to_acc(x[r * cols + c])")
+    assert wrong != cpu_source_text
+    k = wb.load_inline("bias_gelu", wrong, name="nobias_isolated")
+    report = wb.check("bias_gelu", k, isolate=True, seed=3, backward=False)
+    assert not report.ok and report.failures
+
+
+def test_isolated_gradcheck_and_bench(cpu_kernel):
+    assert wb.gradcheck("bias_gelu", "cpu", isolate=True).ok
+    r = wb.bench("bias_gelu", variants=["cpu"], shapes=[(16, 64)], baselines=("eager",), budget_s=0.05, isolate=True)
+    assert {row["variant"] for row in r.rows} == {"eager", "cpu"}
+
+
+def test_isolated_bench_of_a_crashing_variant_names_it(cpu_kernel):
+    k = wb.load_source("bias_gelu", FAULTY / "cpu_segfault.cpp", name="segv")
+    with pytest.raises(wb.IsolatedRunError, match="bench of bias_gelu/segv"):
+        wb.bench("bias_gelu", variants=[k], shapes=[(16, 64)], baselines=(), budget_s=0.05, isolate=True)
+
+
+def test_sanitize_without_compute_sanitizer_fails_loudly(run_cli, cpu_kernel):
+    proc = run_cli("sanitize", "bias_gelu", "scalar", env_extra={"WORKBENCH_COMPUTE_SANITIZER": "/nonexistent/cs"})
+    assert proc.returncode != 0
+    assert "compute-sanitizer not found" in proc.stderr
+
+
+def test_sanitize_refuses_a_cpu_variant(run_cli, cpu_kernel, tmp_path):
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    proc = run_cli("sanitize", "bias_gelu", "cpu", env_extra={"WORKBENCH_COMPUTE_SANITIZER": str(fake)})
+    assert proc.returncode != 0 and "runs on the CPU" in proc.stderr

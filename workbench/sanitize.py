@@ -1,0 +1,91 @@
+"""`python -m workbench sanitize <op> <variant>`: compute-sanitizer over a small check run.
+
+Each tool (memcheck, racecheck, initcheck, synccheck) runs the variant's check in a child process
+under compute-sanitizer, with PyTorch's caching allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1) so
+every tensor is its own allocation and an access past a tensor's end is an access past an
+allocation's end.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shutil
+from dataclasses import dataclass
+
+from . import isolate, toolchain
+from .errors import IsolatedRunError, WorkbenchError
+
+TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
+# A small matrix: sanitizers slow kernels down by 10-100x.
+SMALL_CHECK = dict(shapes=[[3, 5], [33, 129], [64, 1000]], layouts=["contiguous", "offset"], seed=0)
+
+
+def find() -> str | None:
+    """compute-sanitizer: $WORKBENCH_COMPUTE_SANITIZER, PATH, or the CUDA toolkit's bin/."""
+    env = os.environ.get("WORKBENCH_COMPUTE_SANITIZER")
+    if env:
+        return env if pathlib.Path(env).is_file() else None
+    home = toolchain.cuda_home()
+    for cand in (shutil.which("compute-sanitizer"), home and str(pathlib.Path(home) / "bin" / "compute-sanitizer"),
+                 "/usr/local/cuda/bin/compute-sanitizer"):
+        if cand and pathlib.Path(cand).is_file():
+            return cand
+    return None
+
+
+@dataclass
+class ToolResult:
+    tool: str
+    errors: int
+    first_errors: str
+    ran: bool
+
+
+def run(op: str, variant, tools=TOOLS, *, timeout_s: float = 900) -> list[ToolResult]:
+    exe = find()
+    if exe is None:
+        raise WorkbenchError(
+            "compute-sanitizer not found: it ships with the CUDA toolkit (bin/compute-sanitizer under "
+            "CUDA_HOME); put it on PATH or set WORKBENCH_COMPUTE_SANITIZER to its path")
+    for t in tools:
+        if t not in TOOLS:
+            raise ValueError(f"tools must be among {TOOLS}; got {t!r}")
+    from . import loader, registry
+
+    device = variant.device if isinstance(variant, loader.Kernel) else \
+        registry.static_variant(op, registry.variant_source(op, variant)).device
+    if device != "cuda":
+        raise ValueError(f"sanitize runs CUDA variants under compute-sanitizer; {op}/{getattr(variant, 'name', variant)} "
+                         f"runs on the CPU")
+    spec = isolate.variant_spec(op, variant)
+    out = []
+    for tool in tools:
+        prefix = [exe, "--tool", tool, "--error-exitcode", "86", "--print-limit", "10"]
+        env = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "WORKBENCH_QUIET": "1"}
+        try:
+            res = isolate.run("check", spec, SMALL_CHECK, timeout_s=timeout_s, extra_env=env, prefix=prefix)
+            text, ran = res["child_output"], True
+        except IsolatedRunError as e:
+            text, ran = e.output, "ERROR SUMMARY" in e.output
+        m = re.search(r"ERROR SUMMARY: (\d+) error", text)
+        errors = int(m.group(1)) if m else -1
+        lines = [ln for ln in text.splitlines() if ln.startswith("=========")]
+        out.append(ToolResult(tool, errors, "\n".join(lines[:12]), ran and m is not None))
+    return out
+
+
+def main(op: str, variant, tools=TOOLS) -> int:
+    results = run(op, variant, tools)
+    bad = False
+    for r in results:
+        if not r.ran:
+            status, bad = "DID NOT RUN (see output)", True
+        elif r.errors:
+            status, bad = f"{r.errors} error(s)", True
+        else:
+            status = "clean"
+        print(f"{r.tool:10s} {status}")
+        if r.errors or not r.ran:
+            print("  " + r.first_errors.replace("\n", "\n  "))
+    return 1 if bad else 0
