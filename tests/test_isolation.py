@@ -68,3 +68,13 @@ def test_sanitize_refuses_a_cpu_variant(run_cli, cpu_kernel, tmp_path):
     fake.chmod(0o755)
     proc = run_cli("sanitize", "bias_gelu", "cpu", env_extra={"WORKBENCH_COMPUTE_SANITIZER": str(fake)})
     assert proc.returncode != 0 and "runs on the CPU" in proc.stderr
+
+
+def test_sanitizer_summaries_are_read():
+    from workbench import sanitize
+
+    assert sanitize.summary_errors("========= ERROR SUMMARY: 3 errors\n") == 3
+    assert sanitize.summary_errors("========= ERROR SUMMARY: 0 errors\n") == 0
+    assert sanitize.summary_errors("========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)") == 0
+    assert sanitize.summary_errors("========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)") == 1
+    assert sanitize.summary_errors("Traceback (most recent call last):\n") is None

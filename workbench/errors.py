@@ -37,8 +37,8 @@ class IsolatedRunError(WorkbenchError):
     error such as an illegal address), or died (a signal). The caller's process, its CUDA context
     and its tensors are untouched. `returncode` and `output` (the child's last lines) say how."""
 
-    def __init__(self, what: str, returncode: int, output: str):
-        self.returncode, self.output = returncode, output
+    def __init__(self, what: str, returncode: int, output: str, full_output: str = ""):
+        self.returncode, self.output, self.full_output = returncode, output, full_output or output
         if returncode < 0:
             try:
                 how = f"was killed by {signal.Signals(-returncode).name}"

@@ -51,7 +51,8 @@ def run(kind: str, spec: dict, kwargs: dict, *, timeout_s: float = 1800, extra_e
         proc = subprocess.run(cmd, env=env, cwd=config.REPO_ROOT, capture_output=True, text=True, timeout=timeout_s)
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
         if proc.returncode != 0 or not result.exists():
-            raise IsolatedRunError(f"{kind} of {spec['op']}/{spec['name']}", proc.returncode, tail)
+            raise IsolatedRunError(f"{kind} of {spec['op']}/{spec['name']}", proc.returncode, tail,
+                                   proc.stdout + proc.stderr)
         out = json.loads(result.read_text())
         out["child_output"] = proc.stdout + proc.stderr
         return out

@@ -42,6 +42,17 @@ class ToolResult:
     ran: bool
 
 
+def summary_errors(text: str) -> int | None:
+    """Errors in a compute-sanitizer report: 'ERROR SUMMARY: N errors' (memcheck, initcheck,
+    synccheck) or 'RACECHECK SUMMARY: H hazards displayed (E errors, W warnings)'. None: no summary
+    (the tool did not run to the end)."""
+    m = re.search(r"ERROR SUMMARY: (\d+) error", text)
+    if m:
+        return int(m.group(1))
+    m = re.search(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, \d+ warnings?\)", text)
+    return int(m.group(1)) if m else None
+
+
 def run(op: str, variant, tools=TOOLS, *, timeout_s: float = 900) -> list[ToolResult]:
     exe = find()
     if exe is None:
@@ -66,12 +77,12 @@ def run(op: str, variant, tools=TOOLS, *, timeout_s: float = 900) -> list[ToolRe
         try:
             res = isolate.run("check", spec, SMALL_CHECK, timeout_s=timeout_s, extra_env=env, prefix=prefix)
             text, ran = res["child_output"], True
-        except IsolatedRunError as e:
-            text, ran = e.output, "ERROR SUMMARY" in e.output
-        m = re.search(r"ERROR SUMMARY: (\d+) error", text)
-        errors = int(m.group(1)) if m else -1
+        except IsolatedRunError as e:  # the check failed or the tool found errors: read its report
+            text, ran = e.full_output, True
+        errors = summary_errors(text)
         lines = [ln for ln in text.splitlines() if ln.startswith("=========")]
-        out.append(ToolResult(tool, errors, "\n".join(lines[:12]), ran and m is not None))
+        out.append(ToolResult(tool, errors if errors is not None else -1, "\n".join(lines[:12]),
+                              ran and errors is not None))
     return out
 
 
