@@ -562,6 +562,13 @@ def test_broken_edit_keeps_last_good_build(wb, cpu_kernel, cpu_source_text):
     assert torch.equal(good(x, b), y_good)
     assert not good.stale
     torch.testing.assert_close(y_good.double(), spec.reference(x, b), rtol=1e-5, atol=1e-6)
+    # Fixing the source and loading again in the same process works, and supersedes the old build.
+    fixed = wb.load_inline("bias_gelu", good_src.replace("last-good probe", "fixed probe"), name="keeps_last_good")
+    assert fixed.build_id != good.build_id and good.stale
+    torch.testing.assert_close(torch.ops.workbench.bias_gelu(x, b, "keeps_last_good"), y_good)
+    # In a notebook the cell shows the compiler's message, not the loader's stack.
+    rendered = "\n".join(err._render_traceback_())
+    assert f":{line}:" in rendered and "full log:" in rendered and "Traceback" not in rendered
 
 
 # --- publication -------------------------------------------------------------------------------

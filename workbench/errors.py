@@ -27,6 +27,11 @@ class BuildError(WorkbenchError):
             msg += f"\nlast good build still available: {last_good}"
         super().__init__(msg)
 
+    def _render_traceback_(self) -> list[str]:
+        """What IPython/Jupyter prints for this exception: the compiler's message and where to look,
+        without the loader's stack frames, which say nothing about the user's kernel."""
+        return [f"BuildError: {line}" if i == 0 else line for i, line in enumerate(str(self).splitlines())]
+
 
 class LockTimeout(WorkbenchError):
     """Another process held a build lock for longer than WORKBENCH_LOCK_TIMEOUT seconds."""
