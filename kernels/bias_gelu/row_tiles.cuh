@@ -67,22 +67,38 @@ inline int64_t resident_blocks(Kernel kernel, int num_sms) {
   return static_cast<int64_t>(per_sm) * (num_sms > 0 ? num_sms : 1);
 }
 
+// What one thread owns: V columns starting at `col`, whose bias it holds in float, and the rows
+// [begin, end) of its block's slice that it walks, `step` (= ty) apart.
+template <typename T, int V>
+struct ThreadTile {
+  bool active;
+  int64_t col, begin, end;
+  float bias[V];
+
+  __device__ __forceinline__ ThreadTile(const T* __restrict__ b, int64_t rows, int64_t cols, int tx, int ty,
+                                        int64_t rows_per_slice) {
+    const int lane_x = threadIdx.x % tx, lane_y = threadIdx.x / tx;
+    col = (static_cast<int64_t>(blockIdx.x) * tx + lane_x) * V;
+    active = lane_y < ty && col < cols;
+    begin = static_cast<int64_t>(blockIdx.y) * rows_per_slice + lane_y;
+    end = min(rows, static_cast<int64_t>(blockIdx.y + 1) * rows_per_slice);
+    if (active) {
+      const WbVec<T, V> bv = wb_load<T, V>(b + col);
+#pragma unroll
+      for (int j = 0; j < V; ++j) bias[j] = wb_to_acc(bv.v[j]);
+    }
+  }
+};
+
 template <typename T, int V, int UNROLL>
 __global__ void __launch_bounds__(kThreads) forward_kernel(const T* __restrict__ x, const T* __restrict__ bias,
                                                            T* __restrict__ y, int64_t rows, int64_t cols,
                                                            int tx, int ty, int64_t rows_per_slice) {
-  using A = wb_acc_t<T>;
-  const int lane_x = threadIdx.x % tx, lane_y = threadIdx.x / tx;
-  const int64_t g = static_cast<int64_t>(blockIdx.x) * tx + lane_x;
-  if (lane_y >= ty || g * V >= cols) return;
-  const int64_t c = g * V;
-  const WbVec<T, V> bv = wb_load<T, V>(bias + c);
-  A b[V];
-#pragma unroll
-  for (int j = 0; j < V; ++j) b[j] = wb_to_acc(bv.v[j]);
-  const int64_t r_begin = static_cast<int64_t>(blockIdx.y) * rows_per_slice + lane_y;
-  const int64_t r_end = min(rows, static_cast<int64_t>(blockIdx.y + 1) * rows_per_slice);
-  int64_t r = r_begin;
+  const ThreadTile<T, V> tile(bias, rows, cols, tx, ty, rows_per_slice);
+  if (!tile.active) return;
+  const int64_t c = tile.col, r_end = tile.end;
+  const float* b = tile.bias;
+  int64_t r = tile.begin;
   // UNROLL independent loads in flight before the first use.
   for (; r + (UNROLL - 1) * ty < r_end; r += UNROLL * ty) {
     WbVec<T, V> in[UNROLL];
@@ -125,20 +141,14 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict_
                                                             const T* __restrict__ bias, T* __restrict__ dx,
                                                             float* __restrict__ partial, int64_t rows, int64_t cols,
                                                             int tx, int ty, int64_t rows_per_slice) {
-  const int lane_x = threadIdx.x % tx, lane_y = threadIdx.x / tx;
-  const int64_t g = static_cast<int64_t>(blockIdx.x) * tx + lane_x;
-  const bool active = lane_y < ty && g * V < cols;
-  const int64_t c = g * V;
-  float b[V], sum[V];
+  const ThreadTile<T, V> tile(bias, rows, cols, tx, ty, rows_per_slice);
+  const int64_t c = tile.col, r_end = tile.end;
+  const float* b = tile.bias;
+  float sum[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) sum[j] = 0.f;
-  if (active) {
-    const WbVec<T, V> bv = wb_load<T, V>(bias + c);
-#pragma unroll
-    for (int j = 0; j < V; ++j) b[j] = wb_to_acc(bv.v[j]);
-    const int64_t r_begin = static_cast<int64_t>(blockIdx.y) * rows_per_slice + lane_y;
-    const int64_t r_end = min(rows, static_cast<int64_t>(blockIdx.y + 1) * rows_per_slice);
-    int64_t r = r_begin;
+  if (tile.active) {
+    int64_t r = tile.begin;
     for (; r + (UNROLL - 1) * ty < r_end; r += UNROLL * ty) {
       WbVec<T, V> gv[UNROLL], xv[UNROLL];
 #pragma unroll
@@ -159,10 +169,10 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict_
 #pragma unroll
   for (int j = 0; j < V; ++j) shared[threadIdx.x * V + j] = sum[j];
   __syncthreads();
-  if (active && lane_y == 0) {
+  if (tile.active && threadIdx.x < tx) {  // the block's first row of threads owns the sums
     for (int k = 1; k < ty; ++k)
 #pragma unroll
-      for (int j = 0; j < V; ++j) sum[j] += shared[(k * tx + lane_x) * V + j];
+      for (int j = 0; j < V; ++j) sum[j] += shared[(k * tx + threadIdx.x) * V + j];
 #pragma unroll
     for (int j = 0; j < V; ++j) partial[static_cast<int64_t>(blockIdx.y) * cols + c + j] = sum[j];
   }
