@@ -157,14 +157,13 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=B
     gen.manual_seed(0)
     # At least 30 samples: with fewer, a 15 us op's median moved by up to 8% between runs.
     stop = {"budget_s": budget_s, "target_rse": target_rse, "min_samples": 30}
-    jobs = [(dn, s, d) for dn in dtypes for s in shapes for d in directions]
-    total, done = 0, 0
-    for dname in dtypes:
-        provs = _providers(op, spec, names, baselines, device, DTYPES[dname])
+    providers = {dname: _providers(op, spec, names, baselines, device, DTYPES[dname]) for dname in dtypes}
+    total = sum(len(p) for p in providers.values()) * len(shapes) * len(directions)
+    done = 0
+    for dname, provs in providers.items():
         skipped = [n for n in names if n not in provs]
         if skipped:
             result.notes.append(f"{dname}: skipped {', '.join(skipped)} (not for {device.type} {dname})")
-        total += len([j for j in jobs if j[0] == dname]) * len(provs)
         for shape in shapes:
             inputs = spec.make_inputs(shape, DTYPES[dname], device, gen)
             numel = math.prod(shape)
