@@ -2,7 +2,6 @@
 torch.compile, streams and device guards. Skipped where no GPU is visible."""
 from __future__ import annotations
 
-import math
 
 import pytest
 import torch

@@ -111,7 +111,7 @@ def cmd_demo(args) -> int:
     and torch.compile, print the table and draw the plots."""
     import pathlib
 
-    from . import loader, registry, toolchain
+    from . import loader, toolchain
     from .benchmark import bench
     from .correctness import check, gradcheck
 

@@ -459,7 +459,7 @@ def copy_bandwidth_gbps(
         # 1 GiB is far beyond any L2, so no flush is needed; no graph, a copy this long is not
         # launch-bound.
         m = time_cuda(lambda: dst.copy_(src), flush_l2=False, use_graph=False)
-        del src, dst
+        src = dst = None  # release the 2 GiB before empty_cache
         torch.cuda.empty_cache()
 
     result: dict[str, Any] = {
