@@ -133,6 +133,14 @@ def compare(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, *, terms: 
     return passed, rel, max_abs, worst, note
 
 
+def _grad_cases(prefix: str, spec, shape: tuple, dname: str, layout: str, got, refs) -> list[Case]:
+    """One case per differentiable input ("<prefix><input name>"), each compared with the float64
+    reference at the dtype's tolerance, a reduction's scaled by how many terms it sums."""
+    terms = spec.grad_terms(shape) or (1,) * len(refs)
+    return [Case(prefix + name, shape, dname, layout, *compare(g, r, DTYPES[dname], terms=n))
+            for name, g, r, n in zip(spec.input_names, got, refs, terms)]
+
+
 def _device_for(kernel) -> torch.device:
     if kernel.device == "cuda":
         if not toolchain.gpu_available():
@@ -235,13 +243,11 @@ def check(op: str, variant: str, *, dtypes=None, shapes=None, layouts=("contiguo
                 grad = _layout(torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype), layout)
                 with _poisoned_outputs():
                     grads = kernel.backward(grad, *inputs)
-                refs = spec.reference_backward(grad, *inputs)
-                terms = spec.grad_terms(shape) or (1,) * len(refs)
-                for label, g, r, n in zip(("backward dx", "backward dbias"), grads, refs, terms):
-                    ok, rel, mx, where, note = compare(g, r, dtype, terms=n)
-                    report.cases.append(Case(label, shape, dname, layout, ok, rel, mx, where, note))
+                for case in _grad_cases("backward d", spec, shape, dname, layout, grads,
+                                        spec.reference_backward(grad, *inputs)):
+                    report.cases.append(case)
                     if verbose:
-                        print(report.cases[-1].line())
+                        print(case.line())
                 again = kernel.backward(grad, *inputs)
                 same = all(torch.equal(a, b) for a, b in zip(grads, again))
                 report.cases.append(Case("determinism", shape, dname, layout, same,
@@ -282,9 +288,6 @@ def gradcheck(op: str, variant: str, *, seed: int | None = None, shapes=((3, 5),
             out = kernel(*inputs)
             grad = torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
             got = torch.autograd.grad(out, inputs, grad)
-            refs = spec.reference_backward(grad, *inputs)
-            terms = spec.grad_terms(shape) or (1,) * len(refs)
-            for label, g, r, n in zip(("grad x", "grad bias"), got, refs, terms):
-                ok, rel, mx, where, note = compare(g, r, dtype, terms=n)
-                report.cases.append(Case(label, shape, dname, "contiguous", ok, rel, mx, where, note))
+            report.cases += _grad_cases("grad ", spec, shape, dname, "contiguous", got,
+                                        spec.reference_backward(grad, *inputs))
     return report

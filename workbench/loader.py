@@ -8,6 +8,7 @@ Kernel calls its exact build, so a handle to an older build keeps working after 
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import json
 import os
@@ -61,17 +62,21 @@ class Kernel:
         newest = _current.get((self.op, self.name))
         return newest is not None and newest.build_id != self.build_id
 
-    @property
+    @functools.cached_property
     def op_overload(self):
         import torch
         return getattr(torch.ops.workbench, self.op).default
+
+    @functools.cached_property
+    def _backward_overload(self):
+        import torch
+        return getattr(torch.ops.workbench, f"{self.op}_backward").default
 
     def __call__(self, *args):
         return self.op_overload(*args, self.qualified)
 
     def backward(self, *args):
-        import torch
-        return getattr(torch.ops.workbench, f"{self.op}_backward").default(*args, self.qualified)
+        return self._backward_overload(*args, self.qualified)
 
     def __repr__(self) -> str:
         state = "built" if self.built else "cached"

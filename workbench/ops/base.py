@@ -22,6 +22,8 @@ class OpSpec:
     # Bytes the op must move and flops it must do, for GB/s: (shape, dtype, direction) -> int
     bytes_moved: Callable[[tuple, object, str], int]
     flops: Callable[[tuple, str], int]
+    # Names of the differentiable inputs, in order (case labels: "backward dx", "grad bias", ...)
+    input_names: Sequence[str] = ("x",)
     # How many terms each gradient sums per element, (shape) -> tuple (1 for element-wise): a float
     # sum of n terms carries ~sqrt(n) times the rounding error of one, so its atol scales with it
     grad_terms: Callable[[tuple], tuple] = lambda shape: ()

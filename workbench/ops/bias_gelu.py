@@ -143,6 +143,7 @@ SPEC = OpSpec(
     make_inputs=make_inputs,
     register_python=register_python,
     check_shapes=[(1, 1), (3, 5), (127, 129), (64, 1000), (33, 4099), (2, 3, 7), (257,), (4, 8), (0, 16), (6, 0)],
+    input_names=("x", "bias"),
     grad_terms=lambda shape: (1, math.prod(shape[:-1])),  # dx element-wise; dbias sums every row
     bytes_moved=bytes_moved,
     flops=flops,
