@@ -1,4 +1,4 @@
-"""python -m workbench list | build | check | gradcheck | bench | plot | demo | sanitize | doctor | clean"""
+"""python -m workbench list | build | check | gradcheck | bench | plot | demo | sanitize | doctor | clean | exercise"""
 from __future__ import annotations
 
 import argparse
@@ -167,6 +167,18 @@ def cmd_clean(args) -> int:
     return 0
 
 
+def cmd_exercise_list(args) -> int:
+    from . import exercise
+
+    return exercise.cli_list(args)
+
+
+def cmd_exercise_check(args) -> int:
+    from . import exercise
+
+    return exercise.cli_check(args)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m workbench", description="Kernel Workbench: build, check and time CUDA kernel variants for PyTorch.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -233,6 +245,18 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--older-than", type=float, metavar="DAYS")
     s.add_argument("--max-size", type=float, metavar="GB")
     s.set_defaults(fn=cmd_clean)
+
+    s = sub.add_parser("exercise", help="course exercises (exercises/): list them, check your kernel against one")
+    ex = s.add_subparsers(dest="exercise_command", required=True)
+    e = ex.add_parser("list", help="the exercises, with their speed targets")
+    e.set_defaults(fn=cmd_exercise_list)
+    e = ex.add_parser("check", help="build your .cu file and run the exercise's checks: build, declared dtypes, "
+                                    "SASS rules, correctness, gradcheck, speed (exit 0 pass, 1 fail, 2 bad usage)")
+    e.add_argument("exercise", help="number or name: 2, 02, 02_vec4_loads or vec4_loads")
+    e.add_argument("path", nargs="?", help="your kernel (.cu); default: the exercise's starter.cu")
+    e.add_argument("--seed", type=int, help="draw the same shapes and inputs as an earlier run")
+    e.add_argument("--no-speed", action="store_true", help="skip the speed check")
+    e.set_defaults(fn=cmd_exercise_check)
     return p
 
 

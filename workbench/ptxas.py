@@ -1,5 +1,6 @@
-"""Compiler evidence for kernels: ptxas's resource report (registers, spills) and the global
-memory instructions in the SASS, per kernel. Used by tests and by scripts/ptxas_report.py."""
+"""Compiler evidence for kernels: ptxas's resource report (registers, spills) and the
+instructions in the SASS, per kernel. Used by tests, scripts/ptxas_report.py and the exercise
+checker (which reads a variant's build log and its built library)."""
 from __future__ import annotations
 
 import pathlib
@@ -11,13 +12,18 @@ from dataclasses import dataclass, field
 
 from . import config, toolchain
 
-_PROPS = re.compile(r"Function properties for (\S+)\n\s*(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_USED = re.compile(r"Compiling entry function '(\S+)' for '(sm_\d+)'|Used (\d+) registers")
+_ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\w+)'")
+_PROPS = re.compile(r"Function properties for (\S+)")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers")
+# A SASS instruction line: "/*0070*/   @!P0 LDG.E.128 R4, desc[UR4][R2.64] ;" -> "LDG.E.128"
+_SASS_OP = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)")
 
 
 @dataclass
 class KernelResources:
     name: str
+    arch: str = ""
     registers: int = 0
     stack_bytes: int = 0
     spill_store_bytes: int = 0
@@ -37,6 +43,35 @@ class Report:
                 if r.spill_store_bytes + r.spill_load_bytes}
 
 
+def parse_resources(text: str) -> list[KernelResources]:
+    """Every kernel ptxas -v reported in `text` (a compiler's output or a build log holding
+    several architectures), one entry per (kernel, arch), in the order reported. A non-inlined
+    device function's own properties come as an entry of their own."""
+    out: list[KernelResources] = []
+    current = None
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = _ENTRY.search(line)
+        if m:
+            current = KernelResources(m.group(1), m.group(2))
+            out.append(current)
+            continue
+        m = _PROPS.search(line)
+        if m:
+            frame = _FRAME.search(lines[i + 1]) if i + 1 < len(lines) else None
+            target = current
+            if current is None or current.name != m.group(1):
+                target = KernelResources(m.group(1), current.arch if current else "")
+                out.append(target)
+            if frame:
+                target.stack_bytes, target.spill_store_bytes, target.spill_load_bytes = map(int, frame.groups())
+            continue
+        m = _USED.search(line)
+        if m and current is not None:
+            current.registers = int(m.group(1))
+    return out
+
+
 def nvcc_flags(source: pathlib.Path, arch: str) -> list[str]:
     return ["-std=c++17", "-O3", f"-arch={arch}", "-Xptxas", "-v", f"-I{config.COMMON_DIR}", f"-I{source.parent}"]
 
@@ -53,19 +88,7 @@ def compile_report(source: pathlib.Path, arch: str = "sm_90", *, cubin: pathlib.
     if proc.returncode != 0:
         raise RuntimeError(f"nvcc failed on {source} for {arch}:\n{proc.stderr}")
     text = proc.stderr + proc.stdout
-    report = Report(source, arch, text)
-    current = None
-    for line in text.splitlines():
-        m = re.search(r"Compiling entry function '(\S+)'", line)
-        if m:
-            current = report.kernels.setdefault(m.group(1), KernelResources(m.group(1)))
-        m = re.search(r"Used (\d+) registers", line)
-        if m and current is not None:
-            current.registers = int(m.group(1))
-    for name, stack, st, ld in _PROPS.findall(text):
-        r = report.kernels.setdefault(name, KernelResources(name))
-        r.stack_bytes, r.spill_store_bytes, r.spill_load_bytes = int(stack), int(st), int(ld)
-    return report
+    return Report(source, arch, text, {k.name: k for k in parse_resources(text)})
 
 
 def cuobjdump() -> str | None:
@@ -80,27 +103,73 @@ def cuobjdump() -> str | None:
     return next((c for c in candidates if c and pathlib.Path(c).is_file()), None)
 
 
-def global_memory_ops(source: pathlib.Path, arch: str = "sm_90") -> dict[str, set[str]]:
-    """kernel (mangled name) -> the set of global load/store opcodes in its SASS, e.g. 'LDG.E.128'."""
+def sass(binary: pathlib.Path) -> str:
+    """cuobjdump -sass of a cubin, or of a shared library with device code (a built variant)."""
     tool = cuobjdump()
     if tool is None:
+        raise RuntimeError("cuobjdump not found (CUDA toolkit or the triton package carries it)")
+    return subprocess.run([tool, "-sass", str(binary)], capture_output=True, text=True, timeout=300, check=True).stdout
+
+
+def sass_opcodes(text: str) -> dict[tuple[str, str], set[str]]:
+    """(arch, kernel) -> the set of opcodes (with their modifiers, e.g. 'LDG.E.128') in a SASS
+    listing; arch is '' where the listing does not say."""
+    ops: dict[tuple[str, str], set[str]] = {}
+    arch, key = "", None
+    for line in text.splitlines():
+        m = re.search(r"\barch = (sm_\w+)", line)
+        if m:
+            arch, key = m.group(1), None
+            continue
+        m = re.search(r"Function : (\S+)", line)
+        if m:
+            key = (arch, m.group(1))
+            ops.setdefault(key, set())
+            continue
+        m = _SASS_OP.search(line)
+        if m and key:
+            ops[key].add(m.group(1))
+    return ops
+
+
+def global_memory_ops(source: pathlib.Path, arch: str = "sm_90") -> dict[str, set[str]]:
+    """kernel (mangled name) -> the set of global load/store opcodes in its SASS, e.g. 'LDG.E.128'."""
+    if cuobjdump() is None:
         raise RuntimeError("cuobjdump not found (CUDA toolkit or the triton package carries it)")
     with tempfile.TemporaryDirectory() as tmp:
         cubin = pathlib.Path(tmp) / "out.cubin"
         compile_report(source, arch, cubin=cubin)
-        sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, timeout=300, check=True).stdout
-    ops: dict[str, set[str]] = {}
-    kernel = None
-    for line in sass.splitlines():
-        m = re.search(r"Function : (\S+)", line)
+        listing = sass(cubin)
+    return {kernel: {op for op in ops if op.startswith(("LDG", "STG"))}
+            for (_, kernel), ops in sass_opcodes(listing).items()}
+
+
+def kernel_label(mangled: str) -> str:
+    """A short readable name for a mangled kernel name: 'backward_kernel<float>' for
+    _ZN..._GLOBAL__N_...15backward_kernelIfEEv...; the name itself when it is not mangled."""
+    if not mangled.startswith("_Z"):
+        return mangled
+    i, names = 2 + (mangled[2:3] == "N"), []
+    while i < len(mangled) and mangled[i].isdigit():
+        m = re.match(r"\d+", mangled[i:])
+        n = int(m.group(0))
+        i += len(m.group(0))
+        names.append(mangled[i:i + n])
+        i += n
+    names = [n for n in names if not n.startswith("_GLOBAL__N")]
+    if not names:
+        return mangled
+    label = names[-1]
+    if mangled[i:i + 1] == "I":  # template arguments: name the first one
+        builtin = {"f": "float", "d": "double", "i": "int", "j": "unsigned", "l": "long", "b": "bool"}
+        m = re.match(r"\d+", mangled[i + 1:])
         if m:
-            kernel = m.group(1)
-            ops.setdefault(kernel, set())
-            continue
-        m = re.search(r"\b((?:LDG|STG)(?:\.[A-Z0-9]+)*)", line)
-        if m and kernel:
-            ops[kernel].add(m.group(1))
-    return ops
+            start = i + 1 + len(m.group(0))
+            first, after = mangled[start:start + int(m.group(0))], start + int(m.group(0))
+        else:
+            first, after = builtin.get(mangled[i + 1:i + 2], "..."), i + 2
+        label += f"<{first}{'' if mangled[after:after + 1] == 'E' else ', ...'}>"
+    return label
 
 
 def widths(opcodes: set[str], prefix: str) -> set[int]:
