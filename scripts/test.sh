@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up (only what is missing) and run the test suite. GPU tests skip where no GPU is visible.
+# nbclient, nbformat and ipykernel (which brings IPython) run the notebooks and the cell magic.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/ensure_env.sh numpy pytest matplotlib pandas
+source scripts/ensure_env.sh numpy pytest matplotlib pandas nbclient nbformat ipykernel
 exec "$PY" -m pytest -q "$@"

@@ -127,3 +127,46 @@ def test_plot_all_file_names(tmp_path: pathlib.Path) -> None:
     for p in paths:
         assert p.parent == tmp_path
         assert_png(p)
+
+
+def test_figure_draws_every_plot_in_one_figure_and_writes_nothing(tmp_path: pathlib.Path, monkeypatch) -> None:
+    """BenchResult.figure() for notebooks: the panels plot_all() would save, one row per
+    (op, dtype, direction), shown by Jupyter as a PNG without pyplot."""
+    from workbench.plot import figure
+
+    monkeypatch.chdir(tmp_path)
+    rows = synthetic_rows() + synthetic_rows(direction="fwd+bwd", providers=("vec4", "eager"))
+    fig = figure(rows)
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in visible] == [
+        "bias_gelu fwd float32: speedup over eager",
+        "bias_gelu fwd float32: speedup over compile",
+        "bias_gelu fwd float32: achieved bandwidth",
+        "bias_gelu fwd+bwd float32: speedup over eager",  # no compile rows: that panel is left empty
+        "bias_gelu fwd+bwd float32: achieved bandwidth",
+    ]
+    assert len(fig.axes) == 6
+    assert fig._repr_png_()[:8] == PNG_SIGNATURE
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(ValueError, match="no benchmark rows"):
+        figure([])
+
+
+def test_rows_without_a_ceiling_draw_no_ceiling_line() -> None:
+    """CPU rows carry ceiling_GBps = NaN: no 'copy ceiling nan GB/s' line."""
+    rows = [r | {"ceiling_GBps": float("nan")} for r in synthetic_rows()]
+    ax = fresh_axes()
+    _draw_bandwidth(ax, rows, op="bias_gelu", dtype="float32", direction="fwd")
+    _, labels = ax.get_legend_handles_labels()
+    assert labels == ["scalar", "vec4", "eager", "compile"]
+
+
+def test_bench_result_figure_and_frame() -> None:
+    pytest.importorskip("pandas")
+    from workbench.benchmark import TABLE_COLUMNS, BenchResult
+
+    r = BenchResult(rows=synthetic_rows())
+    assert len(r.figure().axes) == 3
+    df = r.frame()
+    assert list(df.columns) == list(TABLE_COLUMNS) and len(df) == len(r.rows)
+    assert "run_id" in r.frame(all_columns=True).columns

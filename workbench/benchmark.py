@@ -16,6 +16,9 @@ from .correctness import DTYPES
 
 DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
 BASELINES = ("eager", "compile")
+# The columns of BenchResult.table(), as BenchResult.frame() returns them.
+TABLE_COLUMNS = ("direction", "dtype", "shape", "variant", "median_ms", "p20_ms", "p80_ms", "GBps",
+                 "pct_of_ceiling", "speedup_vs_eager", "speedup_vs_compile")
 
 
 @dataclass
@@ -45,21 +48,42 @@ class BenchResult:
         return path
 
     def plot(self, out_dir=None):
+        """Save every plot as a PNG under out_dir (default results/plots); returns the paths."""
         from . import plot
         return plot.plot_all(self.rows, out_dir or config.RESULTS_DIR / "plots")
+
+    def figure(self):
+        """The same plots in one matplotlib Figure, returned and not saved: a notebook cell ending
+        in r.figure() shows them inline (speedup over eager and over torch.compile, and GB/s
+        against the copy ceiling, one row of panels per dtype and direction)."""
+        from . import plot
+        return plot.figure(self.rows)
+
+    def frame(self, all_columns: bool = False):
+        """The rows as a pandas DataFrame (needs pandas): the table's columns, or every column
+        (provenance included) with all_columns=True."""
+        from . import results
+        df = results.to_dataframe(self.rows)
+        return df if all_columns else df[list(TABLE_COLUMNS)]
 
     def __repr__(self) -> str:
         return self.table()
 
 
+def _redraws_lines() -> bool:
+    """True where a carriage return redraws the line: a terminal, or a Jupyter cell (whose stderr
+    is ipykernel's stream; saved notebooks keep only the last state when streams are coalesced)."""
+    return sys.stderr.isatty() or type(sys.stderr).__module__.startswith("ipykernel")
+
+
 def _progress(i: int, n: int, what: str) -> None:
-    """A one-line progress bar on a terminal, one line per step elsewhere (logs, notebooks)."""
+    """A one-line progress bar on a terminal or in a notebook, one line per step elsewhere (logs)."""
     if config.quiet():
         return
     width = 24
     bar = "#" * (width * i // max(n, 1)) + "." * (width - width * i // max(n, 1))
     line = f"[bench] [{bar}] {i}/{n} {what}"
-    if sys.stderr.isatty():
+    if _redraws_lines():
         print("\r" + line.ljust(110), end="\n" if i >= n else "", file=sys.stderr, flush=True)
     else:
         print(line, file=sys.stderr, flush=True)
@@ -119,7 +143,7 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=B
     variants: "all" (every variant that runs on the device), names, or Kernel handles. device:
     "cuda" if a GPU is visible, else "cpu" (CPU variants, CPU timers). isolate=True runs the sweep
     in a child process (a faulting kernel cannot take this one down). Returns a BenchResult
-    (.table() .plot() .save())."""
+    (.table() .frame() .figure() .plot() .save())."""
     if isolate:
         return _bench_isolated(op, variants, dict(
             dtypes=list(dtypes), shapes=[list(s) for s in shapes] if shapes else None, baselines=list(baselines),

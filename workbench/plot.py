@@ -3,11 +3,15 @@
 Figures are built with matplotlib's object API (``matplotlib.figure.Figure``) and saved through
 the Agg renderer. That never touches pyplot's global state or backend, so it works headless
 and does not change the backend of a notebook that imports the workbench. The ``_draw_*``
-helpers draw onto a given Axes so tests (and notebooks) can inspect what was drawn.
+helpers draw onto a given Axes so tests (and notebooks) can inspect what was drawn;
+``figure()`` draws every plot into one Figure that a notebook displays inline, writing nothing.
 """
 
 from __future__ import annotations
 
+import functools
+import io
+import math
 import pathlib
 import re
 from collections.abc import Iterable
@@ -17,7 +21,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["plot_all", "plot_bandwidth", "plot_speedup"]
+__all__ = ["figure", "plot_all", "plot_bandwidth", "plot_speedup"]
 
 BASELINES = ("eager", "compile")
 _DPI = 120
@@ -116,7 +120,9 @@ def _draw_bandwidth(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direc
     for provider in _order(points):
         xs, ys = zip(*sorted(points[provider].values()))
         ax.plot(xs, ys, label=provider, **_style(provider))
-    ceilings = [float(r["ceiling_GBps"]) for r in sel if r.get("ceiling_GBps")]
+    # CPU rows carry no ceiling (NaN): draw none rather than a line at NaN.
+    ceilings = [float(r["ceiling_GBps"]) for r in sel
+                if r.get("ceiling_GBps") and math.isfinite(float(r["ceiling_GBps"]))]
     if ceilings:
         # One GPU per run, so the rows agree; max() only guards against a stray value.
         c = max(ceilings)
@@ -165,6 +171,28 @@ def _token(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "", s.replace("fwd+bwd", "fwdbwd")) or "unknown"
 
 
+def _panels(rows: list[Row]) -> list[tuple[str, str, str, list[Row], list[str]]]:
+    """(op, dtype, direction, its newest run's rows, panels) for each combination in the rows, where
+    the panels are those the rows support, in order: "speedup_vs_eager" and "speedup_vs_compile"
+    when that baseline was run, and "bandwidth" when bandwidth is known."""
+    out = []
+    for op, dtype, direction in sorted({(str(r["op"]), str(r["dtype"]), str(r["direction"])) for r in rows}):
+        sel = _newest_run(rows, op=op, dtype=dtype, direction=direction)
+        providers = {r.get("variant") for r in sel if r.get("median_ms") is not None}
+        panels = [f"speedup_vs_{b}" for b in BASELINES if b in providers]
+        if any(_gbps(r) is not None for r in sel):
+            panels.append("bandwidth")
+        out.append((op, dtype, direction, sel, panels))
+    return out
+
+
+def _draw_panel(ax: Axes, panel: str, rows: list[Row], *, op: str, dtype: str, direction: str) -> None:
+    if panel == "bandwidth":
+        _draw_bandwidth(ax, rows, op=op, dtype=dtype, direction=direction)
+    else:
+        _draw_speedup(ax, rows, op=op, dtype=dtype, direction=direction, baseline=panel.rsplit("_", 1)[1])
+
+
 def plot_all(rows: list[Row], out_dir: pathlib.Path) -> list[pathlib.Path]:
     """Every plot the rows support, for each (op, dtype, direction) present; returns the paths.
 
@@ -173,17 +201,44 @@ def plot_all(rows: list[Row], out_dir: pathlib.Path) -> list[pathlib.Path]:
     bandwidth is known. "fwd+bwd" is written "fwdbwd" in file names.
     """
     out_dir = pathlib.Path(out_dir)
-    combos = sorted({(str(r["op"]), str(r["dtype"]), str(r["direction"])) for r in rows})
     paths: list[pathlib.Path] = []
-    for op, dtype, direction in combos:
-        sel = _newest_run(rows, op=op, dtype=dtype, direction=direction)
+    for op, dtype, direction, sel, panels in _panels(rows):
         stem = f"{_token(op)}_{_token(direction)}_{_token(dtype)}"
-        providers = {r.get("variant") for r in sel if r.get("median_ms") is not None}
-        for baseline in BASELINES:
-            if baseline in providers:
-                paths.append(plot_speedup(sel, out_dir / f"{stem}_speedup_vs_{baseline}.png",
-                                          op=op, dtype=dtype, direction=direction, baseline=baseline))
-        if any(_gbps(r) is not None for r in sel):
-            paths.append(plot_bandwidth(sel, out_dir / f"{stem}_bandwidth.png",
-                                        op=op, dtype=dtype, direction=direction))
+        for panel in panels:
+            fig, ax = _new_figure()
+            _draw_panel(ax, panel, sel, op=op, dtype=dtype, direction=direction)
+            paths.append(_save(fig, out_dir / f"{stem}_{panel}.png"))
     return paths
+
+
+@functools.cache
+def _notebook_figure_class() -> type:
+    from matplotlib.figure import Figure
+
+    class NotebookFigure(Figure):
+        """A Figure that Jupyter shows as a PNG by itself: no pyplot, no backend to select."""
+
+        def _repr_png_(self) -> bytes:
+            buf = io.BytesIO()
+            self.savefig(buf, format="png", dpi=_DPI)
+            return buf.getvalue()
+
+    return NotebookFigure
+
+
+def figure(rows: list[Row]) -> Figure:
+    """Every plot that plot_all() would save, drawn into one Figure and returned, nothing written:
+    a row of panels (speedup over eager, over torch.compile, achieved GB/s) per (op, dtype,
+    direction). The last expression of a notebook cell displays it inline."""
+    panels = _panels(list(rows))
+    if not panels:
+        raise ValueError("figure: no benchmark rows to plot")
+    ncols = max(len(p[-1]) for p in panels)
+    fig = _notebook_figure_class()(figsize=(5.2 * ncols, 3.9 * len(panels)), layout="constrained")
+    axes = fig.subplots(len(panels), ncols, squeeze=False)
+    for row_axes, (op, dtype, direction, sel, names) in zip(axes, panels):
+        for ax, panel in zip(row_axes, names):
+            _draw_panel(ax, panel, sel, op=op, dtype=dtype, direction=direction)
+        for ax in row_axes[len(names):]:
+            ax.set_visible(False)
+    return fig

@@ -85,7 +85,7 @@ def _git(repo_root: pathlib.Path, *args: str) -> str | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
-def _commit(repo_root: pathlib.Path) -> str:
+def commit(repo_root: pathlib.Path) -> str:
     # A copy of the tree without .git (the GPU machine gets one) is told its commit by the caller.
     if os.environ.get("WORKBENCH_COMMIT"):
         return os.environ["WORKBENCH_COMMIT"]
@@ -118,7 +118,7 @@ def provenance(repo_root: pathlib.Path | None = None, version: str = "unknown") 
         "driver": driver_version(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda or "",
-        "commit": _commit(pathlib.Path.cwd() if repo_root is None else pathlib.Path(repo_root)),
+        "commit": commit(pathlib.Path.cwd() if repo_root is None else pathlib.Path(repo_root)),
         "workbench_version": version,
         "python": platform.python_version(),
         "host": socket.gethostname(),

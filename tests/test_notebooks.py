@@ -1,0 +1,206 @@
+"""The notebooks run top to bottom on this machine (the CPU path in CI) through nbclient, via
+scripts/run_notebooks.py, on copies; and the committed files carry outputs from a GPU run."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import HAS_GPU, REPO_ROOT, describe
+
+nbformat = pytest.importorskip("nbformat", reason="the notebook tests need nbformat (pip install nbformat)")
+pytest.importorskip("nbclient", reason="the notebook tests need nbclient (pip install nbclient)")
+pytest.importorskip("ipykernel", reason="the notebook tests need a python3 kernel (pip install ipykernel)")
+
+NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+NAMES = ["01_quickstart.ipynb", "02_edit_loop.ipynb"]
+CPU_LABEL = "No GPU visible: CPU path"
+GPU_LABEL = "GPU path: "
+# What the deliberate typo in 02_edit_loop's compile-error cells makes each compiler say.
+TYPO = "wb_gelu_tanh_grd"
+COMPILER_SAYS = ("was not declared in this scope", "is undefined")
+
+
+def _text(output) -> str:
+    if output.output_type == "stream":
+        return output.text
+    if output.output_type == "error":
+        return "\n".join(output.traceback)
+    return str(output.get("data", {}).get("text/plain", ""))
+
+
+def _cell_text(cell) -> str:
+    return "".join(_text(o) for o in cell.get("outputs", []))
+
+
+def _tags(cell) -> list[str]:
+    return cell.metadata.get("tags", [])
+
+
+def _results_snapshot() -> dict:
+    d = REPO_ROOT / "results"
+    return {str(p): p.stat().st_mtime_ns for p in d.rglob("*") if p.is_file()} if d.exists() else {}
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory) -> dict:
+    """Both notebooks run once, by scripts/run_notebooks.py, into a temporary folder."""
+    out = tmp_path_factory.mktemp("notebooks")
+    before = _results_snapshot()
+    proc = subprocess.run([sys.executable, "scripts/run_notebooks.py", "--out", str(out), "--timeout", "300",
+                           *[str(NOTEBOOKS_DIR / n) for n in NAMES]],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=1200, check=False)
+    assert proc.returncode == 0, describe(proc)
+    assert _results_snapshot() == before, "running the notebooks wrote into results/"
+    return {n: nbformat.read(out / n, as_version=4) for n in NAMES}
+
+
+def test_the_notebooks_are_there_and_valid():
+    found = sorted(p.name for p in NOTEBOOKS_DIR.glob("*.ipynb"))
+    assert found == NAMES, found
+    for name in NAMES:
+        nb = nbformat.read(NOTEBOOKS_DIR / name, as_version=4)
+        nbformat.validate(nb)
+        assert nb.metadata.kernelspec.name == "python3"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_runs_top_to_bottom_here_and_says_which_path(executed, name):
+    nb = executed[name]
+    rec = nb.metadata.workbench.execution
+    assert rec.ok and rec.path == ("gpu" if HAS_GPU else "cpu"), rec
+    setup = _cell_text(next(c for c in nb.cells if c.cell_type == "code"))
+    assert setup.startswith(GPU_LABEL if HAS_GPU else CPU_LABEL), setup
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        assert cell.execution_count is not None, f"cell {i} did not run"
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        assert not errors or "raises-exception" in _tags(cell), f"cell {i}: {_cell_text(cell)}"
+    # Tables and an inline plot.
+    assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    bench = next(c for c in nb.cells if c.cell_type == "code" and "wb.bench(" in c.source)
+    assert "eager" in _cell_text(bench) and "compile" in _cell_text(bench), _cell_text(bench)
+
+
+@pytest.mark.slow
+def test_edit_loop_shows_the_compile_error_and_keeps_the_last_good_build(executed):
+    cells = executed["02_edit_loop.ipynb"].cells
+    failing = [i for i, c in enumerate(cells) if "raises-exception" in _tags(c)]
+    assert len(failing) == 2, failing
+    raised = [i for i in failing if any(o.output_type == "error" for o in cells[i].outputs)]
+    assert len(raised) == 1, [_cell_text(cells[i]) for i in failing]  # the other twin is skipped here
+    error = next(o for o in cells[raised[0]].outputs if o.output_type == "error")
+    shown = _cell_text(cells[raised[0]])
+    assert error.ename == "BuildError", error
+    assert TYPO in shown and any(s in shown for s in COMPILER_SAYS), shown
+    assert re.search(r"<inline bias_gelu/mine>:\d+:", shown) and "full log: " in shown, shown
+    assert "last good build still available: bias_gelu/mine@" in shown, shown
+    skipped = next(i for i in failing if i not in raised)
+    skip_line = _cell_text(cells[skipped])
+    assert skip_line.startswith("skipped %%workbench bias_gelu mine: --only "), skip_line
+    # After the failure, `mine` is the last good build and matches the reference.
+    after = next(c for c in cells[max(failing) + 1:] if c.cell_type == "code")
+    m = re.search(r"max \|error\| = (\S+)", _cell_text(after))
+    assert m and float(m.group(1)) < 1e-5, _cell_text(after)
+
+
+@pytest.mark.slow
+def test_edit_loop_tells_the_story(executed):
+    text = "\n".join(_cell_text(c) for c in executed["02_edit_loop.ipynb"].cells if c.cell_type == "code")
+    assert "is now stale: handles to it still run it" in text
+    assert "first.stale = True, mine.stale = False" in text
+    assert re.search(r"bias_gelu/mine on cpu\S*: (\d+)/\1 cases passed", text) or HAS_GPU, text
+    assert "torch.autograd.gradcheck in float64" in text
+
+
+def test_runner_fails_loudly_and_never_writes_in_place_by_default(tmp_path):
+    """An error in an untagged cell: exit 1, the cell and its error on stderr, a partial copy with
+    its record; a cell tagged raises-exception may raise. Without --out or --in-place: refused."""
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    nb = new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb.cells = [new_code_cell("raise KeyError('allowed here')", metadata={"tags": ["raises-exception"]}),
+                new_code_cell("print('No GPU visible: planted')"),
+                new_code_cell("raise ValueError('planted failure')"),
+                new_code_cell("print('never runs')")]
+    src = tmp_path / "planted.ipynb"
+    nbformat.write(nb, src)
+    runner = [sys.executable, "scripts/run_notebooks.py"]
+    refused = subprocess.run([*runner, str(src)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+                             check=False)
+    assert refused.returncode == 2 and "--out" in refused.stderr, describe(refused)
+
+    proc = subprocess.run([*runner, "--out", str(tmp_path / "out"), str(src)], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 1, describe(proc)
+    assert "FAILED planted.ipynb" in proc.stderr and "planted failure" in proc.stderr, describe(proc)
+    assert "raise ValueError('planted failure')" in proc.stderr, describe(proc)
+    done = nbformat.read(tmp_path / "out" / "planted.ipynb", as_version=4)
+    rec = done.metadata.workbench.execution
+    assert not rec.ok and rec.path == "cpu" and rec.label == "No GPU visible: planted", rec
+    assert done.cells[3].execution_count is None and not done.cells[3].outputs
+    assert not nbformat.read(src, as_version=4).cells[1].outputs  # the source notebook is untouched
+
+
+def test_gpu_cells_compile(cuda_buildable):
+    """The GPU path's kernels never run in CI; build them here with nvcc (no GPU needed), so a CUDA
+    typo is found before the GPU run: the load_inline edit of vec4.cu, and the `--only gpu` cells,
+    of which the one tagged raises-exception must fail to build."""
+    import workbench
+    from workbench import BuildError, load_inline, magic
+
+    nb = nbformat.read(NOTEBOOKS_DIR / "02_edit_loop.ipynb", as_version=4)
+    (edit,) = [c for c in nb.cells if c.cell_type == "code" and "wb.load_inline(" in c.source]
+    ns = {"GPU": True, "wb": workbench, "KERNELS": REPO_ROOT / "kernels" / "bias_gelu"}
+    exec(edit.source, ns)  # noqa: S102 - the notebook's own cell, as the GPU path runs it
+    assert ns["edited"].device == "cuda" and ns["edited"].description.startswith("float2 (8-byte)"), ns["edited"]
+    cells = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%%workbench")
+             and "--only gpu" in c.source.splitlines()[0]]
+    assert len(cells) == 3, [c.source.splitlines()[0] for c in cells]
+    for i, cell in enumerate(cells):
+        line, body = cell.source.split("\n", 1)
+        args = magic.parse(line.removeprefix("%%workbench"))
+        name = f"nb_gpu_cell_{i}"  # its own name: these builds must not replace the session's
+        if "raises-exception" in _tags(cell):
+            with pytest.raises(BuildError) as info:
+                load_inline(args.op, body, name=name)
+            assert TYPO in info.value.first_error and "is undefined" in info.value.first_error
+        else:
+            k = load_inline(args.op, body, name=name)
+            assert k.device == "cuda" and k.dtypes == ("float32", "float64"), k
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_outputs_come_from_the_runner(name):
+    """Outputs in a committed notebook are those scripts/run_notebooks.py saved, with its record."""
+    nb = nbformat.read(NOTEBOOKS_DIR / name, as_version=4)
+    has_outputs = any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
+    if has_outputs:
+        assert nb.metadata.get("workbench", {}).get("execution"), (
+            f"{name} has outputs but no execution record: save it with scripts/run_notebooks.py")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_notebook_has_its_gpu_outputs(name):
+    """The committed notebook is the GPU run's executed copy: every code cell ran, on the GPU
+    path, and the cells that draw tables and plots kept them. Enabled by committing a copy that
+    scripts/run_notebooks.py executed on the GPU (bash scripts/gpu_run.sh with STEPS=notebooks)."""
+    nb = nbformat.read(NOTEBOOKS_DIR / name, as_version=4)
+    rec = nb.metadata.get("workbench", {}).get("execution")
+    if not rec:
+        pytest.skip(f"{name} carries no execution record yet: commit the GPU-executed copy to enable this")
+    assert rec["ok"] and rec["path"] == "gpu" and rec["label"].startswith(GPU_LABEL), rec
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        assert cell.execution_count is not None, f"{name}: cell {i} was not run"
+        if "figure()" in cell.source:
+            assert any("image/png" in o.get("data", {}) for o in cell.outputs), f"{name}: cell {i} has no plot"
+        if any(s in cell.source for s in ("table()", "frame()", "wb.check(", "wb.gradcheck(", "wb.bench(")):
+            assert _cell_text(cell).strip(), f"{name}: cell {i} has no output"
+        if "raises-exception" in _tags(cell) and "--only gpu" in cell.source.splitlines()[0]:
+            assert TYPO in _cell_text(cell) and "is undefined" in _cell_text(cell), _cell_text(cell)
