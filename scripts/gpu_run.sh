@@ -2,8 +2,11 @@
 # The one call for the GPU machine: environment, build timings, GPU tests, the bias_gelu benchmark
 # sweep, then a short table. Everything it writes goes under $OUT (default artifacts/gpu):
 #   env.txt build_timings.json gpu_tests.log bench.jsonl bench.log [bench_repeat.*] summary.txt
-# Usage (device tool):  bash scripts/gpu_run.sh            # everything
+#   [01_quickstart.ipynb 02_edit_loop.ipynb: the notebooks executed on the GPU, to commit as they are]
+#   [exercises.log: every exercise checker on its solution and its starter]
+# Usage (device tool):  bash scripts/gpu_run.sh            # everything but the notebooks
 #                       STEPS="tests" bash scripts/gpu_run.sh
+#                       STEPS="notebooks exercises" bash scripts/gpu_run.sh   # carry nbclient & co. as wheels in .whl/
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/artifacts/gpu}
@@ -27,6 +30,22 @@ for step in $STEPS; do
     bench|bench_repeat)  # bench_repeat: the same sweep again, to see run-to-run spread
       timeout 420 python3 -m workbench bench bias_gelu --dtypes float32 float16 bfloat16 --directions fwd bwd \
         --budget "$BUDGET" --results "$OUT/$step.jsonl" 2>&1 | grep -v "^\[bench\]" | tee "$OUT/$step.log" ;;
+    notebooks)  # notebooks/*.ipynb top to bottom; the executed copies go to $OUT, nothing else is written there
+      (  # a subshell: the carried wheels stay on PYTHONPATH for this step only (the kernel inherits it)
+        if ! python3 -c "import nbclient, nbformat, ipykernel" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
+          python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+            && export PYTHONPATH=/tmp/site:$PYTHONPATH
+        fi
+        timeout 540 python3 scripts/run_notebooks.py --out "$OUT" --timeout 300
+      ) ;;
+    exercises)  # each exercise's checker on its solution and on its starter (the starter must fail)
+      for ex in exercises/[0-9]*/; do
+        for file in solution starter; do
+          echo "### exercise check $(basename "$ex") $ex$file.cu"
+          timeout 300 python3 -m workbench exercise check "$(basename "$ex")" "$ex$file.cu" --seed 1
+          echo "### exit $?"
+        done
+      done 2>&1 | grep -v "^\[bench\]" | tee "$OUT/exercises.log" ;;
     *) echo "unknown step $step" ;;
   esac
 done

@@ -23,6 +23,23 @@ def main(out: pathlib.Path) -> None:
     if log.exists():
         tail = [l for l in log.read_text().splitlines() if re.search(r"\d+ (passed|failed)", l)]
         print("gpu tests:", tail[-1] if tail else "no summary line")
+    exercises = out / "exercises.log"
+    if exercises.exists():  # "### exercise check NAME FILE", the report, its verdict line, "### exit N"
+        header = verdict = None
+        for line in exercises.read_text().splitlines():
+            if line.startswith("### exercise check "):
+                header, verdict = line[len("### exercise check "):], None
+            elif line.startswith(("PASS", "FAIL")):
+                verdict = line
+            elif line.startswith("### exit ") and header:
+                print(f"exercise {header}: {verdict or 'no verdict (exit ' + line[9:] + ')'}")
+    for nb in sorted(out.glob("*.ipynb")):
+        try:
+            run = json.loads(nb.read_text())["metadata"].get("workbench", {}).get("execution", {})
+            print(f"notebook {nb.name}: {'ok' if run.get('ok') else 'FAILED'} ({run.get('path', '?')} path, "
+                  f"{run.get('seconds', float('nan')):.0f} s)")
+        except (ValueError, KeyError) as e:
+            print(f"notebook {nb.name}: unreadable ({e})")
     bench = out / "bench.jsonl"
     if not bench.exists():
         return
