@@ -40,6 +40,8 @@ def _path_label(nb) -> tuple[str, str]:
 
 def _commit() -> str:
     """The checkout's commit (WORKBENCH_COMMIT where there is no .git, as on the GPU machine)."""
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))  # run as a script: the checkout is not on sys.path
     from workbench import results
     return results.commit(REPO_ROOT)
 
