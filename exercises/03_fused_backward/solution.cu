@@ -65,7 +65,7 @@ __global__ void backward_kernel(const T* __restrict__ dy, const T* __restrict__ 
   A sum = A(0);
   // Count rows, not addresses: with a row counter the compiler unrolls the loop and issues the
   // loads of several rows before the first GELU; stepping a pointer by `cols` up to an end address
-  // made it interleave loads with math, and the kernel ran ~1.4x slower on an H100.
+  // kept it from doing so, and the backward ran 1.37x slower than scalar's on an H100.
   for (int64_t r = first_row; r < end_row; ++r) {
     const int64_t i = r * cols + c;  // element (r, c)
     const A g = wb_to_acc(dy[i]) * wb_gelu_tanh_grad(wb_to_acc(x[i]) + b);
@@ -82,7 +82,7 @@ __global__ void finish_kernel(const wb_acc_t<T>* __restrict__ partial, T* __rest
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
   wb_acc_t<T> sum = 0;
-  for (const wb_acc_t<T>* p = partial + c; p < partial + slices * cols; p += cols) sum += *p;
+  for (int64_t s = 0; s < slices; ++s) sum += partial[s * cols + c];  // a counter again: unrolled, loads overlap
   dbias[c] = wb_from_acc<T>(sum);
 }
 
