@@ -38,19 +38,13 @@ def _path_label(nb) -> tuple[str, str]:
     return "unknown", ""
 
 
-def _commit() -> str:
-    """The checkout's commit (WORKBENCH_COMMIT where there is no .git, as on the GPU machine)."""
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))  # run as a script: the checkout is not on sys.path
-    from workbench import results
-    return results.commit(REPO_ROOT)
-
-
 def execute(path: pathlib.Path, *, timeout: int, kernel: str):
     """Run one notebook. Returns (the executed notebook, the CellExecutionError or None)."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
+
+    from workbench import results
 
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name=kernel, allow_errors=False,
@@ -64,7 +58,7 @@ def execute(path: pathlib.Path, *, timeout: int, kernel: str):
         error = e
     which, label = _path_label(nb)
     nb.metadata["workbench"] = {"execution": {
-        "ok": error is None, "path": which, "label": label, "commit": _commit(),
+        "ok": error is None, "path": which, "label": label, "commit": results.commit(REPO_ROOT),
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "seconds": round(time.monotonic() - start, 1)}}
     return nb, error
@@ -92,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     if missing or not paths:
         print(f"run_notebooks: no such notebook: {', '.join(missing) or NOTEBOOKS_DIR / '*.ipynb'}", file=sys.stderr)
         return 2
-    # The kernel inherits this environment: make the checkout importable there.
+    # Make the checkout importable here (a script's sys.path lacks it) and in the kernels, which
+    # inherit this environment.
+    sys.path.insert(0, str(REPO_ROOT))
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     failed = []
     for path in paths:
