@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The one call for the GPU machine: environment, build timings, GPU tests, the bias_gelu benchmark
-# sweep, then a short table. Everything it writes goes under $OUT (default artifacts/gpu):
+# The one call for the GPU machine: environment, build timings, GPU tests, the benchmark sweep of
+# every op, then a short table. Everything it writes goes under $OUT (default artifacts/gpu):
 #   env.txt build_timings.json gpu_tests.log bench.jsonl bench.log [bench_repeat.*] summary.txt
-#   [01_quickstart.ipynb 02_edit_loop.ipynb: the notebooks executed on the GPU, to commit as they are]
+#   [*.ipynb: the notebooks executed on the GPU, to commit as they are]
 #   [exercises.log: every exercise checker on its solution and its starter]
+#   [exercise_timing.log: the checker's verdict time on an edited solution, check by check]
 # Usage (device tool):  bash scripts/gpu_run.sh            # everything but the notebooks
 #                       STEPS="tests" bash scripts/gpu_run.sh
 #                       STEPS="notebooks exercises" bash scripts/gpu_run.sh   # carry nbclient & co. as wheels in .whl/
+#                       OPS="scale_bias_relu" SHAPES="16384x16384" STEPS=bench bash scripts/gpu_run.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/artifacts/gpu}
@@ -15,6 +17,16 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export WORKBENCH_CACHE=${WORKBENCH_CACHE:-/tmp/workbench-cache}
 STEPS=${STEPS:-"env timings tests bench"}
 BUDGET=${BUDGET:-0.5}
+OPS=${OPS:-$(python3 -c "import workbench as wb; print(' '.join(wb.ops()))")}
+SHAPES=${SHAPES:-}        # empty: each op's own bench sizes
+
+bench() {  # bench STEP: every op in $OPS, forward and backward where it has one, into $OUT/STEP.jsonl
+  for op in $OPS; do
+    dirs=$(python3 -c "import workbench as wb; print('fwd bwd' if wb.registry.spec('$op').differentiable else 'fwd')")
+    timeout 540 python3 -m workbench bench "$op" --dtypes float32 float16 bfloat16 --directions $dirs \
+      --budget "$BUDGET" ${SHAPES:+--shapes $SHAPES} --results "$OUT/$1.jsonl" 2>&1 | grep -v "^\[bench\]"
+  done | tee "$OUT/$1.log"
+}
 
 for step in $STEPS; do
   echo "=== $step ($(date -u +%H:%M:%S))"
@@ -24,12 +36,11 @@ for step in $STEPS; do
         python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'python', sys.version.split()[0]); print(torch.cuda.get_device_properties(0))"
         nvcc --version | tail -2; git rev-parse --short HEAD 2>/dev/null || true; } 2>&1 | tee "$OUT/env.txt" ;;
     timings)
-      timeout 300 python3 scripts/build_timings.py scalar 2>&1 | tee "$OUT/build_timings.json" ;;
+      timeout 300 python3 scripts/build_timings.py bias_gelu scalar 2>&1 | tee "$OUT/build_timings.json" ;;
     tests)
-      WORKBENCH_TEST_CACHE="$WORKBENCH_CACHE" timeout 540 python3 -m pytest -q -m gpu -rfEs tests 2>&1 | tee "$OUT/gpu_tests.log" ;;
+      WORKBENCH_TEST_CACHE="$WORKBENCH_CACHE" timeout 560 python3 -m pytest -q -m gpu -rfEs ${TESTS:-tests} 2>&1 | tee "$OUT/gpu_tests.log" ;;
     bench|bench_repeat)  # bench_repeat: the same sweep again, to see run-to-run spread
-      timeout 420 python3 -m workbench bench bias_gelu --dtypes float32 float16 bfloat16 --directions fwd bwd \
-        --budget "$BUDGET" --results "$OUT/$step.jsonl" 2>&1 | grep -v "^\[bench\]" | tee "$OUT/$step.log" ;;
+      bench "$step" ;;
     notebooks)  # notebooks/*.ipynb top to bottom; the executed copies go to $OUT, nothing else is written there
       (  # a subshell: the carried wheels stay on PYTHONPATH for this step only (the kernel inherits it)
         if ! python3 -c "import nbclient, nbformat, ipykernel" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
@@ -46,6 +57,14 @@ for step in $STEPS; do
           echo "### exit $?"
         done
       done 2>&1 | grep -v "^\[bench\]" | tee "$OUT/exercises.log" ;;
+    exercise_timing)  # a student's loop: edit the solution (a new comment), check it; the wall time, check by check
+      for ex in exercises/[0-9]*/; do
+        f=/tmp/edited_$(basename "$ex").cu
+        { echo "// edited $(date +%s%N)"; cat "$ex/solution.cu"; } > "$f"
+        echo "### exercise timing $(basename "$ex")"
+        TIMEFORMAT="### wall %R s"
+        time timeout 300 python3 -m workbench exercise check "$(basename "$ex")" "$f" --seed 2
+      done 2>&1 | grep -v "^\[bench\]" | tee "$OUT/exercise_timing.log" ;;
     *) echo "unknown step $step" ;;
   esac
 done

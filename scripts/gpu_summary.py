@@ -33,6 +33,16 @@ def main(out: pathlib.Path) -> None:
                 verdict = line
             elif line.startswith("### exit ") and header:
                 print(f"exercise {header}: {verdict or 'no verdict (exit ' + line[9:] + ')'}")
+    timing = out / "exercise_timing.log"
+    if timing.exists():  # "### exercise timing NAME", the report with its "(N s: check times)" line, "### wall N s"
+        name = checks = None
+        for line in timing.read_text().splitlines():
+            if line.startswith("### exercise timing "):
+                name, checks = line.split()[-1], None
+            elif re.match(r"^\(\d+\.\d s: ", line):
+                checks = line.strip("()")
+            elif line.startswith("### wall ") and name:
+                print(f"exercise verdict {name}: wall {line[9:]} ({checks or 'no timings line'})")
     for nb in sorted(out.glob("*.ipynb")):
         try:
             run = json.loads(nb.read_text())["metadata"].get("workbench", {}).get("execution", {})
@@ -60,14 +70,18 @@ def main(out: pathlib.Path) -> None:
             within = sum(d <= 0.03 for d, _ in diffs)
             print(f"repeat: {within}/{len(diffs)} rows of >= 8 MiB within 3%; median |diff| "
                   f"{sorted(d for d, _ in diffs)[len(diffs) // 2]:.2%}, worst {worst[0]:.2%} at {worst[1]}")
-    biggest = max(r["numel"] for r in rows)
-    print(f"bench: {rows[0]['gpu']}, copy ceiling {rows[0]['ceiling_GBps']:.0f} GB/s, shape with {biggest} elements")
-    print(f"{'dir':4s} {'dtype':9s} {'provider':8s} {'ms':>8s} {'GB/s':>7s} {'%ceil':>6s} {'x eager':>8s} {'x compile':>9s}")
-    for r in rows:
-        if r["numel"] == biggest:
-            f = lambda v, s: format(v, s) if isinstance(v, (int, float)) else "-"  # noqa: E731
-            print(f"{r['direction']:4s} {r['dtype']:9s} {r['variant']:8s} {f(r['median_ms'], '8.4f')} {f(r['GBps'], '7.0f')} "
-                  f"{f(r['pct_of_ceiling'], '6.1f')} {f(r['speedup_vs_eager'], '8.2f')} {f(r['speedup_vs_compile'], '9.2f')}")
+    print(f"bench: {rows[0]['gpu']}, copy ceiling {rows[0]['ceiling_GBps']:.0f} GB/s; each op's largest size")
+    print(f"{'op':16s} {'dir':4s} {'dtype':9s} {'provider':8s} {'ms':>8s} {'GB/s':>7s} {'%ceil':>6s} {'x eager':>8s} "
+          f"{'x compile':>9s}")
+    for op in dict.fromkeys(r["op"] for r in rows):
+        mine = [r for r in rows if r["op"] == op]
+        biggest = max(r["numel"] for r in mine)
+        for r in mine:
+            if r["numel"] == biggest:
+                f = lambda v, s: format(v, s) if isinstance(v, (int, float)) else "-"  # noqa: E731
+                print(f"{op:16s} {r['direction']:4s} {r['dtype']:9s} {r['variant']:8s} {f(r['median_ms'], '8.4f')} "
+                      f"{f(r['GBps'], '7.0f')} {f(r['pct_of_ceiling'], '6.1f')} {f(r['speedup_vs_eager'], '8.2f')} "
+                      f"{f(r['speedup_vs_compile'], '9.2f')}")
 
 
 if __name__ == "__main__":

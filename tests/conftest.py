@@ -175,9 +175,9 @@ def cpu_source_text() -> str:
     return (REPO_ROOT / "kernels" / "bias_gelu" / "cpu.cpp").read_text()
 
 
-def private_cache(dest: pathlib.Path, labels=("harness", "bias_gelu-cpu")) -> pathlib.Path:
+def private_cache(dest: pathlib.Path, labels=("harness", "binding-bias_gelu", "bias_gelu-cpu")) -> pathlib.Path:
     """A separate cache directory seeded with copies of the session cache's published builds whose
-    directory names start with one of `labels` (the harness and the cpu variant by default), so a
+    directory names start with one of `labels` (the harness, bias_gelu's binding and its cpu variant by default), so a
     test can delete or corrupt its cache without costing other tests a rebuild. Content keys do
     not depend on where the cache lives, so the copies are warm hits."""
     import workbench  # noqa: F401  (builds the harness and cpu first, if needed)

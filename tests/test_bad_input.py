@@ -1,11 +1,16 @@
-"""Issue 2, "Bad input": each case gives a clear error that names the argument and what was
-expected, or a correct result; never a crash or a silently wrong number."""
+"""Bad input to bias_gelu beyond the cases every op gets from its declaration (tests/test_ops.py):
+each gives a clear error that names the argument and what was expected, or a correct result;
+never a crash or a silently wrong number."""
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
 
-from workbench.ops import bias_gelu as spec
+import workbench as wb
+
+from workbench.specs.bias_gelu import SPEC as spec
 
 
 def op(*args):
@@ -18,7 +23,7 @@ def backward_op(*args):
 
 def _xb(shape=(4, 7), dtype=torch.float32, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return spec.make_inputs(shape, dtype, "cpu", g)
+    return spec.new_inputs(shape, dtype, "cpu", g)
 
 
 def _assert_matches_reference(y, x, b):
@@ -74,7 +79,7 @@ def test_meta_inputs_give_meta_outputs(cpu_kernel):
     x, b = (t.to("meta") for t in _xb())
     y = op(x, b, "cpu")
     assert y.device.type == "meta" and y.shape == x.shape
-    with pytest.raises(ValueError, match="bias must be 1-D"):
+    with pytest.raises(ValueError, match=r"bias must have shape \[7\] \(\[n\] with n = 7 from x\); got shape \[6\]"):
         op(x, torch.empty(6, device="meta"), "cpu")
 
 
@@ -87,12 +92,24 @@ def test_unsupported_dtype(cpu_kernel, dtype):
     with pytest.raises(TypeError) as e:
         op(x, b, "cpu")
     msg = str(e.value)
-    assert "supports dtypes float32, float64, float16, bfloat16" in msg and "x is" in msg, msg
+    name = str(dtype).replace("torch.", "")
+    assert f"x must be float32, float64, float16 or bfloat16; got {name}" in msg, msg
+
+
+def test_dtype_the_variant_lacks(cpu_kernel, scalar_kernel):
+    """vec4 is float32 only: float64 is refused by the variant, naming what it supports."""
+    vec4 = wb.load("bias_gelu", "vec4")
+    x, b = _xb(dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="runs on CUDA"):  # no GPU here: the device comes first
+        vec4(x, b)
+    if torch.cuda.is_available():
+        with pytest.raises(TypeError, match=r"variant 'vec4' supports dtypes float32; x is float64"):
+            vec4(x.cuda(), b.cuda())
 
 
 def test_bias_dtype_differs_from_x(cpu_kernel):
     x, b = _xb()
-    with pytest.raises(TypeError, match=r"bias must have the dtype of x \(Float\); got Double"):
+    with pytest.raises(TypeError, match=r"bias must have the dtype of x \(float32\); got float64"):
         op(x, b.double(), "cpu")
     with pytest.raises(TypeError, match=r"bias must have the dtype of x"):
         op(x.half(), b, "cpu")
@@ -100,7 +117,7 @@ def test_bias_dtype_differs_from_x(cpu_kernel):
 
 def test_grad_y_dtype_differs(cpu_kernel):
     x, b = _xb()
-    with pytest.raises(TypeError, match="grad_y must have the dtype of x"):
+    with pytest.raises(TypeError, match=r"grad_y must have the dtype of x \(float32\); got float64"):
         backward_op(torch.ones(4, 7, dtype=torch.float64), x, b, "cpu")
 
 
@@ -112,20 +129,21 @@ def test_bias_length_mismatch(cpu_kernel, bias_len):
     with pytest.raises(ValueError) as e:
         op(x, torch.randn(bias_len), "cpu")
     msg = str(e.value)
-    assert "bias must be 1-D with x.size(-1) = 7 elements" in msg and f"[{bias_len}]" in msg, msg
+    assert f"bias must have shape [7] ([n] with n = 7 from x); got shape [{bias_len}]" in msg, msg
 
 
-@pytest.mark.parametrize("bias_shape", [(1, 7), (7, 1), ()], ids=["1x7", "7x1", "0-dim"])
-def test_bias_not_1d(cpu_kernel, bias_shape):
+@pytest.mark.parametrize("bias_shape, got", [((1, 7), "shape [1, 7]"), ((7, 1), "shape [7, 1]"), ((), "a 0-dim tensor")],
+                         ids=["1x7", "7x1", "0-dim"])
+def test_bias_not_1d(cpu_kernel, bias_shape, got):
     x, _ = _xb()
-    with pytest.raises(ValueError, match=r"bias must be 1-D"):
+    with pytest.raises(ValueError, match=re.escape(f"bias must have shape [7] ([n] with n = 7 from x); got {got}")):
         op(x, torch.randn(bias_shape), "cpu")
 
 
 def test_rank0_x(cpu_kernel):
     with pytest.raises(ValueError, match="0-dim") as e:
         op(torch.tensor(1.5), torch.randn(1), "cpu")
-    assert "x must have at least 1 dimension" in str(e.value)
+    assert "x must have at least 1 dimension ([..., n]); got a 0-dim tensor" in str(e.value)
     with pytest.raises(ValueError, match="0-dim"):
         op(torch.tensor(1.5), torch.tensor(0.5), "cpu")
 
@@ -137,9 +155,10 @@ def test_rank1_x_is_fine(cpu_kernel):
 
 def test_grad_y_wrong_shape(cpu_kernel):
     x, b = _xb()
-    with pytest.raises(ValueError, match=r"grad_y must have the shape of x \[4, 7\]; got \[4, 6\]"):
+    with pytest.raises(ValueError, match=re.escape(
+            "grad_y must have shape [4, 7] ([..., n] with ... = [4] from x, n = 7 from x); got shape [4, 6]")):
         backward_op(torch.randn(4, 6), x, b, "cpu")
-    with pytest.raises(ValueError, match="grad_y must have the shape of x"):
+    with pytest.raises(ValueError, match="grad_y must have shape"):
         backward_op(torch.randn(28), x, b, "cpu")
 
 
@@ -192,7 +211,7 @@ def test_backward_with_non_contiguous_inputs(cpu_kernel):
     gy = torch.randn(7, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(5)).t()
     assert not x.is_contiguous() and not gy.is_contiguous() and b.storage_offset() == 2
     dx, db = backward_op(gy, x, b, "cpu")
-    rdx, rdb = spec.reference_backward(gy, x, b)
+    rdx, rdb = spec.run_reference_backward((gy,), (x, b), {})
     torch.testing.assert_close(dx, rdx, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(db, rdb, rtol=1e-12, atol=1e-12)
 
@@ -202,7 +221,7 @@ def test_autograd_through_strided_view(cpu_kernel):
     b = torch.randn(8, dtype=torch.float64, generator=torch.Generator().manual_seed(7), requires_grad=True)
     x = wide[:, 1::2]
     op(x, b, "cpu").sum().backward()
-    rdx, rdb = spec.reference_backward(torch.ones(5, 8, dtype=torch.float64), x, b)
+    rdx, rdb = spec.run_reference_backward((torch.ones(5, 8, dtype=torch.float64),), (x, b), {})
     torch.testing.assert_close(wide.grad[:, 1::2], rdx)
     assert torch.equal(wide.grad[:, ::2], torch.zeros(5, 8, dtype=torch.float64))
     torch.testing.assert_close(b.grad, rdb)
@@ -246,7 +265,7 @@ def test_load_unknown_variant_lists_variants(wb):
 
 @pytest.mark.parametrize("op_name", ["no_such_op", None, 42, ""], ids=repr)
 def test_load_unknown_op(wb, op_name):
-    with pytest.raises(ValueError, match=r"op must be one of \['bias_gelu'"):
+    with pytest.raises(ValueError, match=r"op must be one of \['bias_gelu', 'elementwise_mul'"):
         wb.load(op_name, "cpu")
 
 

@@ -19,7 +19,7 @@ import torch
 
 from conftest import REPO_ROOT, describe, wait_for_line
 from workbench import cache, config, loader, toolchain
-from workbench.ops import bias_gelu as spec
+from workbench.specs.bias_gelu import SPEC as spec
 
 
 def _last_json(proc) -> dict:
@@ -53,8 +53,8 @@ build.build_library = refuse
 t2 = time.perf_counter()
 k = wb.load("bias_gelu", "cpu")
 t3 = time.perf_counter()
-from workbench.ops import bias_gelu as spec
-x, b = spec.make_inputs((17, 33), torch.float32, "cpu", torch.Generator().manual_seed(0))
+from workbench.specs.bias_gelu import SPEC as spec
+x, b = spec.new_inputs((17, 33), torch.float32, "cpu", torch.Generator().manual_seed(0))
 err = (k(x, b).double() - spec.reference(x, b)).abs().max().item()
 print(json.dumps({"built": k.built, "harness_built": loader._harness["built"], "build_id": k.build_id,
                   "import_torch_s": t1 - t0, "import_workbench_s": t2 - t1, "load_s": t3 - t2, "err": err}))
@@ -220,11 +220,14 @@ def _loader_key(monkeypatch, wb, variant: str) -> dict:
         raise _KeyComputed
 
     monkeypatch.setattr(cache, "content_key", spy)
+    real_ensure_op = loader.ensure_op
+    monkeypatch.setattr(loader, "ensure_op", lambda op: None)  # declared and bound already (cpu_kernel)
     try:
         with pytest.raises(_KeyComputed):
             wb.load("bias_gelu", variant)
     finally:
         monkeypatch.setattr(cache, "content_key", real)
+        monkeypatch.setattr(loader, "ensure_op", real_ensure_op)
     return seen
 
 
@@ -296,9 +299,9 @@ def test_loader_key_changes_with_cuda_flags_and_arch_list(wb, cpu_kernel, cuda_b
 INLINE_LOAD = r"""
 import json, sys, torch
 import workbench as wb
-from workbench.ops import bias_gelu as spec
+from workbench.specs.bias_gelu import SPEC as spec
 k = wb.load_inline("bias_gelu", open(sys.argv[1]).read(), name=sys.argv[2])
-x, b = spec.make_inputs((33, 65), torch.float32, "cpu", torch.Generator().manual_seed(0))
+x, b = spec.new_inputs((33, 65), torch.float32, "cpu", torch.Generator().manual_seed(0))
 err = (k(x, b).double() - spec.reference(x, b)).abs().max().item()
 print(json.dumps({"built": k.built, "library": str(k.library), "err": err}))
 """
@@ -435,11 +438,11 @@ from workbench import config
 config.KERNELS_DIR = pathlib.Path({root!r})
 config.COMMON_DIR = config.KERNELS_DIR / "common"
 import workbench as wb
-from workbench.ops import bias_gelu as spec
+from workbench.specs.bias_gelu import SPEC as spec
 print("ready", flush=True)
 sys.stdin.readline()  # start together
 k = wb.load("bias_gelu", "race")
-x, b = spec.make_inputs((33, 65), torch.float32, "cpu", torch.Generator().manual_seed(0))
+x, b = spec.new_inputs((33, 65), torch.float32, "cpu", torch.Generator().manual_seed(0))
 err = (k(x, b).double() - spec.reference(x, b)).abs().max().item()
 print(json.dumps({{"built": k.built, "library": str(k.library), "err": err}}))
 """
@@ -547,7 +550,7 @@ def test_broken_edit_keeps_last_good_build(wb, cpu_kernel, cpu_source_text):
     desc = "C++ on torch's CPU thread pool, parallel over rows; any alignment and column count"
     good_src = cpu_source_text.replace(desc, "last-good probe")
     good = wb.load_inline("bias_gelu", good_src, name="keeps_last_good")
-    x, b = spec.make_inputs((5, 9), torch.float32, "cpu", torch.Generator().manual_seed(1))
+    x, b = spec.new_inputs((5, 9), torch.float32, "cpu", torch.Generator().manual_seed(1))
     y_good = good(x, b)
 
     text, line = _broken(good_src, "int64_t chunks(int64_t rows)", "static_assert(false_identifier, \"edit\");")

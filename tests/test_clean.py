@@ -33,32 +33,32 @@ def test_clean_by_age_and_size_spares_builds_in_use(cpu_kernel, tmp_path, monkey
     root = private_cache(tmp_path / "cache")
     env = {"WORKBENCH_CACHE": str(root)}
     assert run_python(EXTRA, env_extra=env).returncode == 0          # an idle build: nobody holds it
-    holder = spawn_python(HOLDER, env_extra=env)                      # holds harness + cpu
+    holder = spawn_python(HOLDER, env_extra=env)                      # holds harness, binding + cpu
     wait_for_line(holder, "ready")
     monkeypatch.setenv("WORKBENCH_CACHE", str(root))
     builds = {d.name: d for d in cache.builds_root().iterdir()}
     idle = [d for n, d in builds.items() if "clean_probe" in n]
-    assert len(idle) == 1 and len(builds) == 3
+    assert len(idle) == 1 and len(builds) == 4
 
     for d in builds.values():
         _age(d, 3 * 86400)
     res = cache.clean(older_than_s=2 * 86400)
     assert [os.path.basename(p) for p in res["removed"]] == [idle[0].name]
-    assert len(res["in_use"]) == 2 and not idle[0].exists()
+    assert len(res["in_use"]) == 3 and not idle[0].exists()
 
     res = cache.clean(max_bytes=0)                                    # over any size: still spares in-use builds
-    assert res["removed"] == [] and len(res["in_use"]) == 2
+    assert res["removed"] == [] and len(res["in_use"]) == 3
     assert all(d.exists() for n, d in builds.items() if n != idle[0].name)
 
     holder.stdin.write("done\n")
     holder.stdin.flush()
     holder.wait(timeout=60)
     res = cache.clean(max_bytes=0)                                    # idle now: removed, oldest first
-    assert len(res["removed"]) == 2 and not any(cache.builds_root().iterdir())
+    assert len(res["removed"]) == 3 and not any(cache.builds_root().iterdir())
 
 
 def test_clean_by_age_keeps_recent_builds(cpu_kernel, tmp_path, monkeypatch):
     root = private_cache(tmp_path / "cache")
     monkeypatch.setenv("WORKBENCH_CACHE", str(root))
     res = cache.clean(older_than_s=86400)
-    assert res["removed"] == [] and len(list(cache.builds_root().iterdir())) == 2
+    assert res["removed"] == [] and len(list(cache.builds_root().iterdir())) == 3

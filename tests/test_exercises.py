@@ -16,6 +16,7 @@ from workbench import correctness, ptxas, registry
 from workbench import exercise as wbex
 from workbench.benchmark import BenchResult
 from workbench.errors import IsolatedRunError
+from workbench.specs.bias_gelu import SPEC as BIAS_GELU
 
 EXERCISES = wbex.exercises()
 IDS = [ex.slug for ex in EXERCISES]
@@ -84,13 +85,13 @@ def test_a_malformed_registration_names_the_file_and_field(tmp_path):
 # ----------------------------------------------------------------------------- shapes
 
 def test_shapes_are_reproducible_per_seed_and_differ_across_seeds():
-    assert wbex.random_shapes(11) == wbex.random_shapes(11)
-    assert len({tuple(wbex.random_shapes(s)) for s in range(20)}) == 20
+    assert wbex.random_sizes(11, BIAS_GELU) == wbex.random_sizes(11, BIAS_GELU)
+    assert len({tuple(wbex.random_sizes(s, BIAS_GELU)) for s in range(20)}) == 20
 
 
 @pytest.mark.parametrize("seed", range(0, 400, 7))
 def test_every_run_covers_the_edges(seed):
-    shapes = wbex.random_shapes(seed)
+    shapes = wbex.random_sizes(seed, BIAS_GELU)
     full = [s for s in shapes if 0 not in s]
     assert len(full) == 8 and any(0 in s for s in shapes)
     assert {s[-1] % 8 for s in full} == set(range(8))          # every residue: some rows are not whole float4s
@@ -172,8 +173,8 @@ def pretend_gpu(monkeypatch, cuda_buildable):
         bench = None
 
     fakes = Fakes()
-    monkeypatch.setattr(wbex, "gpu_present", lambda: True)
-    monkeypatch.setattr(wbex, "_in_child", lambda kind, ex, kernel, **k: getattr(fakes, kind)(ex.op, kernel, **k))
+    monkeypatch.setattr(wbex.checks, "gpu_present", lambda: True)
+    monkeypatch.setattr(wbex.checks, "in_child", lambda kind, ex, kernel, **k: getattr(fakes, kind)(ex.op, kernel, **k))
     from workbench import benchmark
 
     monkeypatch.setattr(benchmark, "bench", lambda *a, **k: fakes.bench(*a, **k))
@@ -200,14 +201,14 @@ def test_a_correctness_failure_names_the_case(pretend_gpu):
 
     pretend_gpu.check = check
     report = wbex.check_exercise(2, wbex.get(2).solution, seed=42)
-    assert seen["shapes"] == [list(s) for s in wbex.random_shapes(42)] and seen["seed"] == 42
+    assert seen["shapes"] == [list(s) for s in wbex.random_sizes(42, BIAS_GELU)] and seen["seed"] == 42
     assert seen["dtypes"] == ["float32"] and seen["backward"] is True
-    assert seen["layouts"] == ["contiguous", "strided", "offset"]
+    assert seen["layouts"] == ["contiguous", "strided", "offset", "transposed"]
     bad = report.first_failure
     assert bad.name == "correctness", report.summary()
     assert bad.detail == "backward dbias, 37x131 float32 offset; 2 of 3 cases failed"
     text = report.summary()
-    for expected in ("shape   37x131", "dtype   float32", "layout  offset: a view that starts one element",
+    for expected in ("shape   37x131", "dtype   float32", "layout  offset: views that start one element",
                      "relative 3.10e-01 (allowed 1e-05)", "at index [130]",
                      "same shapes and inputs again: python -m workbench exercise check 2 ", "--seed 42"):
         assert expected in text, text

@@ -1,39 +1,59 @@
-"""GPU tests: the check matrix and gradcheck for every CUDA variant, >2^31 elements, opcheck,
-torch.compile, streams and device guards. Skipped where no GPU is visible."""
+"""GPU tests, for every CUDA variant of every op: the check matrix and gradcheck, opcheck,
+torch.compile, bad input on CUDA, streams and device guards, >2^31 elements. Skipped where no GPU
+is visible."""
 from __future__ import annotations
-
 
 import pytest
 import torch
 
 import workbench as wb
 from workbench import registry
-from workbench.ops import bias_gelu as spec
+from workbench.torchops import as_tuple
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")]
 
-GPU_VARIANTS = [v.name for v in registry.variants("bias_gelu") if v.device == "cuda"]
+GPU_VARIANTS = [(op, v.name) for op in registry.ops() for v in registry.variants(op) if v.device == "cuda"]
 
 
-@pytest.fixture(scope="module", params=GPU_VARIANTS)
+@pytest.fixture(scope="module", params=GPU_VARIANTS, ids=[f"{o}/{v}" for o, v in GPU_VARIANTS])
 def kernel(request):
-    return wb.load("bias_gelu", request.param)
+    return wb.load(*request.param)
+
+
+def _dtype(kernel, prefer=torch.float32):
+    name = str(prefer).replace("torch.", "")
+    return prefer if name in kernel.dtypes else getattr(torch, kernel.dtypes[0])
+
+
+def _inputs(kernel, size, dtype, seed=0, device="cuda"):
+    return list(kernel.spec.new_inputs(size, dtype, device, torch.Generator(device).manual_seed(seed)))
+
+
+def _attrs(kernel):
+    return kernel.spec.sample_attrs()[0]
 
 
 def test_check_matrix(kernel):
-    report = wb.check("bias_gelu", kernel)  # fresh random inputs
+    report = wb.check(kernel.op, kernel)  # fresh random inputs
     print(report.summary())
     assert report.ok, report.summary()
 
 
-def test_check_matrix_seeded_wide_shapes(kernel):
-    shapes = [(1, 8), (3, 4096), (129, 1024), (1000, 264), (7, 3, 520), (2, 16392)]
-    report = wb.check("bias_gelu", kernel, shapes=shapes, seed=1234)
+def test_check_matrix_seeded_wide_sizes(kernel):
+    """Sizes around the vector widths and tile edges, with many rows."""
+    pattern = kernel.spec.size_pattern.tokens
+    if pattern == ("...", "n"):
+        sizes = [(1, 8), (3, 4096), (129, 1024), (1000, 264), (7, 3, 520), (2, 16392)]
+    elif pattern == ("...",):
+        sizes = [(8,), (4096 * 3 + 5,), (129, 1024), (1000, 264), (7, 3, 520), (1, 1 << 20)]
+    else:
+        pytest.skip(f"no wide sizes listed for the pattern {pattern}")
+    report = wb.check(kernel.op, kernel, shapes=sizes, seed=1234)
     assert report.ok, report.summary()
 
 
 def test_gradcheck(kernel):
-    report = wb.gradcheck("bias_gelu", kernel)
+    report = wb.gradcheck(kernel.op, kernel)
     print(report.summary())
     assert report.ok, report.summary()
     if "float64" in kernel.dtypes:
@@ -41,118 +61,136 @@ def test_gradcheck(kernel):
 
 
 def test_opcheck(kernel):
-    dtype = torch.float32 if "float32" in kernel.dtypes else torch.bfloat16
-    for shape in [(4, 16), (3, 5, 8)]:
-        x, b = spec.make_inputs(shape, dtype, "cuda", torch.Generator("cuda").manual_seed(0))
-        torch.library.opcheck(torch.ops.workbench.bias_gelu.default, (x, b, kernel.qualified))
-        torch.library.opcheck(torch.ops.workbench.bias_gelu.default,
-                              (x.requires_grad_(), b.requires_grad_(), kernel.qualified))
-        dy = torch.randn_like(x)
-        torch.library.opcheck(torch.ops.workbench.bias_gelu_backward.default, (dy, x.detach(), b.detach(), kernel.qualified))
+    spec, dtype, attrs = kernel.spec, _dtype(kernel), list(_attrs(kernel).values())
+    op = getattr(torch.ops.workbench, kernel.op)
+    for size in [s for s in spec.check_sizes if 0 not in s][2:4]:
+        ts = _inputs(kernel, size, dtype)
+        torch.library.opcheck(op.default, (*ts, *attrs, kernel.qualified))
+        torch.library.opcheck(op.default, (*[t.requires_grad_() for t in ts], *attrs, kernel.qualified))
+        grads = [torch.randn(s, device="cuda", dtype=dtype) for s in spec.output_shapes(size)]
+        torch.library.opcheck(getattr(torch.ops.workbench, f"{kernel.op}_backward").default,
+                              (*grads, *[t.detach() for t in ts], *attrs, kernel.qualified))
 
 
 def test_compile_fullgraph(kernel):
-    dtype = torch.float32 if "float32" in kernel.dtypes else torch.float16
-    x, b = spec.make_inputs((64, 256), dtype, "cuda", torch.Generator("cuda").manual_seed(1))
-    name = kernel.qualified
+    dtype, attrs = _dtype(kernel), list(_attrs(kernel).values())
+    op, name = getattr(torch.ops.workbench, kernel.op), kernel.qualified
+    ts = _inputs(kernel, kernel.spec.check_sizes[3], dtype, seed=1)
 
-    def f(x, b):
-        return torch.ops.workbench.bias_gelu(x * 2, b, name).sum(-1)
+    def f(*ts):
+        return sum(o.sum(-1) for o in as_tuple(op(ts[0] * 2, *ts[1:], *attrs, name)))
 
     torch._dynamo.reset()
     compiled = torch.compile(f, fullgraph=True)
-    torch.testing.assert_close(compiled(x, b), f(x, b))
+    torch.testing.assert_close(compiled(*ts), f(*ts))
+
+
+def test_bad_input_on_cuda(kernel):
+    """Every error case of the op's declaration, on CUDA tensors, and a second input left on the CPU."""
+    op = getattr(torch.ops.workbench, kernel.op)
+    for case in kernel.spec.all_error_cases("cuda"):
+        tensors, attrs = case.build("cuda", torch.Generator("cuda").manual_seed(5))
+        with pytest.raises(case.error) as e:
+            op(*tensors, *[attrs[a.name] for a in kernel.spec.attrs], kernel.qualified)
+        assert case.match in str(e.value), (case.what, str(e.value))
+    ts = _inputs(kernel, kernel.spec.sample_size(), _dtype(kernel), device="cpu")
+    with pytest.raises(RuntimeError, match=f"runs on CUDA tensors; {kernel.spec.inputs[0].name} is on cpu"):
+        kernel(*ts, **_attrs(kernel))
 
 
 def test_non_default_stream(kernel):
-    dtype = torch.float32 if "float32" in kernel.dtypes else torch.bfloat16
+    dtype, attrs = _dtype(kernel, torch.bfloat16), _attrs(kernel)
     side = torch.cuda.Stream()
-    x, b = spec.make_inputs((2048, 4096), dtype, "cuda", torch.Generator("cuda").manual_seed(2))
-    expected = kernel(x, b)
+    ts = _inputs(kernel, (2048, 4096), dtype, seed=2)
+    expected = as_tuple(kernel(*ts, **attrs))
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         # a long op queued first on the side stream: if our kernel ran on another stream it would
-        # read x before the in-place update below and the result would not match
-        x2 = x.clone()
+        # read the input before the in-place update below and the result would not match
+        x2 = ts[0].clone()
         x2.mul_(1.0)
-        y = kernel(x2, b)
+        got = as_tuple(kernel(x2, *ts[1:], **attrs))
     side.synchronize()
-    torch.testing.assert_close(y, expected, rtol=0, atol=0)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_non_current_device(kernel):
-    dtype = torch.float32 if "float32" in kernel.dtypes else torch.bfloat16
-    x, b = spec.make_inputs((64, 512), dtype, "cuda:1", torch.Generator("cuda:1").manual_seed(3))
+    dtype, attrs = _dtype(kernel), _attrs(kernel)
+    ts = _inputs(kernel, (64, 512), dtype, seed=3, device="cuda:1")
     with torch.cuda.device(0):
-        y = kernel(x, b)
-    assert y.device == x.device
-    assert wb.correctness.compare(y, spec.reference(x, b), dtype)[0]
+        out = as_tuple(kernel(*ts, **attrs))
+    assert all(o.device == ts[0].device for o in out)
+    for o, r in zip(out, kernel.spec.run_reference(ts, attrs)):
+        assert wb.correctness.compare(o, r, dtype)[0]
 
 
 def test_large_tensor_over_int32(kernel):
-    """More than 2^31 elements: the last rows (whose flat indices exceed int32) and dbias are right."""
-    dtype = torch.float32 if "float32" in kernel.dtypes else torch.bfloat16
+    """More than 2^31 elements: the last rows (whose flat indices exceed int32) and the gradients
+    are right."""
+    spec, dtype, attrs = kernel.spec, _dtype(kernel, torch.bfloat16), _attrs(kernel)
     cols = 4096
     rows = (2**31) // cols + 3
+    size = (rows, cols)
     gen = torch.Generator("cuda").manual_seed(4)
-    x, b = spec.make_inputs((rows, cols), dtype, "cuda", gen)
-    y = kernel(x, b)
+    ts = list(spec.new_inputs(size, dtype, "cuda", gen))
+    (y,) = as_tuple(kernel(*ts, **attrs))
     for sl in (slice(0, 4), slice(rows - 4, rows)):
-        ok, rel, *_ = wb.correctness.compare(y[sl], spec.reference(x[sl], b), dtype)
+        part = [t[sl] if t.dim() == 2 else t for t in ts]
+        ok, rel, *_ = wb.correctness.compare(y[sl], spec.run_reference(part, attrs)[0], dtype)
         assert ok, f"forward rows {sl}: rel {rel}"
     del y
-    dy = torch.empty_like(x).normal_(generator=gen)
-    dx, db = kernel.backward(dy, x, b)
+    dy = torch.empty_like(ts[0]).normal_(generator=gen)
+    grads = as_tuple(kernel.backward(dy, *ts, **attrs))
     for sl in (slice(0, 4), slice(rows - 4, rows)):
-        ok, rel, *_ = wb.correctness.compare(dx[sl], spec.reference_backward(dy[sl], x[sl], b)[0], dtype)
-        assert ok, f"dx rows {sl}: rel {rel}"
-    total = torch.zeros(cols, dtype=torch.float64, device="cuda")
-    for start in range(0, rows, 1 << 16):
-        total += dx[start:start + (1 << 16)].double().sum(0)
-    # dbias sums 2^19 rows of kernel-rounded dx: compare with the float64 sum of the same dx
-    rel = ((db.double() - total).norm() / total.norm()).item()
-    assert rel < (1e-4 if dtype == torch.float32 else 1e-2), f"dbias rel {rel}"
+        part = [t[sl] if t.dim() == 2 else t for t in ts]
+        ref = spec.run_reference_backward((dy[sl],), part, attrs)
+        ok, rel, *_ = wb.correctness.compare(grads[0][sl], ref[0], dtype)
+        assert ok, f"first gradient rows {sl}: rel {rel}"
 
 
-def test_bad_input_on_cuda(kernel):
-    dtype = torch.float32 if "float32" in kernel.dtypes else torch.float16
-    x = torch.randn(4, 8, device="cuda", dtype=dtype)
-    with pytest.raises(RuntimeError, match="bias must be on the same device as x"):
-        kernel(x, torch.randn(8, dtype=dtype))
-    with pytest.raises(RuntimeError, match="runs on CUDA tensors; x is on cpu"):
-        kernel(x.cpu(), torch.randn(8, dtype=dtype))
-    with pytest.raises(TypeError, match="supports dtypes"):
-        kernel(x.to(torch.int32), torch.zeros(8, device="cuda", dtype=torch.int32))
-    with pytest.raises(ValueError, match="bias must be 1-D with x.size\\(-1\\) = 8"):
-        kernel(x, torch.randn(7, device="cuda", dtype=dtype))
-    empty = kernel(x[:0], torch.randn(8, device="cuda", dtype=dtype))
-    assert empty.shape == (0, 8)
+def test_a_forward_only_variant_refuses_backward_by_name():
+    """A variant whose launcher table leaves the backward out (NULL): the forward runs, and
+    autograd's backward raises an error naming the op, the variant and the step; no crash."""
+    src = (wb.registry.variant_source("bias_gelu", "scalar").read_text()
+           .replace("{forward, backward, workspace_bytes}", "{forward, nullptr, nullptr}"))
+    k = wb.load_inline("bias_gelu", src, name="fwd_only_gpu")
+    assert k.steps == ("forward",)
+    x = torch.randn(8, 16, device="cuda", requires_grad=True)
+    b = torch.randn(16, device="cuda", requires_grad=True)
+    y = k(x, b)
+    with pytest.raises(NotImplementedError, match="bias_gelu/fwd_only_gpu has no backward; gradients need a variant"):
+        y.sum().backward()
+    assert torch.isfinite(k(x, b)).all()  # the process and its CUDA context carry on
 
 
-def test_module_trains_on_cuda():
+def test_modules_train_on_cuda():
     torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Linear(16, 64), wb.nn.BiasGELU(64), torch.nn.Linear(64, 1)).cuda()
-    opt = torch.optim.SGD(m.parameters(), lr=0.05)
-    x = torch.randn(256, 16, device="cuda")
-    y = x[:, :1] * 2 - x[:, 1:2]
-    losses = []
-    for _ in range(40):
-        loss = torch.nn.functional.mse_loss(m(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    assert losses[-1] < 0.5 * losses[0]
-    assert m[1]._variant in ("vec4", "scalar")
+    for layer in (wb.nn.BiasGELU(64), wb.nn.ScaleBiasReLU(64, scale=1.5)):
+        m = torch.nn.Sequential(torch.nn.Linear(16, 64), layer, torch.nn.Linear(64, 1)).cuda()
+        opt = torch.optim.SGD(m.parameters(), lr=0.05)
+        x = torch.randn(256, 16, device="cuda")
+        y = x[:, :1] * 2 - x[:, 1:2]
+        losses = []
+        for _ in range(40):
+            loss = torch.nn.functional.mse_loss(m(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert losses[-1] < 0.5 * losses[0], (type(layer).__name__, losses[::10])
+        assert m[1]._variant in ("vec4", "scalar")
 
 
-def test_bench_small_sweep(tmp_path):
+@pytest.mark.parametrize("op", registry.ops())
+def test_bench_small_sweep(tmp_path, op):
     """A real sweep on the GPU: every provider times, GB/s and the ceiling are filled, results
     round-trip through the JSONL file and the plots are drawn."""
     from workbench import plot, results
 
-    r = wb.bench("bias_gelu", dtypes=["float32", "bfloat16"], shapes=[(1024, 1024), (4096, 1024)],
+    spec = registry.spec(op)
+    r = wb.bench(op, dtypes=["float32", "bfloat16"], shapes=[(1024, 1024), (4096, 1024)],
                  directions=("fwd", "bwd"), budget_s=0.2)
     providers = {(row["dtype"], row["variant"]) for row in r.rows}
     assert {("float32", p) for p in ("eager", "compile", "scalar", "vec4")} <= providers
@@ -161,6 +199,7 @@ def test_bench_small_sweep(tmp_path):
         assert row["median_ms"] > 0 and row["p20_ms"] <= row["median_ms"] <= row["p80_ms"]
         assert row["GBps"] > 0 and 0 < row["pct_of_ceiling"] < 1000 and row["ceiling_GBps"] > 100
         assert row["method"] in ("cuda-events", "cuda-graph") and row["peak_mem_bytes"] >= 0
+        assert row["attrs"] == spec.sample_attrs()[0]
         if row["variant"] == "eager":
             assert row["speedup_vs_eager"] == 1.0
     path = r.save(tmp_path / "rows.jsonl")

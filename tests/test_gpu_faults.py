@@ -10,14 +10,14 @@ import torch
 
 import workbench as wb
 from workbench import sanitize
-from workbench.ops import bias_gelu as spec
+from workbench.specs.bias_gelu import SPEC as spec
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")]
 FAULTY = pathlib.Path(__file__).parent / "faulty"
 
 
 def test_illegal_address_is_isolated_and_the_caller_survives():
-    x, b = spec.make_inputs((512, 1024), torch.float32, "cuda", torch.Generator("cuda").manual_seed(0))
+    x, b = spec.new_inputs((512, 1024), torch.float32, "cuda", torch.Generator("cuda").manual_seed(0))
     before = x.clone()
     bad = wb.load_source("bias_gelu", FAULTY / "illegal_address.cu", name="illegal_address")
     with pytest.raises(wb.IsolatedRunError, match="illegal memory access"):

@@ -9,14 +9,14 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench.ops import bias_gelu as spec
+from workbench.specs.bias_gelu import SPEC as spec
 
 FAULTY = pathlib.Path(__file__).parent / "faulty"
 
 
 def test_isolated_check_reports_a_crash_and_the_caller_survives(cpu_kernel):
     k = wb.load_source("bias_gelu", FAULTY / "cpu_segfault.cpp", name="segv")
-    x, b = spec.make_inputs((6, 9), torch.float32, "cpu", torch.Generator().manual_seed(0))
+    x, b = spec.new_inputs((6, 9), torch.float32, "cpu", torch.Generator().manual_seed(0))
     before = x.clone()
     with pytest.raises(wb.IsolatedRunError, match="SIGSEGV") as info:
         wb.check("bias_gelu", k, isolate=True)

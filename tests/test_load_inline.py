@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workbench.ops import bias_gelu as spec
+from workbench.specs.bias_gelu import SPEC as spec
 
 CPU_DESCRIPTION = "C++ on torch's CPU thread pool, parallel over rows; any alignment and column count"
 
@@ -15,7 +15,7 @@ def _with_description(cpu_source: str, description: str) -> str:
 
 
 def _inputs(shape=(6, 10), seed=0):
-    return spec.make_inputs(shape, torch.float32, "cpu", torch.Generator().manual_seed(seed))
+    return spec.new_inputs(shape, torch.float32, "cpu", torch.Generator().manual_seed(seed))
 
 
 def test_inline_copy_builds_lists_and_checks(wb, cpu_kernel, cpu_source_text):
@@ -71,7 +71,7 @@ def test_edit_under_same_name_gives_new_build_and_old_handle_keeps_working(wb, c
     # Backward through the old handle uses the old build as well.
     xg, bg = x.clone().requires_grad_(), b.clone().requires_grad_()
     old(xg, bg).sum().backward()
-    _, rdb = spec.reference_backward(torch.ones_like(x), x, b)
+    _, rdb = spec.run_reference_backward((torch.ones_like(x),), (x, b), {})
     torch.testing.assert_close(bg.grad.double(), rdb, rtol=1e-5, atol=1e-5)
     # variants() shows the newest build's description for the name.
     listed = {v.name: v for v in wb.variants("bias_gelu")}

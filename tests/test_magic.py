@@ -123,7 +123,7 @@ def test_quiet_prints_nothing(shell, capsys, cpu_source_text):
 
 
 @pytest.mark.parametrize("line, expected", [
-    ("no_such_op magic_bad", "OP must be one of ['bias_gelu']; got 'no_such_op'"),
+    ("no_such_op magic_bad", "OP must be one of ['bias_gelu', 'elementwise_mul', 'scale_bias_relu']; got 'no_such_op'"),
     ("bias_gelu 1bad", "NAME must be an identifier"),
     ("bias_gelu bad-name", "NAME must be an identifier"),
     ("bias_gelu max", "NAME 'max' is a Python keyword or builtin"),

@@ -15,7 +15,8 @@ __version__ = "0.1.0"
 from .benchmark import bench
 from .correctness import check, gradcheck
 from .errors import BuildError, IsolatedRunError, LockTimeout, WorkbenchError
-from .loader import Kernel, load, load_inline, load_source
+from .loader import Kernel, define_op, load, load_inline, load_source
+from .opspec import Attr, ErrorCase, Layer, OpSpec, Output, Tensor
 from .registry import ops, variants
 from . import nn
 
@@ -28,6 +29,7 @@ def load_ipython_extension(ipython) -> None:
     load(ipython)
 
 
-__all__ = ["ops", "variants", "load", "load_inline", "load_source", "check", "gradcheck", "bench", "Kernel",
+__all__ = ["ops", "variants", "load", "load_inline", "load_source", "define_op", "check", "gradcheck", "bench",
+           "Kernel", "OpSpec", "Tensor", "Attr", "Output", "Layer", "ErrorCase",
            "BuildError", "IsolatedRunError", "LockTimeout", "WorkbenchError", "nn", "__version__"]
 

@@ -12,10 +12,17 @@ from dataclasses import dataclass, field
 import torch
 
 from . import __version__, config, loader, registry, results, timing, toolchain
-from .correctness import DTYPES
+from . import dtypes as dtypes_
+from .opspec import DIRECTIONS
+from .torchops import as_tuple
 
-DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
+# Every op has these two: its eager math, and torch.compile of it. A spec adds its own (spec.baselines).
 BASELINES = ("eager", "compile")
+
+
+def baselines_of(spec) -> tuple[str, ...]:
+    """The baselines an op can be timed against: eager, compile, then the spec's own."""
+    return BASELINES + tuple(b for b in spec.baselines if b not in BASELINES)
 # The columns of BenchResult.table(), as BenchResult.frame() returns them.
 TABLE_COLUMNS = ("direction", "dtype", "shape", "variant", "median_ms", "p20_ms", "p80_ms", "GBps",
                  "pct_of_ceiling", "speedup_vs_eager", "speedup_vs_compile")
@@ -102,53 +109,60 @@ class _Compiled:
         return torch.compile(self.fn, dynamic=False, fullgraph=True)
 
 
-def _providers(op: str, spec, names: list[str], baselines, device: torch.device, dtype: torch.dtype):
-    """name -> (kind, forward callable over the inputs, or a _Compiled to instantiate per group)."""
+def _providers(op: str, spec, names: list[str], baselines, device: torch.device, dname: str):
+    """name -> (kind, forward callable over (inputs, attrs), or a _Compiled to instantiate per group)."""
     out = {}
     for b in baselines:
         if b == "eager":
             out["eager"] = ("baseline", spec.eager)
         elif b == "compile":
             out["compile"] = ("baseline", _Compiled(spec.eager))
+        elif b in spec.baselines:
+            out[b] = ("baseline", spec.baselines[b])
         else:
-            raise ValueError(f"baselines must be among {BASELINES}; got {b!r}")
+            raise ValueError(f"baselines must be among {list(baselines_of(spec))}; got {b!r}")
     for name in names:
         k = loader.get(op, name)
-        if k.device != device.type or str(dtype).replace("torch.", "") not in k.dtypes:
+        if k.device != device.type or dname not in k.dtypes:
             continue
         out[name] = ("variant", k)
     return out
 
 
-def _timed_call(kind_fn, inputs, direction: str, gen: torch.Generator):
+def _timed_call(kind_fn, spec, inputs, attrs: dict, direction: str, gen: torch.Generator):
     """A zero-argument callable doing one `direction` step, with its inputs prepared outside."""
     _, fn = kind_fn
     if isinstance(fn, _Compiled):
         fn = fn.fresh()
     if direction == "fwd":
-        return lambda: fn(*inputs)
-    leaves = [t.detach().requires_grad_() for t in inputs]
-    out = fn(*leaves)
-    grad = torch.randn(out.shape, generator=gen, device=out.device, dtype=torch.float32).to(out.dtype)
+        return lambda: fn(*inputs, **attrs)
+    diff = [t.differentiable for t in spec.inputs]
+    leaves = [t.detach().requires_grad_(d) for t, d in zip(inputs, diff)]
+    wanted = [t for t, d in zip(leaves, diff) if d]
+    outs = as_tuple(fn(*leaves, **attrs))
+    grads = [torch.randn(o.shape, generator=gen, device=o.device, dtype=torch.float32).to(o.dtype) for o in outs]
     if direction == "bwd":
-        return lambda: torch.autograd.grad(out, leaves, grad, retain_graph=True)
-    return lambda: torch.autograd.grad(fn(*leaves), leaves, grad)
+        return lambda: torch.autograd.grad(outs, wanted, grads, retain_graph=True)
+    return lambda: torch.autograd.grad(as_tuple(fn(*leaves, **attrs)), wanted, grads)
 
 
 def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=BASELINES,
-          directions=("fwd",), *, device=None, budget_s: float = 1.0, target_rse: float = 0.01,
-          save: bool = False, results_path=None, isolate: bool = False) -> BenchResult:
-    """Time variants of `op` against eager PyTorch and torch.compile over a sweep of shapes.
+          directions=("fwd",), *, attrs: dict | None = None, device=None, budget_s: float = 1.0,
+          target_rse: float = 0.01, save: bool = False, results_path=None, isolate: bool = False) -> BenchResult:
+    """Time variants of `op` against its baselines (eager, torch.compile, and the spec's own) over a
+    sweep of sizes, all in one run.
 
-    variants: "all" (every variant that runs on the device), names, or Kernel handles. device:
-    "cuda" if a GPU is visible, else "cpu" (CPU variants, CPU timers). isolate=True runs the sweep
-    in a child process (a faulting kernel cannot take this one down). Returns a BenchResult
-    (.table() .frame() .figure() .plot() .save())."""
+    variants: "all" (every variant that runs on the device), names, or Kernel handles. shapes:
+    sizes for the op's size pattern (default: the spec's bench sizes for the device). attrs: the
+    op's attributes (default: the spec's first sample). device: "cuda" if a GPU is visible, else
+    "cpu" (CPU variants, CPU timers). isolate=True runs the sweep in a child process (a faulting
+    kernel cannot take this one down). Returns a BenchResult (.table() .frame() .figure() .plot()
+    .save())."""
     if isolate:
         return _bench_isolated(op, variants, dict(
             dtypes=list(dtypes), shapes=[list(s) for s in shapes] if shapes else None, baselines=list(baselines),
-            directions=list(directions), device=None if device is None else str(device), budget_s=budget_s,
-            target_rse=target_rse), save=save, results_path=results_path)
+            directions=list(directions), attrs=attrs, device=None if device is None else str(device),
+            budget_s=budget_s, target_rse=target_rse), save=save, results_path=results_path)
     if isinstance(variants, loader.Kernel) or (isinstance(variants, (list, tuple)) and variants
                                                 and all(isinstance(v, loader.Kernel) for v in variants)):
         variants = [v.name for v in ([variants] if isinstance(variants, loader.Kernel) else variants)]
@@ -159,9 +173,11 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=B
     for d in directions:
         if d not in DIRECTIONS:
             raise ValueError(f"directions must be among {DIRECTIONS}; got {d!r}")
-    for d in dtypes:
-        if d not in DTYPES:
-            raise ValueError(f"dtypes must be among {list(DTYPES)}; got {d!r}")
+        if d != "fwd" and not spec.differentiable:
+            raise ValueError(f"directions: {op} has no differentiable inputs, so only 'fwd'; got {d!r}")
+    dtypes = dtypes_.names(dtypes)
+    _, attr_values = spec.call_args((None,) * len(spec.inputs), attrs if attrs is not None else spec.sample_attrs()[0])
+    attrs = spec.attr_dict(attr_values)
     all_names = [v.name for v in registry.variants(op)]
     if variants == "all":
         names = [v.name for v in registry.variants(op) if v.device == device.type]
@@ -170,7 +186,9 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=B
         unknown = [n for n in names if n not in all_names]
         if unknown:
             raise ValueError(f"variants must be among {all_names} or 'all'; unknown: {unknown}")
-    shapes = [tuple(s) for s in (shapes or spec.bench_shapes[device.type])]
+    shapes = [tuple(s) for s in (shapes or spec.bench_sizes[device.type])]
+    for s in shapes:
+        spec.dims(s)  # a size that does not fit the op's pattern fails here, naming it
     result = BenchResult()
     if device.type == "cpu":
         result.notes.append("no GPU visible: CPU variants timed on the CPU; no copy ceiling")
@@ -181,7 +199,7 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=B
     gen.manual_seed(0)
     # At least 30 samples: with fewer, a 15 us op's median moved by up to 8% between runs.
     stop = {"budget_s": budget_s, "target_rse": target_rse, "min_samples": 30}
-    providers = {dname: _providers(op, spec, names, baselines, device, DTYPES[dname]) for dname in dtypes}
+    providers = {dname: _providers(op, spec, names, baselines, device, dname) for dname in dtypes}
     total = sum(len(p) for p in providers.values()) * len(shapes) * len(directions)
     done = 0
     for dname, provs in providers.items():
@@ -189,29 +207,31 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=B
         if skipped:
             result.notes.append(f"{dname}: skipped {', '.join(skipped)} (not for {device.type} {dname})")
         for shape in shapes:
-            inputs = spec.make_inputs(shape, DTYPES[dname], device, gen)
-            numel = math.prod(shape)
+            inputs = spec.new_inputs(shape, dname, device, gen)
+            numel = inputs[0].numel()
             for direction in directions:
                 group = []
                 for name, kind_fn in provs.items():
                     done += 1
-                    _progress(done, total, f"{op} {direction} {dname} {'x'.join(map(str, shape))} {name}")
-                    call = _timed_call(kind_fn, inputs, direction, gen)
+                    _progress(done, total, f"{op} {direction} {dname} {spec.label(shape)} {name}")
+                    call = _timed_call(kind_fn, spec, inputs, attrs, direction, gen)
                     if device.type == "cuda":
                         m = timing.time_cuda(call, **stop)
                         peak = timing.peak_memory_bytes(call, device)
                     else:
                         m = timing.time_cpu(call, **stop)
                         peak = -1
-                    nbytes = spec.bytes_moved(shape, DTYPES[dname], direction)
+                    nbytes = spec.bytes(shape, dname, direction)
+                    flops = spec.flop_count(shape, direction)
                     gbps = nbytes / (m.median_ms * 1e-3) / 1e9
                     group.append(dict(prov, op=op, variant=name, kind=kind_fn[0], dtype=dname,
-                                      shape="x".join(map(str, shape)), numel=numel, direction=direction,
+                                      shape=spec.label(shape), numel=numel, direction=direction,
                                       median_ms=m.median_ms, p20_ms=m.p20_ms, p80_ms=m.p80_ms,
                                       n_samples=m.n_samples, rel_std_err=m.rel_std_err, method=m.method,
-                                      bytes=nbytes, flops=spec.flops(shape, direction), GBps=gbps,
+                                      bytes=nbytes, flops=flops, GBps=gbps,
+                                      TFLOPs=flops / (m.median_ms * 1e-3) / 1e12,
                                       pct_of_ceiling=100 * gbps / ceiling, ceiling_GBps=ceiling,
-                                      peak_mem_bytes=peak))
+                                      peak_mem_bytes=peak, attrs=dict(attrs)))
                 base = {r["variant"]: r["median_ms"] for r in group}
                 for r in group:
                     r["speedup_vs_eager"] = base["eager"] / r["median_ms"] if "eager" in base else math.nan

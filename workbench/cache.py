@@ -71,6 +71,15 @@ def content_key(*, kind: str, sources: list[pathlib.Path], include_dirs: list[pa
     return h.hexdigest()
 
 
+def closure_digest(source: pathlib.Path, include_dirs: list[pathlib.Path]) -> str:
+    """A hash of a header and everything it includes: an op's contract, which its binding and its
+    variants must have been built against alike."""
+    h = hashlib.sha256()
+    for name, data in source_closure(source, include_dirs):
+        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()[:16]
+
+
 def _sha256_file(path: pathlib.Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

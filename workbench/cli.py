@@ -6,6 +6,7 @@ import json
 import sys
 
 from . import config
+from .dtypes import NAMES as DTYPE_NAMES
 
 
 def _variants_for(op: str, names: list[str], *, runnable_only: bool) -> list[str]:
@@ -107,33 +108,39 @@ def cmd_plot(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    """Build every variant this machine can run, check and gradcheck each, time them against eager
-    and torch.compile, print the table and draw the plots."""
+    """For each op (or the one named): build every variant this machine can run, check and
+    gradcheck each, time them against the op's baselines, print the table and draw the plots."""
     import pathlib
 
-    from . import loader, toolchain
-    from .benchmark import bench
+    from . import loader, registry, toolchain
+    from .benchmark import BenchResult, bench
     from .correctness import check, gradcheck
 
-    op = args.op
     gpu = toolchain.gpu_available()
-    print(f"Kernel Workbench demo: {op} on {'the GPU' if gpu else 'the CPU (no GPU visible: CPU path, small sizes)'}")
-    names = _variants_for(op, [], runnable_only=True)
-    ok = True
-    for name in names:
-        k = loader.load(op, name)
-        print(f"\n{op}/{name}: {'built' if k.built else 'loaded from cache'} in {k.seconds:.2f} s - {k.description}")
-        for report in (check(op, k), gradcheck(op, k)):
-            print("  " + report.summary().replace("\n", "\n  "))
-            ok &= report.ok
-    shapes = None if gpu else [(256, 1024), (1024, 1024), (2048, 2048)]
-    result = bench(op, variants=names, dtypes=["float32", "bfloat16"] if gpu else ["float32"], shapes=shapes,
-                   directions=["fwd", "bwd"], budget_s=args.budget)
-    print()
-    print(result.table())
+    print(f"Kernel Workbench demo on {'the GPU' if gpu else 'the CPU (no GPU visible: CPU path, small sizes)'}")
+    ok, everything = True, BenchResult()
+    for op in [args.op] if args.op else registry.ops():
+        spec = registry.spec(op)
+        print(f"\n== {op}: {spec.doc}")
+        names = _variants_for(op, [], runnable_only=True)
+        for name in names:
+            k = loader.load(op, name)
+            print(f"\n{op}/{name}: {'built' if k.built else 'loaded from cache'} in {k.seconds:.2f} s - {k.description}")
+            for report in (check(op, k), gradcheck(op, k)):
+                print("  " + report.summary().replace("\n", "\n  "))
+                ok &= report.ok
+        # On the CPU: the op's two smallest CPU bench sizes, so the demo stays quick there.
+        shapes = None if gpu else spec.bench_sizes["cpu"][:2]
+        directions = ["fwd", "bwd"] if spec.differentiable else ["fwd"]
+        result = bench(op, variants=names, dtypes=["float32", "bfloat16"] if gpu else ["float32"], shapes=shapes,
+                       directions=directions, budget_s=args.budget)
+        print()
+        print(result.table())
+        everything.rows += result.rows
+        everything.notes += result.notes
     out = pathlib.Path(args.out)
-    result.save(out / "bench.jsonl")
-    for p in result.plot(out / "plots"):
+    everything.save(out / "bench.jsonl")
+    for p in everything.plot(out / "plots"):
         print(f"plot: {p}")
     print(f"\nrows saved to {out / 'bench.jsonl'}; " + ("all checks passed" if ok else "SOME CHECKS FAILED"))
     return 0 if ok else 1
@@ -198,7 +205,7 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("op")
         s.add_argument("variants", nargs="*", help="default: every variant this machine can run")
         if name == "check":
-            s.add_argument("--dtypes", nargs="+", choices=["float32", "float64", "float16", "bfloat16"])
+            s.add_argument("--dtypes", nargs="+", choices=DTYPE_NAMES)
         s.add_argument("--seed", type=int)
         s.add_argument("--verbose", "-v", action="store_true", help="print every case")
         s.add_argument("--json", action="store_true", help="also print a JSON summary")
@@ -207,9 +214,10 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("bench", help="time variants against eager and torch.compile")
     s.add_argument("op")
     s.add_argument("--variants", nargs="+", help="default: every variant that runs on this device")
-    s.add_argument("--dtypes", nargs="+", choices=["float32", "float64", "float16", "bfloat16"])
+    s.add_argument("--dtypes", nargs="+", choices=DTYPE_NAMES)
     s.add_argument("--shapes", nargs="+", type=_shape, help="e.g. 4096x4096 16384x16384")
-    s.add_argument("--baselines", nargs="*", default=["eager", "compile"], choices=["eager", "compile"])
+    s.add_argument("--baselines", nargs="*", default=["eager", "compile"],
+                   help="eager, compile, and any the op's spec adds (default: eager compile)")
     s.add_argument("--directions", nargs="+", default=["fwd"], choices=["fwd", "bwd", "fwd+bwd"])
     s.add_argument("--budget", type=float, default=1.0, help="seconds of sampling per row at most")
     s.add_argument("--results", help="JSONL file to append to (default results/bench.jsonl)")
@@ -223,8 +231,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--plot-dir")
     s.set_defaults(fn=cmd_plot)
 
-    s = sub.add_parser("demo", help="build, check, gradcheck, bench and plot an op's variants")
-    s.add_argument("op", nargs="?", default="bias_gelu")
+    s = sub.add_parser("demo", help="build, check, gradcheck, bench and plot every op's variants (or one op's)")
+    s.add_argument("op", nargs="?", help="default: every op")
     s.add_argument("--out", default="workbench-demo", help="where the demo writes rows and plots")
     s.add_argument("--budget", type=float, default=0.3, help="seconds of sampling per row at most")
     s.set_defaults(fn=cmd_demo)
@@ -263,7 +271,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_child"]:  # internal: the child side of isolate=True (workbench/isolate.py)
-        from .isolate import child_main
+        from .jobs import child_main
         return child_main(argv[1])
     args = parser().parse_args(argv)
     from .errors import WorkbenchError

@@ -1,8 +1,9 @@
-"""Correctness: the check matrix against a float64 reference, and gradcheck.
+"""Correctness: the check matrix against a float64 reference, and gradcheck, for any op.
 
-Every case draws fresh random inputs, poisons the memory the op's outputs will land in (so an
-element the kernel never writes shows up as NaN), and compares with the float64 reference by
-relative norm error and element-wise tolerance; NaN passes only where the reference has it.
+Every case draws fresh random inputs from the op's spec, poisons the memory the op's outputs will
+land in (so an element the kernel never writes shows up as NaN), and compares each output and each
+gradient with the float64 reference by relative norm error and element-wise tolerance, scaled for
+an element that sums n terms; NaN passes only where the reference has it.
 """
 from __future__ import annotations
 
@@ -14,24 +15,22 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import dtypes as dtypes_
 from . import loader, registry, toolchain
+from .opspec import LAYOUTS
+from .torchops import as_tuple
 
-# Relative norm error ||out - ref|| / ||ref|| and element-wise (atol, rtol) per dtype.
-TOLERANCES = {
-    torch.float64: (1e-12, 1e-13, 1e-10),
-    torch.float32: (1e-5, 1e-5, 1e-4),
-    torch.float16: (2e-3, 2e-3, 4e-3),
-    torch.bfloat16: (1e-2, 1.6e-2, 1.6e-2),
-}
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# Kept for callers of the old names: the one vocabulary lives in workbench.dtypes.
+DTYPES = {name: getattr(torch, name) for name in dtypes_.NAMES}
+TOLERANCES = {DTYPES[name]: tol for name, tol in dtypes_.TOLERANCES.items()}
 
 
 @dataclass
 class Case:
     what: str            # "forward", "backward dx", "backward dbias", "determinism"
-    shape: tuple
+    shape: tuple         # the size (for most ops, the first input's shape)
     dtype: str
-    layout: str          # "contiguous", "strided", "offset"
+    layout: str          # "contiguous", "strided", "offset", "transposed"
     passed: bool
     rel_err: float = 0.0
     max_abs_err: float = 0.0
@@ -93,11 +92,11 @@ class Report:
         return cls(d["op"], d["variant"], d["device"], cases, list(d["skipped"]), d["method"])
 
 
-def compare(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, *, terms: int = 1
+def compare(out: torch.Tensor, ref: torch.Tensor, dtype, *, terms: int = 1
             ) -> tuple[bool, float, float, tuple | None, str]:
     """(passed, relative norm error, max abs error, worst index, note) of out against a float64 ref.
-    `terms`: how many values each element sums (a reduction's rounding error grows as sqrt(terms))."""
-    rel_tol, atol, rtol = TOLERANCES[dtype]
+    `terms`: how many values each element sums (a sum's rounding error grows as sqrt(terms))."""
+    rel_tol, atol, rtol = dtypes_.tolerance(dtype)
     atol *= math.sqrt(max(terms, 1))
     if out.shape != ref.shape:
         return False, math.inf, math.inf, None, f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
@@ -133,12 +132,19 @@ def compare(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, *, terms: 
     return passed, rel, max_abs, worst, note
 
 
-def _grad_cases(prefix: str, spec, shape: tuple, dname: str, layout: str, got, refs) -> list[Case]:
-    """One case per differentiable input ("<prefix><input name>"), each compared with the float64
-    reference at the dtype's tolerance, a reduction's scaled by how many terms it sums."""
-    terms = spec.grad_terms(shape) or (1,) * len(refs)
-    return [Case(prefix + name, shape, dname, layout, *compare(g, r, DTYPES[dname], terms=n))
-            for name, g, r, n in zip(spec.input_names, got, refs, terms)]
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit-identical (NaN equal to the same NaN), the test for determinism."""
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.reshape(-1).contiguous().view(torch.uint8),
+                                                                     b.reshape(-1).contiguous().view(torch.uint8))
+
+
+def _compare_all(prefix: str, names, got, refs, terms, shape, dname, layout) -> list[Case]:
+    got = as_tuple(got)
+    if len(got) != len(refs):
+        return [Case(prefix.strip() or "outputs", shape, dname, layout, False,
+                     note=f"{len(got)} tensors returned, {len(refs)} expected")]
+    return [Case(f"{prefix}{n}".strip(), shape, dname, layout, *compare(g, r, dname, terms=t))
+            for n, g, r, t in zip(names, got, refs, terms)]
 
 
 def _device_for(kernel) -> torch.device:
@@ -156,12 +162,15 @@ def _generator(device: torch.device, seed: int) -> torch.Generator:
     return g
 
 
-def _layout(t: torch.Tensor, layout: str) -> torch.Tensor:
-    """The same values in another memory layout: a strided (non-contiguous) view, or a contiguous
-    view whose data pointer is offset by one element (misaligned for 16-byte vector loads)."""
+def with_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """The same values in another memory layout: a strided (non-contiguous) view, a contiguous view
+    whose data pointer is offset by one element (misaligned for 16-byte vector loads), or the
+    transpose of a contiguous tensor, transposed back (a column-major view; 1-D stays as it is)."""
     if layout == "contiguous" or t.numel() == 0:
         return t
     if layout == "strided":
+        if t.dim() == 0:
+            return t
         wide = torch.empty((*t.shape[:-1], 2 * t.shape[-1]), dtype=t.dtype, device=t.device)
         view = wide[..., ::2]
         view.copy_(t)
@@ -171,7 +180,9 @@ def _layout(t: torch.Tensor, layout: str) -> torch.Tensor:
         view = buf[1:].view(t.shape)
         view.copy_(t)
         return view
-    raise ValueError(f"layout must be contiguous, strided or offset; got {layout!r}")
+    if layout == "transposed":
+        return t if t.dim() < 2 else t.transpose(-1, -2).contiguous().transpose(-1, -2)
+    raise ValueError(f"layout must be one of {LAYOUTS}; got {layout!r}")
 
 
 @contextlib.contextmanager
@@ -202,92 +213,142 @@ def _isolated(kind: str, op: str, variant, kwargs: dict) -> Report:
     return Report.from_dict(isolate.run(kind, isolate.variant_spec(op, variant), kwargs))
 
 
-def check(op: str, variant: str, *, dtypes=None, shapes=None, layouts=("contiguous", "strided", "offset"),
-          seed: int | None = None, backward: bool = True, verbose: bool = False, isolate: bool = False) -> Report:
-    """Run the correctness matrix for one variant: every supported dtype x shape x layout, forward
-    and backward, against the float64 reference. Returns a Report (report.ok, report.table()).
-    isolate=True runs it in a child process: a kernel that faults raises IsolatedRunError here and
-    leaves this process, its CUDA context and its tensors as they were."""
+def _kernel(op: str, variant):
+    return variant if isinstance(variant, loader.Kernel) else loader.get(op, variant)
+
+
+def _wanted_dtypes(kernel, dtypes, report: Report) -> list[str]:
+    wanted = list(kernel.dtypes) if dtypes is None else dtypes_.names(dtypes)
+    for name in wanted:
+        if name not in kernel.dtypes:
+            report.skipped.append(f"{name}: not supported by {kernel.name} (supports {', '.join(kernel.dtypes)})")
+    return [d for d in wanted if d in kernel.dtypes]
+
+
+def check(op: str, variant, *, dtypes=None, shapes=None, layouts=("contiguous", "strided", "offset", "transposed"),
+          seed: int | None = None, backward: bool = True, verbose: bool = False, isolate: bool = False,
+          on_case=None) -> Report:
+    """Run the correctness matrix for one variant: every supported dtype x size x layout (x the
+    spec's attribute samples, in turn), forward and backward, against the float64 reference.
+    `shapes`: sizes for the op's size pattern (default: the spec's check sizes). Returns a Report
+    (report.ok, report.table()). isolate=True runs it in a child process: a kernel that faults
+    raises IsolatedRunError here and leaves this process, its CUDA context and its tensors as they
+    were. on_case(description) is called before each case runs (the exercise checker names the
+    case a crash happened in)."""
     if isolate:
         return _isolated("check", op, variant, dict(
             dtypes=dtypes, shapes=[list(s) for s in shapes] if shapes else None, layouts=list(layouts),
             seed=seed, backward=backward))
     spec = registry.spec(op)
-    kernel = variant if isinstance(variant, loader.Kernel) else loader.get(op, variant)
+    kernel = _kernel(op, variant)
     device = _device_for(kernel)
     report = Report(op, kernel.name, str(device))
-    wanted = list(kernel.dtypes) if dtypes is None else [d if isinstance(d, str) else str(d).replace("torch.", "") for d in dtypes]
-    for name in wanted:
-        if name not in DTYPES:
-            raise ValueError(f"dtypes must be among {list(DTYPES)}; got {name!r}")
-        if name not in kernel.dtypes:
-            report.skipped.append(f"{name}: not supported by {kernel.name} (supports {', '.join(kernel.dtypes)})")
-    seed = _seed(seed)
-    gen = _generator(device, seed)
-    for dname in [d for d in wanted if d in kernel.dtypes]:
-        dtype = DTYPES[dname]
-        for shape in (shapes or spec.check_shapes):
-            shape = tuple(shape)
+    wanted = _wanted_dtypes(kernel, dtypes, report)
+    backward = backward and bool(spec.differentiable)
+    if backward and "backward" not in kernel.steps:
+        report.skipped.append(f"backward: {op}/{kernel.name} has no backward (a forward-only variant)")
+        backward = False
+    out_names = [o.name for o in spec.outputs] if len(spec.outputs) > 1 else [""]
+    grad_names = [t.name for t in spec.differentiable]
+    settings = spec.sample_attrs()
+    gen = _generator(device, _seed(seed))
+    n = 0
+    for dname in wanted:
+        for size in (shapes or spec.check_sizes):
+            size = tuple(size)
+            out_terms, grad_terms = spec.terms(size)
             for layout in layouts:
-                if layout != "contiguous" and 0 in shape:
+                if layout != "contiguous" and 0 in size:
                     continue
-                inputs = [_layout(t, layout) for t in spec.make_inputs(shape, dtype, device, gen)]
+                attrs = settings[n % len(settings)]
+                n += 1
+                inputs = [with_layout(t, layout) for t in spec.new_inputs(size, dname, device, gen)]
+                label = f"{'x'.join(map(str, size)) or 'scalar'} {dname} {layout}" + \
+                    (f" {attrs}" if attrs else "")
+                if on_case:
+                    on_case(f"forward {label}")
                 with _poisoned_outputs():
-                    out = kernel(*inputs)
-                ok, rel, mx, where, note = compare(out, spec.reference(*inputs), dtype)
-                report.cases.append(Case("forward", shape, dname, layout, ok, rel, mx, where, note))
+                    out = kernel(*inputs, **attrs)
+                cases = _compare_all("forward " if out_names != [""] else "forward", out_names, out,
+                                     spec.run_reference(inputs, attrs), out_terms, size, dname, layout)
+                if backward:
+                    grads = [with_layout(torch.randn(r.shape, generator=gen, device=device,
+                                                     dtype=torch.float32).to(r.dtype), layout)
+                             for r in as_tuple(out)]
+                    if on_case:
+                        on_case(f"backward {label}")
+                    with _poisoned_outputs():
+                        got = kernel.backward(*grads, *inputs, **attrs)
+                    cases += _compare_all("backward d", grad_names, got,
+                                          spec.run_reference_backward(grads, inputs, attrs), grad_terms,
+                                          size, dname, layout)
+                if on_case:
+                    on_case(f"determinism {label}")
+                # Run again on the same inputs, poisoned alike (an unwritten element is the forward's
+                # failure, not this one's), and compare bits, NaN included.
+                with _poisoned_outputs():
+                    same = all(same_bits(a, b) for a, b in zip(as_tuple(out), as_tuple(kernel(*inputs, **attrs))))
+                    if backward:
+                        same = same and all(same_bits(a, b) for a, b in
+                                            zip(as_tuple(got), as_tuple(kernel.backward(*grads, *inputs, **attrs))))
+                cases.append(Case("determinism", size, dname, layout, same,
+                                  note="" if same else "two runs on the same inputs gave different bits"))
+                report.cases += cases
                 if verbose:
-                    print(report.cases[-1].line())
-                if not backward:
-                    continue
-                grad = _layout(torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype), layout)
-                with _poisoned_outputs():
-                    grads = kernel.backward(grad, *inputs)
-                for case in _grad_cases("backward d", spec, shape, dname, layout, grads,
-                                        spec.reference_backward(grad, *inputs)):
-                    report.cases.append(case)
-                    if verbose:
-                        print(case.line())
-                again = kernel.backward(grad, *inputs)
-                same = all(torch.equal(a, b) for a, b in zip(grads, again))
-                report.cases.append(Case("determinism", shape, dname, layout, same,
-                                         note="" if same else "backward differs between two identical runs"))
+                    for c in cases:
+                        print(c.line())
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return report
 
 
-def gradcheck(op: str, variant: str, *, seed: int | None = None, shapes=((3, 5), (2, 3, 4), (1, 1)),
-              isolate: bool = False) -> Report:
+def gradcheck(op: str, variant, *, seed: int | None = None, shapes=None, isolate: bool = False) -> Report:
     """torch.autograd.gradcheck in float64 where the variant supports float64; otherwise the
-    variant's gradients against the float64 reference's at each dtype's tolerance. The report's
-    `method` says which ran. isolate=True: as for check()."""
+    variant's gradients against the float64 reference's at each dtype's tolerance. `shapes`:
+    sizes (default: the op's three smallest non-empty check sizes). The report's `method` says
+    which ran. isolate=True: as for check()."""
     if isolate:
-        return _isolated("gradcheck", op, variant, dict(seed=seed, shapes=[list(s) for s in shapes]))
+        return _isolated("gradcheck", op, variant, dict(seed=seed, shapes=[list(s) for s in shapes] if shapes else None))
     spec = registry.spec(op)
-    kernel = variant if isinstance(variant, loader.Kernel) else loader.get(op, variant)
+    kernel = _kernel(op, variant)
     device = _device_for(kernel)
     report = Report(op, kernel.name, str(device))
+    if not spec.differentiable:
+        report.skipped.append(f"{op} has no differentiable inputs")
+        return report
+    if "backward" not in kernel.steps:
+        report.skipped.append(f"{op}/{kernel.name} has no backward (a forward-only variant)")
+        return report
+    sizes = [tuple(s) for s in shapes] if shapes else gradcheck_sizes(spec)
     gen = _generator(device, _seed(seed))
+    attrs = spec.sample_attrs()[0]
+    diff = [t.differentiable for t in spec.inputs]
     if "float64" in kernel.dtypes:
         report.method = "torch.autograd.gradcheck in float64"
-        for shape in shapes:
-            inputs = tuple(t.requires_grad_() for t in spec.make_inputs(shape, torch.float64, device, gen))
+        for size in sizes:
+            inputs = tuple(t.requires_grad_(d) for t, d in zip(spec.new_inputs(size, "float64", device, gen), diff))
             try:
-                ok = torch.autograd.gradcheck(lambda *a: kernel(*a), inputs, eps=1e-6, atol=1e-6, rtol=1e-4)
+                ok = torch.autograd.gradcheck(lambda *a: kernel(*a, **attrs), inputs, eps=1e-6, atol=1e-6, rtol=1e-4)
                 note = ""
             except torch.autograd.gradcheck.GradcheckError as e:
                 ok, note = False, str(e).splitlines()[0]
-            report.cases.append(Case("gradcheck", shape, "float64", "contiguous", ok, note=note))
+            report.cases.append(Case("gradcheck", size, "float64", "contiguous", ok, note=note))
         return report
     report.method = "gradients vs the float64 reference at the dtype's tolerance (no float64 support)"
+    names = [t.name for t in spec.differentiable]
     for dname in kernel.dtypes:
-        dtype = DTYPES[dname]
-        for shape in shapes:
-            inputs = [t.requires_grad_() for t in spec.make_inputs(shape, dtype, device, gen)]
-            out = kernel(*inputs)
-            grad = torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
-            got = torch.autograd.grad(out, inputs, grad)
-            report.cases += _grad_cases("grad ", spec, shape, dname, "contiguous", got,
-                                        spec.reference_backward(grad, *inputs))
+        for size in sizes:
+            inputs = [t.requires_grad_(d) for t, d in zip(spec.new_inputs(size, dname, device, gen), diff)]
+            outs = as_tuple(kernel(*inputs, **attrs))
+            grads = [torch.randn(o.shape, generator=gen, device=device, dtype=torch.float32).to(o.dtype) for o in outs]
+            got = torch.autograd.grad(outs, [t for t, d in zip(inputs, diff) if d], grads)
+            report.cases += _compare_all("grad ", names, got, spec.run_reference_backward(grads, inputs, attrs),
+                                         spec.terms(size)[1], size, dname, "contiguous")
     return report
+
+
+def gradcheck_sizes(spec) -> list[tuple]:
+    """Three small non-empty sizes: finite differences cost one forward per input element."""
+    sizes = sorted((tuple(s) for s in spec.check_sizes if 0 not in s),
+                   key=lambda s: (math.prod(math.prod(x) for x in spec.input_shapes(s)), len(s)))
+    return sizes[:3] or [spec.sample_size()]

@@ -47,7 +47,7 @@ def run(kind: str, spec: dict, kwargs: dict, *, timeout_s: float = 1800, extra_e
         job.write_text(json.dumps({"kind": kind, "spec": spec, "kwargs": kwargs, "result": str(result)}))
         env = dict(os.environ, **(extra_env or {}))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(config.REPO_ROOT), env.get("PYTHONPATH")]))
-        cmd = [*(prefix or []), sys.executable, "-m", "workbench", "_child", str(job)]
+        cmd = [*(prefix or []), sys.executable, "-m", "workbench", "_child", str(job)]  # -> jobs.child_main
         proc = subprocess.run(cmd, env=env, cwd=config.REPO_ROOT, capture_output=True, text=True, timeout=timeout_s)
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
         if proc.returncode != 0 or not result.exists():
@@ -56,28 +56,3 @@ def run(kind: str, spec: dict, kwargs: dict, *, timeout_s: float = 1800, extra_e
         out = json.loads(result.read_text())
         out["child_output"] = proc.stdout + proc.stderr
         return out
-
-
-def child_main(job_path: str) -> int:
-    """Entry point of the child (python -m workbench _child JOB)."""
-    from . import correctness
-
-    job = json.loads(pathlib.Path(job_path).read_text())
-    kernel = resolve(job["spec"])
-    kind, kwargs = job["kind"], job["kwargs"]
-    if kind == "check":
-        out = correctness.check(job["spec"]["op"], kernel, **kwargs).to_dict()
-    elif kind == "gradcheck":
-        out = correctness.gradcheck(job["spec"]["op"], kernel, **kwargs).to_dict()
-    elif kind == "bench":
-        from .benchmark import bench
-        out = {"rows": bench(job["spec"]["op"], variants=[kernel.name], **kwargs).rows}
-    else:
-        raise ValueError(f"unknown job kind {kind!r}")
-    import torch
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()  # surface an asynchronous fault here, as a failure of the child
-    tmp = pathlib.Path(job["result"] + ".tmp")
-    tmp.write_text(json.dumps(out))
-    tmp.replace(job["result"])
-    return 0

@@ -1,9 +1,12 @@
-"""Loading: the harness (built once per toolchain) and variant libraries (one per source).
+"""Loading: the harness (built once per toolchain), each op's binding, and variant libraries.
 
-`load(op, variant)` finds the variant's source, computes its content key, and either loads the
-published build (a warm hit: no ninja, no lock) or builds it under the key's lock and publishes it.
-The library is then registered with the harness under `name` and `name@build_id`; the returned
-Kernel calls its exact build, so a handle to an older build keeps working after an edit.
+`load(op, variant)` makes sure the op is declared in this process (its schemas, fake and autograd
+registration, from its spec) and its binding is loaded, then finds the variant's source, computes
+its content key, and either loads the published build (a warm hit: no ninja, no lock) or builds it
+under the key's lock and publishes it. The library is registered with the harness under `name` and
+`name@build_id`; the returned Kernel calls its exact build, so a handle to an older build keeps
+working after an edit. Each piece is its own library: editing one op's binding or one variant
+rebuilds that piece alone, never the harness.
 """
 from __future__ import annotations
 
@@ -14,16 +17,18 @@ import json
 import os
 import pathlib
 import threading
-import uuid
 import time
+import uuid
 from dataclasses import dataclass, field
 
-from . import build, cache, config, registry, toolchain
+from . import build, cache, config, registry, toolchain, torchops
 from .errors import BuildError, WorkbenchError
 
 _lock = threading.RLock()
 _harness: dict | None = None
-_harness_lib = None  # ctypes handle on the harness: the control plane (register, describe)
+_harness_lib = None  # ctypes handle on the harness: the control plane (declare, register)
+_declared: set[str] = set()              # ops declared to the harness in this process
+_bindings: dict[str, str] = {}           # op -> content key of the binding registered now
 _current: dict[tuple[str, str], "Kernel"] = {}  # (op, name) -> newest loaded build
 _last_good: dict[tuple[str, str], str] = {}
 
@@ -39,7 +44,8 @@ def _cuda_flags() -> list[str]:
 
 @dataclass
 class Kernel:
-    """A loaded build of one variant. Call it like the op: k(x, bias)."""
+    """A loaded build of one variant. Call it like the op: k(x, bias), attributes by position or
+    name (k(x, bias, scale=2.0)); k.backward(grad_y, x, bias) runs its backward step alone."""
     op: str
     name: str
     build_id: str
@@ -62,6 +68,15 @@ class Kernel:
         newest = _current.get((self.op, self.name))
         return newest is not None and newest.build_id != self.build_id
 
+    @property
+    def steps(self) -> tuple[str, ...]:
+        """The steps this variant implements: ("forward", "backward"), or ("forward",) alone."""
+        return tuple(self.info.get("steps", ("forward", "backward")))
+
+    @property
+    def spec(self):
+        return registry.spec(self.op)
+
     @functools.cached_property
     def op_overload(self):
         import torch
@@ -70,26 +85,27 @@ class Kernel:
     @functools.cached_property
     def _backward_overload(self):
         import torch
+        if not self.spec.differentiable:
+            raise WorkbenchError(f"{self.op} has no differentiable inputs, so no backward")
         return getattr(torch.ops.workbench, f"{self.op}_backward").default
 
-    def __call__(self, *args):
-        return self.op_overload(*args, self.qualified)
+    def __call__(self, *args, **attrs):
+        tensors, values = self.spec.call_args(args, attrs)
+        return self.op_overload(*tensors, *values, self.qualified)
 
-    def backward(self, *args):
-        return self._backward_overload(*args, self.qualified)
+    def backward(self, *args, **attrs):
+        """The backward step: gradients of the outputs, then the inputs (and attributes); returns
+        the gradients of the differentiable inputs (a tuple when there are several)."""
+        spec = self.spec
+        tensors, values = spec.call_args(args, attrs, grads=len(spec.outputs))
+        return self._backward_overload(*tensors, *values, self.qualified)
 
     def __repr__(self) -> str:
         state = "built" if self.built else "cached"
         stale = ", stale: a newer build of this name is loaded" if self.stale else ""
+        steps = "" if "backward" in self.steps else ", forward only"
         return (f"<Kernel {self.op}/{self.qualified} on {self.device} [{', '.join(self.dtypes)}] "
-                f"{state} in {self.seconds:.2f} s{stale}>")
-
-
-def _include_dirs(op_dir: pathlib.Path | None = None) -> list[pathlib.Path]:
-    dirs = [config.COMMON_DIR]
-    if op_dir is not None:
-        dirs.append(op_dir)
-    return dirs
+                f"{state} in {self.seconds:.2f} s{steps}{stale}>")
 
 
 def _get_or_build(*, label: str, kind: str, sources: list[pathlib.Path], include_dirs: list[pathlib.Path],
@@ -140,11 +156,12 @@ def _get_or_build(*, label: str, kind: str, sources: list[pathlib.Path], include
 
 
 def harness_sources() -> list[pathlib.Path]:
-    return sorted(config.BINDINGS_DIR.glob("*.cpp"))
+    return sorted((config.BINDINGS_DIR / "harness").glob("*.cpp"))
 
 
 def ensure_harness() -> dict:
-    """Build (once per toolchain) and load the C++ harness that registers torch.ops.workbench.*."""
+    """Build (once per toolchain) and load the C++ harness: the registries and the one kernel that
+    serves every op. It knows no op: ops are declared to it at run time."""
     global _harness
     with _lock:
         if _harness is not None:
@@ -152,7 +169,7 @@ def ensure_harness() -> dict:
         import torch
 
         with_cuda = toolchain.can_build_cuda()
-        include_dirs = [config.BINDINGS_DIR, config.COMMON_DIR, *registry.op_dirs()]
+        include_dirs = [config.BINDINGS_DIR / "harness", config.COMMON_DIR]
         cflags = ["-O2"] + (["-DWORKBENCH_WITH_CUDA"] if with_cuda else [])
         start = time.perf_counter()
         lib, bdir, built, key, _ = _get_or_build(
@@ -170,17 +187,12 @@ def ensure_harness() -> dict:
         _harness_lib = ctypes.CDLL(str(lib))  # the same handle torch.ops.load_library opened
         info = json.loads(_call_harness("workbench_harness_info"))
         _harness = dict(info, library=str(lib), key=key, built=built, seconds=time.perf_counter() - start)
-        registry.register_python_parts()
         return _harness
 
 
 def _workbench_namespace_registered() -> bool:
     import torch
-    try:
-        torch.ops.workbench.bias_gelu  # any op of the namespace
-        return True
-    except (AttributeError, RuntimeError):
-        return False
+    return any(n.startswith("workbench::") for n in torch._C._dispatch_get_all_op_names())
 
 
 def _call_harness(fn: str, *args: str) -> str:
@@ -196,33 +208,62 @@ def _call_harness(fn: str, *args: str) -> str:
     return text
 
 
+def contract(op: str) -> str:
+    """The hash of the op's header and what it includes: its binding and its variants must agree."""
+    src = registry.sources(op)
+    return cache.closure_digest(src.header, [config.COMMON_DIR, src.kernel_dir])
+
+
+def ensure_op(op: str) -> None:
+    """Declare the op in this process (once) and load its newest binding (rebuilt if edited)."""
+    ensure_harness()
+    spec = registry.spec(op)
+    with _lock:
+        if op not in _declared:
+            _call_harness("workbench_define_op", spec.declaration())
+            _declared.add(op)
+        torchops.register(spec)  # the current spec: an edited one (same schema) takes over
+        src = registry.sources(op)
+        lib, bdir, built, key, _ = _get_or_build(
+            label=f"binding/{op}", kind="binding", sources=[src.binding],
+            include_dirs=[config.BINDINGS_DIR, config.COMMON_DIR, src.kernel_dir],
+            with_cuda=False, cflags=CPU_FLAGS, cuda_cflags=[])
+        if _bindings.get(op) != key:
+            _call_harness("workbench_register_binding", op, str(lib), contract(op))
+            cache.mark_in_use(bdir)
+            _bindings[op] = key
+
+
 def _register(op: str, name: str, source: pathlib.Path, *, inline_label: str | None = None) -> Kernel:
     start = time.perf_counter()
-    ensure_harness()
+    ensure_op(op)
     import torch
 
-    spec = registry.static_variant(op, source, name=name)
-    if spec.device == "cuda" and not toolchain.can_build_cuda():
+    static = registry.static_variant(op, source, name=name)
+    if static.device == "cuda" and not toolchain.can_build_cuda():
         raise WorkbenchError(
             f"{op}/{name} is a CUDA variant, and this machine cannot build CUDA code "
             f"(torch {torch.__version__} {'has no CUDA' if not toolchain.torch_has_cuda() else 'found no nvcc'}); "
             f"CPU variants here: {', '.join(v.name for v in registry.variants(op) if v.device == 'cpu')}")
-    op_dir = config.KERNELS_DIR / op
+    src = registry.sources(op)
     label = f"{op}/{name}"
     with_cuda = source.suffix == ".cu"
     rename = {str(source): inline_label} if inline_label else None
     lib, bdir, built, key, _ = _get_or_build(
-        label=label, kind="variant", sources=[source], include_dirs=_include_dirs(op_dir),
+        label=label, kind="variant", sources=[source], include_dirs=[config.COMMON_DIR, src.kernel_dir],
         with_cuda=with_cuda, cflags=CPU_FLAGS, cuda_cflags=_cuda_flags(), rename=rename)
     build_id = key[:10]
     with _lock:
-        info = json.loads(_call_harness("workbench_register_variant", op, name, build_id, str(lib)))
+        info = json.loads(_call_harness("workbench_register_variant", op, name, build_id, str(lib), contract(op)))
         cache.mark_in_use(bdir)
         kernel = Kernel(op=op, name=name, build_id=build_id, device=info["device"], dtypes=tuple(info["dtypes"]),
                         description=info["description"], library=lib, source=source, built=built,
                         seconds=time.perf_counter() - start, info=info)
         _current[(op, name)] = kernel
         _last_good[(op, name)] = f"{op}/{kernel.qualified} ({lib})"
+        if registry.variant_sources(op).get(name) != source:
+            registry.record_inline_variant(registry.VariantInfo(
+                op, name, kernel.device, kernel.dtypes, kernel.description + " (inline)", source))
     return kernel
 
 
@@ -244,6 +285,18 @@ def load_source(op: str, path, name: str | None = None) -> Kernel:
     return _register(op, name, path)
 
 
+def _cache_source(kind: str, text: str, suffix: str, name: str) -> pathlib.Path:
+    """A source string written under the cache, named by its hash (written once, atomically)."""
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = config.cache_dir() / "sources" / kind / f"{name}-{digest}{suffix}"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + f".{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")  # one per writer
+        tmp.write_text(text)
+        tmp.replace(path)
+    return path
+
+
 def load_inline(op: str, source: str, name: str) -> Kernel:
     """Build a variant of `op` from a source string (a notebook cell). The text is written to the
     cache under a name derived from its hash; errors point at lines of the string."""
@@ -252,14 +305,42 @@ def load_inline(op: str, source: str, name: str) -> Kernel:
         raise ValueError("load_inline: source must be a non-empty string of CUDA C++ (or C++ for a CPU variant)")
     registry.check_variant_name(name)
     is_cuda = "__global__" in source or "WB_DEVICE_CUDA" in source
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    path = config.cache_dir() / "sources" / op / f"{name}-{digest}{'.cu' if is_cuda else '.cpp'}"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + f".{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")  # one per writer
-        tmp.write_text(source)
-        tmp.replace(path)
+    path = _cache_source(op, source, ".cu" if is_cuda else ".cpp", name)
     return _register(op, name, path, inline_label=f"<inline {op}/{name}>")
+
+
+def define_op(spec, header: str, binding: str) -> None:
+    """Define an op from a notebook: its spec (an OpSpec), its contract header and its binding, each
+    as source text or a path to a file. The op is declared and its binding built at once (errors
+    show here); then load_inline / load_source build its variants, in this process, no restart."""
+    from .opspec import OpSpec
+
+    if not isinstance(spec, OpSpec):
+        raise TypeError(f"define_op: spec must be a workbench.OpSpec; got {type(spec).__name__}")
+    texts = {}
+    for what, value in (("header", header), ("binding", binding)):
+        if isinstance(value, pathlib.Path) or (isinstance(value, str) and "\n" not in value and value.endswith(
+                (".h", ".cpp")) and pathlib.Path(value).is_file()):
+            value = pathlib.Path(value).read_text()
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"define_op: {what} must be C++ source text (or a path to a file); got {value!r}")
+        texts[what] = value
+    if "WB_EXPORT_BINDING(" not in texts["binding"]:
+        raise ValueError(f"define_op: the binding must end with WB_EXPORT_BINDING({spec.name}, ...) "
+                         f"(see bindings/wb_binding.h)")
+    digest = hashlib.sha256((texts["header"] + "\0" + texts["binding"]).encode()).hexdigest()[:16]
+    folder = config.cache_dir() / "sources" / "ops" / f"{spec.name}-{digest}"
+    folder.mkdir(parents=True, exist_ok=True)
+    # The binding in a subfolder: every .cu/.cpp beside the header would be taken for a variant.
+    header_path, binding_path = folder / f"{spec.name}.h", folder / "binding" / f"{spec.name}.cpp"
+    binding_path.parent.mkdir(exist_ok=True)
+    for path, text in ((header_path, texts["header"]), (binding_path, texts["binding"])):
+        if not path.exists() or path.read_text() != text:
+            tmp = path.with_name(path.name + f".{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+            tmp.write_text(text)
+            tmp.replace(path)
+    registry.add_inline_op(spec, registry.OpSources(folder, header_path, binding_path, inline=True))
+    ensure_op(spec.name)
 
 
 def get(op: str, name: str) -> Kernel:

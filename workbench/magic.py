@@ -40,7 +40,7 @@ class _Parser(argparse.ArgumentParser):
 
 _PARSER = _Parser(prog="%%workbench", add_help=False,
                   description="Build this cell as variant NAME of OP and bind the Kernel to NAME.")
-_PARSER.add_argument("op", metavar="OP", help="the op the cell is a variant of, e.g. bias_gelu")
+_PARSER.add_argument("op", metavar="OP", help="the op the cell is a variant of (one of workbench.ops())")
 _PARSER.add_argument("name", metavar="NAME", help="the variant's name, bound in the notebook to its Kernel")
 _PARSER.add_argument("--only", choices=("gpu", "cpu"),
                      help="build only where a GPU is (gpu) or is not (cpu) visible; else skip the cell")

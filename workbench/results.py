@@ -48,11 +48,13 @@ SCHEMA: dict[str, type] = {
     "bytes": int,                 # bytes the op must move (declared by the op)
     "flops": int,                 # flops the op must do (declared by the op)
     "GBps": float,                # bytes / median time
+    "TFLOPs": float,              # flops / median time, in 1e12 per second
     "pct_of_ceiling": float,      # 100 * GBps / ceiling_GBps
     "ceiling_GBps": float,        # the device's measured copy bandwidth
     "speedup_vs_eager": float,    # eager median / this median
     "speedup_vs_compile": float,  # compile median / this median
     "peak_mem_bytes": int,        # -1 when not measured (CPU)
+    "attrs": dict,                # the op's attributes for this row ({} for an op without any)
     # provenance, as returned by provenance()
     "run_id": str,
     "timestamp": str,             # UTC, ISO 8601

@@ -7,6 +7,7 @@ allocation's end.
 """
 from __future__ import annotations
 
+import math
 import os
 import pathlib
 import re
@@ -18,7 +19,19 @@ from .errors import IsolatedRunError, WorkbenchError
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # A small matrix: sanitizers slow kernels down by 10-100x.
-SMALL_CHECK = dict(shapes=[[3, 5], [33, 129], [64, 1000]], layouts=["contiguous", "offset"], seed=0)
+SMALL_LAYOUTS = ["contiguous", "offset"]
+
+
+def small_check(op: str) -> dict:
+    """The check the sanitizers run: the op's three largest check sizes of at most 2^16 elements
+    (sizes that leave partial tiles, not the biggest), contiguous and offset, seed 0."""
+    from . import registry
+
+    spec = registry.spec(op)
+    fits = [tuple(s) for s in spec.check_sizes if 0 not in s
+            and sum(math.prod(x) for x in spec.input_shapes(s)) <= 1 << 16]
+    sizes = sorted(fits, key=lambda s: sum(math.prod(x) for x in spec.input_shapes(s)))[-3:]
+    return dict(shapes=[list(s) for s in sizes], layouts=SMALL_LAYOUTS, seed=0)
 
 
 def find() -> str | None:
@@ -75,7 +88,7 @@ def run(op: str, variant, tools=TOOLS, *, timeout_s: float = 900) -> list[ToolRe
         prefix = [exe, "--tool", tool, "--error-exitcode", "86", "--print-limit", "10"]
         env = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "WORKBENCH_QUIET": "1"}
         try:
-            res = isolate.run("check", spec, SMALL_CHECK, timeout_s=timeout_s, extra_env=env, prefix=prefix)
+            res = isolate.run("check", spec, small_check(op), timeout_s=timeout_s, extra_env=env, prefix=prefix)
             text, ran = res["child_output"], True
         except IsolatedRunError as e:  # the check failed or the tool found errors: read its report
             text, ran = e.full_output, True

@@ -8,7 +8,7 @@
 
 #include "bias_gelu.h"
 #include "wb_cuda.h"
-#include "wb_math.h"
+#include "gelu.h"
 
 namespace {
 

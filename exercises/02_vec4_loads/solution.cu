@@ -7,7 +7,7 @@
 // whole float4s, views whose data pointer is not 16-byte aligned - take the one-float path.
 #include "bias_gelu.h"
 #include "wb_cuda.h"
-#include "wb_math.h"
+#include "gelu.h"
 #include "wb_vec.cuh"  // wb_aligned
 
 namespace {

@@ -9,7 +9,7 @@
 //     python -m workbench exercise check 2 path/to/your_copy.cu
 #include "bias_gelu.h"
 #include "wb_cuda.h"
-#include "wb_math.h"
+#include "gelu.h"
 #include "wb_vec.cuh"  // wb_aligned(pointer, bytes); WbVec / wb_load / wb_store if you prefer them to float4
 
 namespace {

@@ -7,7 +7,7 @@
 // so the same inputs give the same dbias bits on every run, and no address is fought over.
 #include "bias_gelu.h"
 #include "wb_cuda.h"
-#include "wb_math.h"
+#include "gelu.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 //     python -m workbench exercise check 3 path/to/your_copy.cu
 #include "bias_gelu.h"
 #include "wb_cuda.h"
-#include "wb_math.h"
+#include "gelu.h"
 
 namespace {
 

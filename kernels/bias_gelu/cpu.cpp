@@ -7,7 +7,7 @@
 
 #include "bias_gelu.h"
 #include "wb_cpu.h"
-#include "wb_math.h"
+#include "gelu.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 // the per-slice partial sums are added in a fixed order, so dbias is deterministic.
 #include "bias_gelu.h"
 #include "wb_cuda.h"
-#include "wb_math.h"
+#include "gelu.h"
 
 namespace {
 

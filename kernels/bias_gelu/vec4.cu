@@ -7,26 +7,36 @@
 // float registers; per-slice partials are added in a fixed order (deterministic).
 // Route: rows whose length is not a multiple of 4, or views whose data pointers are not 16-byte
 // aligned (a storage offset), run the same kernels with scalar accesses.
-#include "row_tiles.cuh"
+#include "bias_gelu.h"
+#include "gelu.h"
+#include "wb_row_tiles.cuh"
 
 namespace {
 
+constexpr int kWidth = 4;  // floats per 16-byte access
+
 int forward(const WbBiasGeluForward* a, const WbLaunch* l) {
   return wb_dispatch_dtype<WB_F32>(a->dtype, [&](auto tag) {
-    return bias_gelu_tiles::forward<typename decltype(tag)::type, 4>(a, l);
+    using T = typename decltype(tag)::type;
+    return wb_row_tiles::forward<T, kWidth>(static_cast<const T*>(a->x), static_cast<const T*>(a->bias),
+                                        static_cast<T*>(a->y), a->rows, a->cols, WbGeluOfSum{}, l);
   });
 }
 
 int backward(const WbBiasGeluBackward* a, const WbLaunch* l) {
   return wb_dispatch_dtype<WB_F32>(a->dtype, [&](auto tag) {
-    return bias_gelu_tiles::backward<typename decltype(tag)::type, 4>(a, l);
+    using T = typename decltype(tag)::type;
+    return wb_row_tiles::backward<T, kWidth>(static_cast<const T*>(a->dy), static_cast<const T*>(a->x),
+                                         static_cast<const T*>(a->bias), static_cast<T*>(a->dx),
+                                         static_cast<T*>(a->dbias), a->workspace, a->rows, a->cols,
+                                         WbGeluOfSum{}, l);
   });
 }
 
 size_t workspace_bytes(int64_t rows, int64_t cols, int dtype, const WbLaunch* l) {
   size_t bytes = 0;
   wb_dispatch_dtype<WB_F32>(dtype, [&](auto tag) {
-    bytes = bias_gelu_tiles::workspace_bytes<typename decltype(tag)::type, 4>(rows, cols, l);
+    bytes = wb_row_tiles::workspace_bytes<typename decltype(tag)::type, kWidth, WbGeluOfSum>(rows, cols, l);
     return WB_OK;
   });
   return bytes;

@@ -3,7 +3,7 @@
 // compute-sanitizer's memcheck (with PyTorch's caching allocator off) can see it.
 #include "bias_gelu.h"
 #include "wb_cuda.h"
-#include "wb_math.h"
+#include "gelu.h"
 
 namespace {
 __global__ void forward_kernel(const float* x, const float* bias, float* y, int64_t n, int64_t cols) {

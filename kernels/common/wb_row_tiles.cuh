@@ -1,5 +1,12 @@
-// The vectorized bias_gelu kernels, shared by vec4.cu (float, V = 4) and half.cu (half and
-// bfloat16, V = 8): each thread owns V adjacent columns and walks a slice of the rows.
+// Row tiles for ops of the form y = f(x, bias) with the bias over the last dimension, and their
+// backward: dx = df/dx and dbias = the column sums of df/dbias (bias_gelu, scale_bias_relu). The
+// op supplies the pointwise math as a functor F (its own header); these kernels supply the memory
+// access: each thread owns V adjacent columns and walks a slice of the rows.
+//
+//   struct F {
+//     __device__ float forward(float x, float b) const;                        // y
+//     __device__ float backward(float dy, float x, float b, float* db) const;  // returns dx; *db: dbias term
+//   };
 //
 // Owning columns rather than flat elements means the thread loads its V bias values once, needs
 // no per-element modulo to find them, and in the backward can sum dbias for its columns in
@@ -16,11 +23,9 @@
 
 #include <initializer_list>
 
-#include "bias_gelu.h"
-#include "wb_math.h"
 #include "wb_vec.cuh"
 
-namespace bias_gelu_tiles {
+namespace wb_row_tiles {
 
 constexpr int kThreads = 256;
 
@@ -90,10 +95,10 @@ struct ThreadTile {
   }
 };
 
-template <typename T, int V, int UNROLL>
+template <typename T, int V, int UNROLL, typename F>
 __global__ void __launch_bounds__(kThreads) forward_kernel(const T* __restrict__ x, const T* __restrict__ bias,
                                                            T* __restrict__ y, int64_t rows, int64_t cols,
-                                                           int tx, int ty, int64_t rows_per_slice) {
+                                                           int tx, int ty, int64_t rows_per_slice, F f) {
   const ThreadTile<T, V> tile(bias, rows, cols, tx, ty, rows_per_slice);
   if (!tile.active) return;
   const int64_t c = tile.col, r_end = tile.end;
@@ -108,7 +113,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const T* __restrict__
     for (int u = 0; u < UNROLL; ++u) {
       WbVec<T, V> out;
 #pragma unroll
-      for (int j = 0; j < V; ++j) out.v[j] = wb_from_acc<T>(wb_gelu_tanh(wb_to_acc(in[u].v[j]) + b[j]));
+      for (int j = 0; j < V; ++j) out.v[j] = wb_from_acc<T>(f.forward(wb_to_acc(in[u].v[j]), b[j]));
       wb_store<T, V>(y + (r + u * ty) * cols + c, out);
     }
   }
@@ -116,31 +121,31 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const T* __restrict__
     const WbVec<T, V> in = wb_load_stream<T, V>(x + r * cols + c);
     WbVec<T, V> out;
 #pragma unroll
-    for (int j = 0; j < V; ++j) out.v[j] = wb_from_acc<T>(wb_gelu_tanh(wb_to_acc(in.v[j]) + b[j]));
+    for (int j = 0; j < V; ++j) out.v[j] = wb_from_acc<T>(f.forward(wb_to_acc(in.v[j]), b[j]));
     wb_store<T, V>(y + r * cols + c, out);
   }
 }
 
-template <typename T, int V>
+template <typename T, int V, typename F>
 __device__ __forceinline__ void backward_step(T* __restrict__ dx, int64_t offset, const WbVec<T, V>& gv,
-                                              const WbVec<T, V>& xv, const float* b, float* sum) {
+                                              const WbVec<T, V>& xv, const float* b, float* sum, const F& f) {
   WbVec<T, V> out;
 #pragma unroll
   for (int j = 0; j < V; ++j) {
-    const float g = wb_to_acc(gv.v[j]) * wb_gelu_tanh_grad(wb_to_acc(xv.v[j]) + b[j]);
-    out.v[j] = wb_from_acc<T>(g);
-    sum[j] += g;
+    float db;
+    out.v[j] = wb_from_acc<T>(f.backward(wb_to_acc(gv.v[j]), wb_to_acc(xv.v[j]), b[j], &db));
+    sum[j] += db;
   }
   wb_store<T, V>(dx + offset, out);
 }
 
-// dx for the thread's V columns over its rows, and their float partial sums into
-// partial[blockIdx.y * cols + c ...].
-template <typename T, int V, int UNROLL>
+// dx for the thread's V columns over its rows, and the float partial sums of their dbias terms
+// into partial[blockIdx.y * cols + c ...].
+template <typename T, int V, int UNROLL, typename F>
 __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict__ dy, const T* __restrict__ x,
                                                             const T* __restrict__ bias, T* __restrict__ dx,
                                                             float* __restrict__ partial, int64_t rows, int64_t cols,
-                                                            int tx, int ty, int64_t rows_per_slice) {
+                                                            int tx, int ty, int64_t rows_per_slice, F f) {
   const ThreadTile<T, V> tile(bias, rows, cols, tx, ty, rows_per_slice);
   const int64_t c = tile.col, r_end = tile.end;
   const float* b = tile.bias;
@@ -157,11 +162,11 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict_
         xv[u] = wb_load_stream<T, V>(x + (r + u * ty) * cols + c);
       }
 #pragma unroll
-      for (int u = 0; u < UNROLL; ++u) backward_step<T, V>(dx, (r + u * ty) * cols + c, gv[u], xv[u], b, sum);
+      for (int u = 0; u < UNROLL; ++u) backward_step<T, V>(dx, (r + u * ty) * cols + c, gv[u], xv[u], b, sum, f);
     }
     for (; r < r_end; r += ty)
       backward_step<T, V>(dx, r * cols + c, wb_load_stream<T, V>(dy + r * cols + c),
-                          wb_load_stream<T, V>(x + r * cols + c), b, sum);
+                          wb_load_stream<T, V>(x + r * cols + c), b, sum, f);
   }
   // Rows of a block that share columns (ty > 1) are combined through shared memory in a fixed
   // order, so each (slice, column) has exactly one partial sum.
@@ -209,56 +214,54 @@ inline int vector_width(int64_t cols, std::initializer_list<const void*> ptrs) {
   return V;
 }
 
-template <typename T, int V>
-int forward(const WbBiasGeluForward* a, const WbLaunch* l) {
+// y[r, c] = f.forward(x[r, c], bias[c]) for a [rows, cols] x.
+template <typename T, int V, typename F>
+int forward(const T* x, const T* bias, T* y, int64_t rows, int64_t cols, const F& f, const WbLaunch* l) {
   const auto stream = static_cast<cudaStream_t>(l->stream);
-  const T* x = static_cast<const T*>(a->x);
-  const T* bias = static_cast<const T*>(a->bias);
-  T* y = static_cast<T*>(a->y);
-  const int v = vector_width<T, V>(a->cols, {x, bias, y});
-  const Tiling t = make_tiling(a->rows, a->cols, v, INT64_MAX, kForwardRowsPerThread);
+  const int v = vector_width<T, V>(cols, {x, bias, y});
+  const Tiling t = make_tiling(rows, cols, v, INT64_MAX, kForwardRowsPerThread);
   if (v == V)
-    forward_kernel<T, V, 4><<<t.grid, kThreads, 0, stream>>>(x, bias, y, a->rows, a->cols, t.tx, t.ty, t.rows_per_slice);
+    forward_kernel<T, V, 4><<<t.grid, kThreads, 0, stream>>>(x, bias, y, rows, cols, t.tx, t.ty, t.rows_per_slice, f);
   else
-    forward_kernel<T, 1, 4><<<t.grid, kThreads, 0, stream>>>(x, bias, y, a->rows, a->cols, t.tx, t.ty, t.rows_per_slice);
+    forward_kernel<T, 1, 4><<<t.grid, kThreads, 0, stream>>>(x, bias, y, rows, cols, t.tx, t.ty, t.rows_per_slice, f);
   return wb_launch_status();
 }
 
 // The backward's tiling for vector width v (V, or 1 for the scalar-access route).
-template <typename T, int V>
+template <typename T, int V, typename F>
 Tiling backward_tiling(int64_t rows, int64_t cols, int v, int num_sms) {
-  const int64_t resident = v == V ? resident_blocks(backward_kernel<T, V, 2>, num_sms)
-                                  : resident_blocks(backward_kernel<T, 1, 2>, num_sms);
+  const int64_t resident = v == V ? resident_blocks(backward_kernel<T, V, 2, F>, num_sms)
+                                  : resident_blocks(backward_kernel<T, 1, 2, F>, num_sms);
   return make_tiling(rows, cols, v, resident, kBackwardMinRows);
 }
 
 // The workspace is sized before the pointers are known, so for whichever route runs.
-template <typename T, int V>
+template <typename T, int V, typename F>
 size_t workspace_bytes(int64_t rows, int64_t cols, const WbLaunch* l) {
-  const int64_t scalar = backward_tiling<T, V>(rows, cols, 1, l->num_sms).slices;
-  const int64_t vec = cols % V == 0 ? backward_tiling<T, V>(rows, cols, V, l->num_sms).slices : 0;
+  const int64_t scalar = backward_tiling<T, V, F>(rows, cols, 1, l->num_sms).slices;
+  const int64_t vec = cols % V == 0 ? backward_tiling<T, V, F>(rows, cols, V, l->num_sms).slices : 0;
   return static_cast<size_t>((vec > scalar ? vec : scalar) * cols) * sizeof(float);
 }
 
-template <typename T, int V>
-int backward(const WbBiasGeluBackward* a, const WbLaunch* l) {
+// dx[r, c] = f.backward(dy[r, c], x[r, c], bias[c], &t) and dbias[c] = the sum of t over the rows,
+// with workspace_bytes<T, V, F>(rows, cols, l) bytes of scratch.
+template <typename T, int V, typename F>
+int backward(const T* dy, const T* x, const T* bias, T* dx, T* dbias, void* workspace, int64_t rows, int64_t cols,
+             const F& f, const WbLaunch* l) {
   const auto stream = static_cast<cudaStream_t>(l->stream);
-  const int v = vector_width<T, V>(a->cols, {a->dy, a->x, a->bias, a->dx});
-  const Tiling t = backward_tiling<T, V>(a->rows, a->cols, v, l->num_sms);
-  float* partial = static_cast<float*>(a->workspace);
-  const T* dy = static_cast<const T*>(a->dy);
-  const T* x = static_cast<const T*>(a->x);
-  const T* bias = static_cast<const T*>(a->bias);
-  T* dx = static_cast<T*>(a->dx);
+  const int v = vector_width<T, V>(cols, {dy, x, bias, dx});
+  const Tiling t = backward_tiling<T, V, F>(rows, cols, v, l->num_sms);
+  float* partial = static_cast<float*>(workspace);
   if (v == V)
-    backward_kernel<T, V, 2><<<t.grid, kThreads, 0, stream>>>(dy, x, bias, dx, partial, a->rows, a->cols, t.tx, t.ty, t.rows_per_slice);
+    backward_kernel<T, V, 2><<<t.grid, kThreads, 0, stream>>>(dy, x, bias, dx, partial, rows, cols, t.tx, t.ty,
+                                                              t.rows_per_slice, f);
   else
-    backward_kernel<T, 1, 2><<<t.grid, kThreads, 0, stream>>>(dy, x, bias, dx, partial, a->rows, a->cols, t.tx, t.ty, t.rows_per_slice);
+    backward_kernel<T, 1, 2><<<t.grid, kThreads, 0, stream>>>(dy, x, bias, dx, partial, rows, cols, t.tx, t.ty,
+                                                              t.rows_per_slice, f);
   const int status = wb_launch_status();
   if (status != WB_OK) return status;
-  sum_slices_kernel<T><<<wb_ceil_div(a->cols, kSumCols), kSumCols * kSumRows, 0, stream>>>(
-      partial, static_cast<T*>(a->dbias), t.slices, a->cols);
+  sum_slices_kernel<T><<<wb_ceil_div(cols, kSumCols), kSumCols * kSumRows, 0, stream>>>(partial, dbias, t.slices, cols);
   return wb_launch_status();
 }
 
-}  // namespace bias_gelu_tiles
+}  // namespace wb_row_tiles

@@ -1,0 +1,83 @@
+// The torch-facing harness: the only code where torch meets the kernels, and the same for every op.
+//
+// It keeps three registries, filled from Python through a plain-C control plane (registry.cpp):
+// op declarations (from each op's Python spec: schemas, tensor dims, attributes), op bindings (one
+// torch-free library per op, bindings/<op>.cpp, that fills the op's parameter struct) and variant
+// libraries (kernels/<op>/<variant>.*). One boxed kernel (op_kernel.cpp) serves every op: it checks
+// a call against the declaration, allocates outputs, and launches through binding and variant.
+// Adding an op never rebuilds this code.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#ifdef WORKBENCH_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
+#include "op_decl.h"
+#include "wb_op.h"
+#include "wb_variant.h"
+
+namespace workbench {
+
+// One loaded variant library (a build of one variant source).
+struct Variant {
+  std::string op, name, build_id, path;
+  std::string contract;  // hash of the op header the library was built against
+  const WbVariantInfo* info;
+  std::string qualified() const { return name + "@" + build_id; }
+};
+
+// One loaded op binding library (a build of bindings/<op>.cpp).
+struct Binding {
+  std::string op, path, contract;
+  const WbOpBinding* table;
+};
+
+// The variant registered as `name` (its newest build) or `name@build_id` (that exact build).
+// Throws, listing what is loaded, if there is none.
+std::shared_ptr<const Variant> find_variant(const std::string& op, const std::string& name);
+
+// The op's newest binding; throws if none is loaded.
+std::shared_ptr<const Binding> find_binding(const std::string& op);
+
+// The op's declaration, or nullptr.
+std::shared_ptr<const OpDecl> find_decl(const std::string& op);
+
+// Registers the generic kernel for a newly declared op (op_kernel.cpp).
+void register_op_kernels(const OpDecl& decl);
+
+// "float32", "int64", ... as Python spells them, so that messages read the same from C++ and from
+// the Python fake implementations.
+std::string dtype_name(at::ScalarType s);
+// The WbDtype of a torch dtype, or -1.
+int wb_dtype(at::ScalarType s);
+std::string dtype_list(unsigned mask);
+
+// Launch context for tensors on t's device. Construct it after the device guard.
+WbLaunch launch_for(const at::Tensor& t);
+
+// Makes t's GPU the current device for the scope of a launch (CUDAGuard); nothing for CPU tensors.
+class DeviceScope {
+ public:
+  explicit DeviceScope(const at::Tensor& t) {
+#ifdef WORKBENCH_WITH_CUDA
+    if (t.is_cuda()) guard_.emplace(t.device());
+#else
+    (void)t;
+#endif
+  }
+
+ private:
+#ifdef WORKBENCH_WITH_CUDA
+  std::optional<c10::cuda::CUDAGuard> guard_;
+#endif
+};
+
+}  // namespace workbench

@@ -1,0 +1,72 @@
+// An op's declaration as the harness receives it from the op's Python spec, and the shape rule that
+// checks tensors against it. Plain C++ (no torch), so any front end can check calls the same way.
+//
+// Dims patterns name each dimension: "... n" is any number of leading dims then n; "m k" exactly
+// two. A name bound by one tensor must match wherever it appears again; "..." is one group of
+// dims, the same in every tensor that uses it. The messages are word for word those of the
+// Python twin (workbench/shapes.py), which the fake implementations use; a test holds them equal.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace workbench {
+
+struct DimPattern {
+  std::string text;                  // "... n"
+  std::vector<std::string> tokens;   // {"...", "n"}
+  int ellipsis = -1;                 // index of "..." in tokens, or -1
+  static DimPattern parse(const std::string& text);
+  size_t fixed() const { return tokens.size() - (ellipsis >= 0 ? 1 : 0); }
+  std::string display() const;       // "[..., n]"
+};
+
+struct TensorDecl {
+  std::string name;
+  DimPattern dims;
+  bool differentiable = false;
+  bool read_by_backward = true;      // false: the backward needs only its shape
+};
+
+struct AttrDecl {
+  std::string name;
+  std::string kind;                  // "float", "int" or "bool"
+  bool has_min = false, has_max = false;
+  double min = 0, max = 0;
+  bool finite = true;                // floats: NaN and inf are refused
+};
+
+struct OpDecl {
+  std::string op;
+  std::string text;                  // the declaration as received (to compare redefinitions)
+  std::string forward_schema, backward_schema;  // backward_schema empty: nothing differentiable
+  std::vector<TensorDecl> inputs, outputs;
+  std::vector<AttrDecl> attrs;
+  std::vector<int> differentiable;   // indices into inputs
+
+  // Lines of tab-separated fields:
+  //   op NAME | schema FORWARD | backward_schema BACKWARD
+  //   input NAME DIMS DIFFERENTIABLE(0/1) READ_BY_BACKWARD(0/1) | output NAME DIMS
+  //   attr NAME KIND MIN|- MAX|- FINITE(0/1)
+  static OpDecl parse(const std::string& text);
+};
+
+// Binds tensor shapes to dims patterns, one tensor after another.
+class ShapeBinder {
+ public:
+  // "" if `shape` fits `pattern` given what earlier tensors bound (and then binds its new names to
+  // it), else the message: "bias must have shape [7] ([n] with n = 7 from x); got shape [6]".
+  std::string bind(const std::string& arg, const DimPattern& pattern, const std::vector<int64_t>& shape);
+  // The shape a pattern stands for once all its names are bound.
+  std::vector<int64_t> shape_of(const DimPattern& pattern) const;
+
+ private:
+  std::map<std::string, std::vector<int64_t>> values_;  // "n" -> {7}; "..." -> {4, 7}
+  std::map<std::string, std::string> origin_;           // "n" -> "x"
+};
+
+std::string shape_text(const std::vector<int64_t>& shape);  // "[4, 7]"
+
+}  // namespace workbench

@@ -1,0 +1,59 @@
+// What an op's binding file (bindings/<op>.cpp) needs: the call ABI (kernels/common/wb_op.h) and
+// WB_EXPORT_BINDING, which turns typed step functions into the exported C table.
+//
+// A binding is torch-free: the front end has already checked the call against the op's
+// declaration (devices, dtypes, shapes, attributes), made the inputs contiguous and allocated the
+// outputs. Each step function fills the op's parameter struct and calls the variant's launcher:
+//
+//   int forward(const WbCall& call, const WbMyOpLaunchers& launchers, const WbLaunch* launch);
+//   size_t backward_workspace(const WbCall& call, const WbMyOpLaunchers& launchers, const WbLaunch* launch);
+//   WB_EXPORT_BINDING(my_op, WbMyOpLaunchers, forward, backward, nullptr, backward_workspace)
+//
+// A step the op does not have, or that needs no workspace, is nullptr.
+#pragma once
+
+#include <stddef.h>
+
+#include <cstddef>
+
+#include "wb_op.h"
+
+namespace wb_binding {
+
+template <typename L>
+using StepFn = int (*)(const WbCall&, const L&, const WbLaunch*);
+template <typename L>
+using WorkspaceFn = size_t (*)(const WbCall&, const L&, const WbLaunch*);
+
+template <typename L>
+inline int run(StepFn<L> fn, const WbCall* call, const void* launchers, const WbLaunch* launch) {
+  return fn ? fn(*call, *static_cast<const L*>(launchers), launch) : WB_ERR_ARGUMENT;
+}
+template <typename L>
+inline int run(std::nullptr_t, const WbCall*, const void*, const WbLaunch*) { return WB_ERR_ARGUMENT; }
+
+template <typename L>
+inline size_t workspace(WorkspaceFn<L> fn, const WbCall* call, const void* launchers, const WbLaunch* launch) {
+  return fn ? fn(*call, *static_cast<const L*>(launchers), launch) : 0;
+}
+template <typename L>
+inline size_t workspace(std::nullptr_t, const WbCall*, const void*, const WbLaunch*) { return 0; }
+
+}  // namespace wb_binding
+
+#define WB_EXPORT_BINDING(OP, LAUNCHERS, FORWARD, BACKWARD, FORWARD_WORKSPACE, BACKWARD_WORKSPACE)              \
+  static_assert(offsetof(LAUNCHERS, forward) == 0 && offsetof(LAUNCHERS, backward) == sizeof(void*),            \
+                #LAUNCHERS " must start with its forward and backward launchers (see wb_op.h)");                \
+  static int wb_binding_run(int step, const WbCall* call, const void* launchers, const WbLaunch* launch) {      \
+    return step == WB_STEP_FORWARD ? wb_binding::run<LAUNCHERS>(FORWARD, call, launchers, launch)               \
+                                   : wb_binding::run<LAUNCHERS>(BACKWARD, call, launchers, launch);             \
+  }                                                                                                             \
+  static size_t wb_binding_workspace(int step, const WbCall* call, const void* launchers,                       \
+                                     const WbLaunch* launch) {                                                  \
+    return step == WB_STEP_FORWARD ? wb_binding::workspace<LAUNCHERS>(FORWARD_WORKSPACE, call, launchers, launch) \
+                                   : wb_binding::workspace<LAUNCHERS>(BACKWARD_WORKSPACE, call, launchers, launch); \
+  }                                                                                                             \
+  extern "C" __attribute__((visibility("default"))) const WbOpBinding* workbench_op_binding(void) {            \
+    static const WbOpBinding table = {WB_BINDING_ABI_VERSION, #OP, wb_binding_workspace, wb_binding_run};      \
+    return &table;                                                                                              \
+  }

@@ -1,0 +1,50 @@
+// cpu: the C++ CPU implementation, parallel over chunks of elements on torch's thread pool (lent
+// by the harness). It is the reference path on machines without a GPU and in CI, so it supports
+// every dtype the GPU variants do, converting 16-bit values to float exactly as PyTorch does.
+#include "elementwise_mul.h"
+#include "wb_cpu.h"
+
+namespace {
+
+constexpr unsigned kDtypes = WB_F32 | WB_F64 | WB_F16 | WB_BF16;
+constexpr int64_t kGrain = 1 << 15;  // below this many elements, threading costs more than it saves
+
+int forward(const WbElementwiseMulForward* p, const WbLaunch* l) {
+  return wb_dispatch_dtype<kDtypes>(p->dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* a = static_cast<const T*>(p->a);
+    const T* b = static_cast<const T*>(p->b);
+    T* y = static_cast<T*>(p->y);
+    wb_parallel_for(l, 0, p->n, kGrain, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) y[i] = wb_from_acc<T>(wb_to_acc(a[i]) * wb_to_acc(b[i]));
+    });
+    return WB_OK;
+  });
+}
+
+int backward(const WbElementwiseMulBackward* p, const WbLaunch* l) {
+  return wb_dispatch_dtype<kDtypes>(p->dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* dy = static_cast<const T*>(p->dy);
+    const T* a = static_cast<const T*>(p->a);
+    const T* b = static_cast<const T*>(p->b);
+    T* da = static_cast<T*>(p->da);
+    T* db = static_cast<T*>(p->db);
+    wb_parallel_for(l, 0, p->n, kGrain, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const auto g = wb_to_acc(dy[i]);
+        da[i] = wb_from_acc<T>(g * wb_to_acc(b[i]));
+        db[i] = wb_from_acc<T>(g * wb_to_acc(a[i]));
+      }
+    });
+    return WB_OK;
+  });
+}
+
+const WbElementwiseMulLaunchers launchers = {forward, backward};
+
+}  // namespace
+
+WB_EXPORT_VARIANT(elementwise_mul, WB_DEVICE_CPU, WB_F32 | WB_F64 | WB_F16 | WB_BF16,
+                  "C++ on torch's CPU thread pool, parallel over chunks of elements; any alignment and size",
+                  launchers, wb_cpu_status_string)

@@ -1,0 +1,353 @@
+"""The op model itself: an op defined from strings in a running process (an output shape unlike any
+input's, several outputs, a non-differentiable input, a forward-only variant), editing one op's
+binding rebuilds that binding alone, the declaration's words are the harness's, and the package's
+structure (no import cycles, no generic module naming an op)."""
+from __future__ import annotations
+
+import ast
+import json
+import pathlib
+import re
+
+import pytest
+import torch
+
+import workbench as wb
+from workbench import config, loader, registry
+from workbench.shapes import DimPattern, ShapeBinder
+
+from conftest import describe
+
+PACKAGE = pathlib.Path(wb.__file__).parent
+
+
+def test_ops_is_still_a_function_after_a_load(cpu_kernel):
+    """The specs sub-package is not called `ops`: importing it cannot replace wb.ops."""
+    wb.load("elementwise_mul", "cpu")
+    assert callable(wb.ops) and "bias_gelu" in wb.ops()
+
+
+# ----------------------------------------------------------------------------- a new op in a running process
+
+ROW_STATS = r'''
+import json, sys, torch
+import workbench as wb
+from workbench import loader
+
+k = wb.load("bias_gelu", "cpu")        # a process that already has another op loaded
+x5, b5 = torch.randn(5, 7), torch.randn(7)
+y_before = k(x5, b5)
+
+HEADER = """
+#pragma once
+#include "wb_variant.h"
+typedef struct RowStatsArgs { int dtype; int64_t rows, cols; const void* x; const void* w; void* s1; void* s2;
+                              const void* g1; const void* g2; void* dx; } RowStatsArgs;
+typedef struct RowStatsLaunchers {
+  int (*forward)(const RowStatsArgs*, const WbLaunch*);
+  int (*backward)(const RowStatsArgs*, const WbLaunch*);
+} RowStatsLaunchers;
+"""
+
+BINDING = """
+#include "row_stats.h"
+#include "wb_binding.h"
+static int forward(const WbCall& c, const RowStatsLaunchers& l, const WbLaunch* launch) {
+  const RowStatsArgs a{c.dtype, wb_rows(&c.inputs[0]), wb_last_dim(&c.inputs[0]), c.inputs[0].data,
+                       c.inputs[1].data, c.outputs[0].data, c.outputs[1].data, nullptr, nullptr, nullptr};
+  return l.forward(&a, launch);
+}
+static int backward(const WbCall& c, const RowStatsLaunchers& l, const WbLaunch* launch) {
+  const RowStatsArgs a{c.dtype, wb_rows(&c.inputs[2]), wb_last_dim(&c.inputs[2]), c.inputs[2].data,
+                       c.inputs[3].data, nullptr, nullptr, c.inputs[0].data, c.inputs[1].data, c.outputs[0].data};
+  return l.backward(&a, launch);
+}
+WB_EXPORT_BINDING(row_stats, RowStatsLaunchers, forward, backward, nullptr, nullptr)
+"""
+
+VARIANT = """
+#include "row_stats.h"
+#include "wb_cpu.h"
+// s1[r] = sum_c x w, s2[r] = sum_c x^2 w; dx = g1 w + 2 g2 x w. Float64 only: a test op.
+static int forward(const RowStatsArgs* a, const WbLaunch*) {
+  if (a->dtype != WB_FLOAT64) return WB_ERR_DTYPE;
+  const double *x = (const double*)a->x, *w = (const double*)a->w;
+  for (int64_t r = 0; r < a->rows; ++r) {
+    double s1 = 0, s2 = 0;
+    for (int64_t c = 0; c < a->cols; ++c) { s1 += x[r * a->cols + c] * w[c]; s2 += x[r * a->cols + c] * x[r * a->cols + c] * w[c]; }
+    ((double*)a->s1)[r] = s1; ((double*)a->s2)[r] = s2;
+  }
+  return WB_OK;
+}
+static int backward(const RowStatsArgs* a, const WbLaunch*) {
+  const double *x = (const double*)a->x, *w = (const double*)a->w, *g1 = (const double*)a->g1, *g2 = (const double*)a->g2;
+  for (int64_t r = 0; r < a->rows; ++r)
+    for (int64_t c = 0; c < a->cols; ++c)
+      ((double*)a->dx)[r * a->cols + c] = g1[r] * w[c] + 2 * g2[r] * x[r * a->cols + c] * w[c];
+  return WB_OK;
+}
+static const RowStatsLaunchers launchers = {forward, BACKWARD};
+WB_EXPORT_VARIANT(row_stats, WB_DEVICE_CPU, WB_F64, "test op: weighted row sums", launchers, wb_cpu_status_string)
+"""
+
+def reference(x, w):
+    return (x * w).sum(-1), (x * x * w).sum(-1)
+
+spec = wb.OpSpec(
+    name="row_stats", doc="weighted row sums of x and x^2",
+    inputs=(wb.Tensor("x", "... n"), wb.Tensor("w", "n", differentiable=False)),
+    outputs=(wb.Output("s1", "...", terms="n"), wb.Output("s2", "...", terms="n")),
+    reference=reference, eager=reference,
+    check_sizes=((3, 5), (7,), (2, 3, 4), (0, 3), (4, 0)), dtypes=("float64",))
+wb.define_op(spec, header=HEADER, binding=BINDING)
+mine = wb.load_inline("row_stats", VARIANT.replace("BACKWARD", "backward"), name="cpu_mine")
+out = {"ops": wb.ops(), "harness_built_again": loader._harness["built"]}
+x = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
+w = torch.rand(6, dtype=torch.float64)
+s1, s2 = mine(x, w)
+out["shapes"] = [list(s1.shape), list(s2.shape)]
+out["forward_ok"] = bool(torch.allclose(s1, (x * w).sum(-1)) and torch.allclose(s2, (x * x * w).sum(-1)))
+s1.sum().backward()  # s2 unused: its gradient is zero
+out["grad_unused_output_ok"] = bool(torch.allclose(x.grad, w.expand(4, 6)))
+out["check"] = wb.check("row_stats", mine, seed=1).ok
+out["gradcheck"] = wb.gradcheck("row_stats", mine, seed=1).ok
+try:
+    torch.ops.workbench.row_stats(x, w.float(), "cpu_mine")
+except TypeError as e:
+    out["dtype_error"] = str(e).splitlines()[0]
+fwd_only = wb.load_inline("row_stats", VARIANT.replace("BACKWARD", "nullptr"), name="fwd_only")
+out["steps"] = list(fwd_only.steps)
+y = fwd_only(x, w)[0]
+try:
+    y.sum().backward()
+except NotImplementedError as e:
+    out["no_backward"] = str(e).splitlines()[0]
+out["check_fwd_only"] = [wb.check("row_stats", fwd_only, seed=2).ok, wb.check("row_stats", fwd_only).skipped]
+out["bias_gelu_still_runs"] = bool(torch.equal(k(x5, b5), y_before))
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_an_op_from_strings_joins_a_running_process(run_python, cpu_kernel):
+    proc = run_python(ROW_STATS, timeout=600)
+    assert proc.returncode == 0, describe(proc)
+    out = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))[7:])
+    assert "row_stats" in out["ops"] and "bias_gelu" in out["ops"]
+    assert out["harness_built_again"] is False      # the harness knows no op: nothing of it rebuilt
+    assert out["shapes"] == [[4], [4]] and out["forward_ok"] and out["grad_unused_output_ok"]
+    assert out["check"] and out["gradcheck"]
+    assert out["dtype_error"] == "workbench::row_stats: w must have the dtype of x (float64); got float32"
+    assert out["steps"] == ["forward"]
+    assert out["no_backward"] == "row_stats/fwd_only has no backward; gradients need a variant with one"
+    assert out["check_fwd_only"][0] is True
+    assert any("has no backward" in s for s in out["check_fwd_only"][1])
+    assert out["bias_gelu_still_runs"]
+
+
+def test_a_forward_only_tree_variant_refuses_backward_by_name(wb, cpu_kernel, cpu_source_text):
+    src = cpu_source_text.replace("{forward, backward, workspace_bytes}", "{forward, nullptr, nullptr}")
+    assert src != cpu_source_text
+    k = wb.load_inline("bias_gelu", src, name="fwd_only_cpu")
+    x = torch.randn(4, 7, requires_grad=True)
+    y = k(x, torch.randn(7))
+    with pytest.raises(NotImplementedError, match="bias_gelu/fwd_only_cpu has no backward; gradients need a variant"):
+        y.sum().backward()
+    with pytest.raises(NotImplementedError, match="has no backward"):
+        k.backward(torch.ones(4, 7), x.detach(), torch.randn(7))
+    report = wb.check("bias_gelu", k, dtypes=["float32"], seed=1)
+    assert report.ok and any("has no backward" in s for s in report.skipped), report.summary()
+    assert "forward only" in repr(k)
+
+
+def test_editing_one_binding_rebuilds_that_binding_alone(wb, cpu_kernel, tmp_path, monkeypatch):
+    wb.load("elementwise_mul", "cpu")
+    harness_key = loader._harness["key"]
+    before = dict(loader._bindings)
+    real = registry.sources("elementwise_mul")
+    edited = tmp_path / "elementwise_mul.cpp"
+    edited.write_text("// an edit\n" + real.binding.read_text())
+    monkeypatch.setattr(registry, "sources", lambda op, _real=registry.sources: (
+        registry.OpSources(real.kernel_dir, real.header, edited) if op == "elementwise_mul" else _real(op)))
+    loader.ensure_op("elementwise_mul")
+    loader.ensure_op("bias_gelu")
+    assert loader._bindings["elementwise_mul"] != before["elementwise_mul"]
+    assert loader._bindings["bias_gelu"] == before["bias_gelu"]
+    assert loader._harness["key"] == harness_key
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(torch.ops.workbench.elementwise_mul(x, x, "cpu"), x * x)
+
+
+def test_variant_built_against_another_header_is_refused(wb, cpu_kernel):
+    """The contract check: a variant registered with another op header's hash than the binding's."""
+    k = wb.load("bias_gelu", "cpu")
+    loader._call_harness("workbench_register_variant", "bias_gelu", "old_contract", "0000000000", str(k.library),
+                         "not-the-header-hash")
+    with pytest.raises(RuntimeError, match=r"variant 'old_contract@0000000000' was built against another "
+                                           r"bias_gelu.h than the loaded binding"):
+        torch.ops.workbench.bias_gelu(torch.randn(2, 3), torch.randn(3), "old_contract")
+
+
+# ----------------------------------------------------------------------------- the shape rule
+
+SHAPE_CASES = [
+    (["... n", "n"], [(4, 7), (6,)], "b must have shape [7] ([n] with n = 7 from a); got shape [6]"),
+    (["... n", "n"], [(), (1,)], "a must have at least 1 dimension ([..., n]); got a 0-dim tensor"),
+    (["...", "..."], [(4, 7), (4, 6)], "b must have shape [4, 7] ([...] with ... = [4, 7] from a); got shape [4, 6]"),
+    (["m k", "k n"], [(2, 3), (4, 5)], "b must have shape [3, n] ([k, n] with k = 3 from a); got shape [4, 5]"),
+    (["m k", "k n"], [(2, 3, 1), (3, 5)], "a must have 2 dimensions ([m, k]); got shape [2, 3, 1]"),
+    (["n n", "n"], [(3, 4), (3,)], "a must have shape [n, n] ([n, n]); got shape [3, 4]"),
+    (["m 4", "m"], [(3, 5), (3,)], "a must have shape [m, 4] ([m, 4]); got shape [3, 5]"),
+]
+
+PROBE = r'''
+import json, sys, torch
+import workbench as wb
+cases = json.loads(sys.argv[1])
+BINDING = """
+#include "wb_binding.h"
+typedef struct L { int (*forward)(const void*, const WbLaunch*); int (*backward)(const void*, const WbLaunch*); } L;
+static int forward(const WbCall&, const L&, const WbLaunch*) { return WB_ERR_ARGUMENT; }
+WB_EXPORT_BINDING(OP, L, forward, nullptr, nullptr, nullptr)
+"""
+out = []
+for i, (patterns, shapes, _) in enumerate(cases):
+    name = f"shape_probe_{i}"
+    spec = wb.OpSpec(name=name, doc="probe", inputs=(wb.Tensor("a", patterns[0], differentiable=False),
+                                                     wb.Tensor("b", patterns[1], differentiable=False)),
+                     outputs=(wb.Output("y", patterns[0]),), reference=None, eager=None)
+    wb.define_op(spec, header="#pragma once\n", binding=BINDING.replace("OP", name))
+    try:
+        getattr(torch.ops.workbench, name)(torch.zeros(shapes[0]), torch.zeros(shapes[1]), "none")
+        out.append("no error")
+    except ValueError as e:
+        out.append(str(e).splitlines()[0])
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_the_python_shape_rule_and_the_harness_say_the_same(run_python, cpu_kernel):
+    """workbench/shapes.py (the fakes) against bindings/harness/op_decl.cpp (real calls): the same
+    message for the same mistake, for bias-like, same-shape, matmul-like and literal patterns."""
+    proc = run_python(PROBE, args=[json.dumps(SHAPE_CASES)], timeout=600)
+    assert proc.returncode == 0, describe(proc)
+    harness = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))[7:])
+    for i, ((patterns, shapes, message), from_cpp) in enumerate(zip(SHAPE_CASES, harness)):
+        b = ShapeBinder()
+        from_python = next(filter(None, (b.bind(n, DimPattern.parse(p), s)
+                                         for n, p, s in zip(("a", "b"), patterns, shapes))), "")
+        assert from_python == message
+        assert from_cpp == f"workbench::shape_probe_{i}: {message}"
+
+
+def test_declared_ops_give_the_fakes_words_on_real_calls(cpu_kernel):
+    """The same through the real ops: the harness's message for a bad bias is the fake's."""
+    x = torch.randn(4, 7)
+    with pytest.raises(ValueError) as real:
+        torch.ops.workbench.bias_gelu(x, torch.randn(6), "cpu")
+    with pytest.raises(ValueError) as fake:
+        torch.ops.workbench.bias_gelu(x.to("meta"), torch.randn(6, device="meta"), "cpu")
+    assert str(real.value).splitlines()[0] == str(fake.value).splitlines()[0]
+
+
+# ----------------------------------------------------------------------------- structure
+
+def _modules() -> dict[str, pathlib.Path]:
+    out = {}
+    for p in PACKAGE.rglob("*.py"):
+        rel = p.relative_to(PACKAGE.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
+def _imports(name: str, path: pathlib.Path, known: set[str]) -> set[str]:
+    """Workbench modules `name` imports, anywhere in the file (function-level imports included)."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            for alias in node.names:
+                cand = f"{mod}.{alias.name}"
+                found.add(cand if cand in known else mod)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+    return {m for m in found if m in known and m != name}
+
+
+def test_no_import_cycles_in_the_package():
+    mods = _modules()
+    known = set(mods)
+    graph = {m: {d for d in _imports(m, p, known) if not m.startswith(d + ".")} for m, p in mods.items()}
+    state, stack = {}, []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for d in sorted(graph[m]):
+            if state.get(d) == "open":
+                cycle = stack[stack.index(d):] + [d]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
+def test_no_generic_module_names_an_op():
+    """Only a spec (workbench/specs/<op>.py) may name an op in code; docstrings may use one as an
+    example."""
+    ops = registry.ops()
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.parent.name == "specs":
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                      if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                for op in ops:
+                    if re.search(rf"\b{op}\b", node.value):
+                        offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {node.value[:60]!r}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_one_dtype_vocabulary():
+    """The dtype names are written out once (workbench/dtypes.py); other modules import them."""
+    spelled = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "dtypes.py":
+            continue
+        text = path.read_text()
+        if re.search(r'"float32",\s*"float64",\s*"float16",\s*"bfloat16"', text) or '"WB_BF16"' in text:
+            spelled.append(str(path.relative_to(PACKAGE)))
+    assert not spelled, spelled
+
+
+def test_the_exercise_checker_is_a_package_of_small_modules():
+    folder = PACKAGE / "exercise"
+    assert (folder / "__init__.py").is_file()
+    sizes = {p.name: len(p.read_text().splitlines()) for p in folder.glob("*.py")}
+    assert len(sizes) >= 5 and max(sizes.values()) < 300, sizes
+
+
+def test_generic_code_has_a_config_for_the_tree():
+    """An op needs exactly its three pieces; the README's section on adding an op names them."""
+    readme = (config.REPO_ROOT / "README.md").read_text()
+    for piece in ("kernels/<op>/<op>.h", "bindings/<op>.cpp", "workbench/specs/<op>.py", "WB_EXPORT_BINDING",
+                  "wb.define_op"):
+        assert piece in readme, piece

@@ -1,0 +1,138 @@
+"""Course exercises: find them, and check a student's kernel against one.
+
+    registration.py  exercises/NN_name/exercise.toml: what an exercise asks (and its validation)
+    sizes.py         the sizes a check draws from its seed, for any op
+    checks.py        build, declared dtypes, correctness, gradcheck, speed
+    sass.py          the SASS rules
+    report.py        the report the checks fill, and how it prints
+
+check_exercise(n, path) builds the file as a variant of the exercise's op and runs, in order:
+    build, declared dtypes, SASS rules        on any machine that can build CUDA
+    correctness, gradcheck, speed             on a GPU (skipped, with the reason, elsewhere)
+"""
+from __future__ import annotations
+
+import pathlib
+import re
+import shlex
+import sys
+import time
+from collections.abc import Iterator
+
+from .. import registry
+from . import checks
+from .registration import (CHECKS, EXERCISES_DIR, Exercise, ExerciseConfigError, SassRule, Speed, exercises, get,
+                           load_exercise, tomllib)
+from .report import LAYOUTS, NEEDS_GPU, Check, ExerciseReport
+from .sass import check_sass
+from .sizes import new_seed, random_sizes
+
+__all__ = ["CHECKS", "EXERCISES_DIR", "LAYOUTS", "NEEDS_GPU", "Check", "Exercise", "ExerciseConfigError",
+           "ExerciseReport", "SassRule", "Speed", "check_exercise", "cli_check", "cli_list", "exercises", "get",
+           "load_exercise", "new_seed", "random_sizes", "tomllib", "variant_name"]
+
+
+def _student_path(ex: Exercise, path) -> pathlib.Path:
+    if path is None:
+        return ex.starter
+    p = pathlib.Path(path).expanduser()
+    if not p.exists():
+        raise ValueError(f"path: no such file: {str(path)!r}")
+    if not p.is_file() or p.suffix != ".cu":
+        raise ValueError(f"path must be a CUDA source file ending in .cu; got {str(path)!r}")
+    return p.resolve()
+
+
+def variant_name(ex: Exercise, source: pathlib.Path) -> str:
+    return f"ex{ex.number:02d}_{re.sub(r'[^A-Za-z0-9_]', '_', source.stem)}"
+
+
+def _prepare(exercise, path, seed) -> tuple[Exercise, pathlib.Path, ExerciseReport]:
+    ex = get(exercise)
+    source = _student_path(ex, path)
+    seed = new_seed() if seed is None else int(seed)
+    shown = checks.shown(source)
+    command = (f"python -m workbench exercise check {ex.number}"
+               + (f" {shlex.quote(shown)}" if path is not None else "") + f" --seed {seed}")
+    report = ExerciseReport(ex.slug, ex.title, shown, f"{ex.op}/{variant_name(ex, source)}", seed,
+                            random_sizes(seed, registry.spec(ex.op)), command)
+    return ex, source, report
+
+
+def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool) -> Iterator[Check]:
+    """Run the checks in order, appending each (with its time) to the report and yielding it."""
+    started = [time.perf_counter()]
+
+    def add(c: Check) -> Check:
+        now = time.perf_counter()
+        c.seconds, started[0] = now - started[0], now
+        report.checks.append(c)
+        return c
+
+    kernel, built = checks.build(ex, source, variant_name(ex, source))
+    yield add(built)
+    if kernel is None:
+        why = "the build failed" if built.status == "FAIL" else built.detail
+        for name in CHECKS[1:]:
+            yield add(Check(name, "skipped", why))
+        return
+    dtypes = add(checks.declared_dtypes(ex, kernel))
+    yield dtypes
+    yield add(check_sass(ex, kernel))
+    if kernel.device == "cuda" and not checks.gpu_present():
+        for name in CHECKS[3:]:
+            yield add(Check(name, "skipped", NEEDS_GPU))
+        return
+    sanitize = f"python -m workbench sanitize {ex.op} {kernel.name} --source {shlex.quote(report.path)}"
+    correct = add(checks.correctness(ex, kernel, report.shapes, report.seed, sanitize))
+    yield correct
+    grads = add(checks.gradcheck(ex, kernel, report.seed, sanitize))
+    yield grads
+    if not speed:
+        yield add(Check("speed", "skipped", "not asked for (--no-speed)"))
+    elif dtypes.status != "ok":
+        yield add(Check("speed", "skipped", "declare the required dtypes first"))
+    elif correct.status != "ok" or grads.status != "ok":
+        yield add(Check("speed", "skipped", "fix correctness first"))
+    else:
+        yield add(checks.speed(ex, kernel))
+
+
+def check_exercise(exercise, path=None, *, seed: int | None = None, speed: bool = True) -> ExerciseReport:
+    """Build `path` (default: the exercise's starter.cu) as a variant of the exercise's op and run
+    its checks: build, declared dtypes, SASS rules; then, on a GPU, correctness (the check matrix
+    on sizes drawn from `seed`, in a child process), gradcheck, and speed against the reference
+    variant (speed=False skips it). Returns an ExerciseReport: .ok, .checks, .first_failure,
+    .summary(). Raises ValueError for an unknown exercise or a path that is not a .cu file."""
+    ex, source, report = _prepare(exercise, path, seed)
+    for _ in _run(ex, source, report, speed):
+        pass
+    return report
+
+
+def cli_list(args) -> int:
+    known = exercises()
+    if not known:
+        print(f"no exercises in {EXERCISES_DIR}")
+        return 1
+    width = max(len(ex.name) for ex in known)
+    for ex in known:
+        print(f"{ex.number:2d}  {ex.name:{width}s}  {ex.title}")
+        print(f"    {'':{width}s}  speed target: {ex.target_text()}")
+    print("\ncheck one: python -m workbench exercise check <number> [your_file.cu]   (README: exercises/README.md)")
+    return 0
+
+
+def cli_check(args) -> int:
+    try:
+        ex, source, report = _prepare(args.exercise, args.path, args.seed)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    print(report.header() + "\n", flush=True)
+    for c in _run(ex, source, report, speed=not args.no_speed):
+        print(f"  {c.line()}", flush=True)
+    print(report.tail())
+    print(f"({time.perf_counter() - started:.1f} s: {report.timings()})")
+    return 0 if report.ok else 1

@@ -1,0 +1,222 @@
+"""The checks of an exercise, each returning a Check: build, declared dtypes, correctness,
+gradcheck, speed (the SASS rules are in sass.py). Correctness and gradcheck run in a child process
+(a kernel that faults or hangs cannot take the checker down), and the child says which case it was
+running, so a crash names its case."""
+from __future__ import annotations
+
+import pathlib
+import re
+import subprocess
+
+from .. import dtypes as dtypes_
+from .. import ptxas, registry, toolchain
+from .registration import Exercise
+from .report import LAYOUTS, Check
+
+CHILD_TIMEOUT_S = 600  # correctness and gradcheck each; a kernel that hangs fails instead of waiting forever
+
+
+def gpu_present() -> bool:
+    """Whether the GPU checks can run here (one place, so tests can stand in for a GPU)."""
+    return toolchain.gpu_available()
+
+
+def in_child(kind: str, ex: Exercise, kernel, **kwargs):
+    """correctness.check or .gradcheck of the kernel in a child process (isolate.run)."""
+    from .. import isolate
+    from ..correctness import Report
+
+    return Report.from_dict(isolate.run(kind, isolate.variant_spec(ex.op, kernel), kwargs, timeout_s=CHILD_TIMEOUT_S))
+
+
+def count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def shown(path) -> str:
+    """A path as the student would type it: relative to the working directory when inside it."""
+    p = pathlib.Path(path)
+    try:
+        return str(p.resolve().relative_to(pathlib.Path.cwd()))
+    except (ValueError, OSError):
+        return str(p)
+
+
+def _resources(kernel) -> str:
+    """Registers and spills of the build, from ptxas's report in its build log."""
+    log = kernel.library.parent / "build.log"
+    found = ptxas.parse_resources(log.read_text(errors="replace")) if log.is_file() else []
+    if not found:
+        return "no ptxas report in the build log"
+    names = {k.name for k in found}
+    text = f"{len(names)} kernel{'s' if len(names) != 1 else ''}, at most {max(k.registers for k in found)} registers"
+    spilled = [k for k in found if k.spill_store_bytes + k.spill_load_bytes]
+    if not spilled:
+        return text + ", no spills"
+    worst = max(spilled, key=lambda k: k.spill_store_bytes + k.spill_load_bytes)
+    return (text + f"; SPILLS: {worst.spill_store_bytes + worst.spill_load_bytes} bytes in "
+            f"{ptxas.kernel_label(worst.name)} ({worst.arch}) - registers went to local memory, which costs bandwidth")
+
+
+def build(ex: Exercise, source: pathlib.Path, name: str):
+    """(kernel or None, the build check)."""
+    from .. import loader
+    from ..errors import BuildError, WorkbenchError
+
+    if source.suffix == ".cu" and not toolchain.can_build_cuda():
+        why = "torch has no CUDA" if not toolchain.torch_has_cuda() else "no nvcc found (set CUDA_HOME)"
+        return None, Check("build", "skipped", f"this machine cannot build CUDA code: {why}")
+    try:
+        loader.ensure_op(ex.op)  # the harness and the binding: not part of the time the student's build took
+        kernel = loader.load_source(ex.op, source, name=name)
+    except BuildError as e:
+        where = f"{shown(e.file)}:{e.line}" if e.file and e.line else shown(e.file) if e.file else "build"
+        first, *rest = (e.first_error or "failed").splitlines() or ["failed"]
+        return None, Check("build", "FAIL", f"{where}: {first}",
+                           [f"{where}: error: {first}", *[f"    {ln}" for ln in rest], f"full compiler log: {e.log_path}"])
+    except (ValueError, WorkbenchError) as e:
+        first, *rest = (str(e) or type(e).__name__).splitlines()
+        return None, Check("build", "FAIL", first, [first, *rest])
+    how = f"built in {kernel.seconds:.1f} s" if kernel.built else "unchanged, cached build"
+    return kernel, Check("build", "ok", f"{how}; {_resources(kernel)}")
+
+
+def declared_dtypes(ex: Exercise, kernel) -> Check:
+    missing = [d for d in ex.dtypes if d not in kernel.dtypes]
+    if not missing:
+        extra = [d for d in kernel.dtypes if d not in ex.dtypes]
+        return Check("declared dtypes", "ok", ", ".join(ex.dtypes) + (f" (also {', '.join(extra)})" if extra else ""))
+    mask = " | ".join(dtypes_.MASKS[d] for d in dtypes_.NAMES if d in ex.dtypes or d in kernel.dtypes)
+    return Check("declared dtypes", "FAIL", f"missing {', '.join(missing)}", [
+        f"this exercise needs: {', '.join(ex.dtypes)}",
+        f"your variant declares: {', '.join(kernel.dtypes) or 'nothing'}",
+        f"declare them in the dtype mask, the third argument of WB_EXPORT_VARIANT(...): {mask}",
+        "and make the launchers accept them: wb_dispatch_dtype<that mask>(dtype, ...) (kernels/common/wb_cuda.h)"])
+
+
+def stopped(name: str, err, sanitize: str) -> Check:
+    """A check whose child process raised, died (IsolatedRunError) or ran out of time. The child
+    announces each case before it runs ("[case] backward 37x131 float32 offset"), so the last
+    announcement is the case that was running."""
+    if isinstance(err, subprocess.TimeoutExpired):
+        return Check(name, "FAIL", f"timed out: not finished after {CHILD_TIMEOUT_S:.0f} s",
+                     ["a kernel never returned: look for a loop whose index never reaches its end"])
+    text = err.full_output or err.output
+    cases = re.findall(r"^\[case\] (.+)$", text, flags=re.MULTILINE)
+    during = f" in {cases[-1].strip()}" if cases else ""
+    cuda = re.findall(r"CUDA error: ([^\n]+)", text)
+    killed = re.search(r"was killed by (\w+)", str(err))
+    if cuda:
+        detail = f"crashed{during}: {cuda[-1].strip()}"
+    elif killed:
+        detail = f"crashed{during}: the process running the check was killed by {killed.group(1)}"
+    else:
+        raised = re.findall(r"^\w*(?:Error|Exception)\w*: (.+)$", text, flags=re.MULTILINE)
+        detail = f"stopped with an error{during}: {raised[-1].strip() if raised else 'see below'}"
+    output = [ln for ln in err.output.splitlines() if not ln.startswith("[case] ")]
+    lines = [detail]
+    if cases:
+        lines.append(f"the case that was running: {cases[-1].strip()} (each input: {LAYOUTS.get(cases[-1].split()[3], '')})"
+                     if len(cases[-1].split()) > 3 else f"the case that was running: {cases[-1].strip()}")
+    lines += ["the last lines the check printed:", *[f"    {ln}" for ln in output[-12:]]]
+    if detail.startswith("crashed"):
+        lines.append(f"to find the faulting access (compute-sanitizer): {sanitize}")
+    return Check(name, "FAIL", detail, lines)
+
+
+def inputs_text(op: str) -> str:
+    """"x [..., n]; bias [n]": the op's inputs and their dims, for failure reports."""
+    return "; ".join(f"{t.name} {t.pattern.display()}" for t in registry.spec(op).inputs)
+
+
+def case_lines(c, op: str) -> list[str]:
+    rel_limit = dtypes_.tolerance(c.dtype)[0]
+    shape = "x".join(map(str, c.shape)) or "scalar"
+    lines = [f"first failing case: {c.what}",
+             f"  shape   {shape} ({inputs_text(op)})",
+             f"  dtype   {c.dtype}",
+             f"  layout  {c.layout}: {LAYOUTS.get(c.layout, c.layout)}"]
+    if c.what == "determinism":
+        lines.append("  error   two runs on the same inputs gave different bits")
+    else:
+        where = f" at index {list(c.where)}" if c.where is not None else ""
+        lines.append(f"  error   relative {c.rel_err:.2e} (allowed {rel_limit:g}), largest |difference| "
+                     f"{c.max_abs_err:.2e}{where}")
+    if c.note:
+        lines.append(f"  note    {c.note}")
+    return lines
+
+
+def correctness(ex: Exercise, kernel, shapes, seed: int, sanitize: str) -> Check:
+    from ..errors import IsolatedRunError
+
+    dtypes = [d for d in ex.dtypes if d in kernel.dtypes]
+    if not dtypes:
+        return Check("correctness", "skipped", "the variant declares none of the required dtypes")
+    try:
+        rep = in_child("check", ex, kernel, dtypes=dtypes, shapes=[list(s) for s in shapes],
+                       layouts=list(LAYOUTS), seed=seed, backward=True, announce=True)
+    except (IsolatedRunError, subprocess.TimeoutExpired) as e:
+        return stopped("correctness", e, sanitize)
+    n, bad = len(rep.cases), rep.failures
+    scope = f"{len(shapes)} shapes x {count(len(dtypes), 'dtype')} x {len(LAYOUTS)} layouts"
+    if not bad:
+        return Check("correctness", "ok", f"{count(n, 'case')}: {scope}; forward, backward, determinism")
+    first = bad[0]
+    by_what: dict[str, int] = {}
+    for c in bad:
+        by_what[c.what] = by_what.get(c.what, 0) + 1
+    lines = case_lines(first, ex.op)
+    lines.append(f"failing: {len(bad)} of {n} cases (" + ", ".join(f"{w} {k}" for w, k in by_what.items()) + ")")
+    lines += ["more failing cases:", *[f"  {c.line()}" for c in bad[1:6]]] if len(bad) > 1 else []
+    shape = "x".join(map(str, first.shape))
+    return Check("correctness", "FAIL", f"{first.what}, {shape} {first.dtype} {first.layout}; "
+                 f"{len(bad)} of {n} cases failed", lines)
+
+
+def gradcheck(ex: Exercise, kernel, seed: int, sanitize: str) -> Check:
+    from ..errors import IsolatedRunError
+
+    try:
+        rep = in_child("gradcheck", ex, kernel, seed=seed)
+    except (IsolatedRunError, subprocess.TimeoutExpired) as e:
+        return stopped("gradcheck", e, sanitize)
+    if rep.ok:
+        return Check("gradcheck", "ok", f"{rep.method}; {count(len(rep.cases), 'case')}")
+    if not rep.cases:
+        return Check("gradcheck", "FAIL", "; ".join(rep.skipped) or "no case ran")
+    first = rep.failures[0]
+    lines = [f"method: {rep.method}"] + case_lines(first, ex.op) + [c.line() for c in rep.failures[1:6]]
+    return Check("gradcheck", "FAIL", f"{first.what}, {'x'.join(map(str, first.shape))} {first.dtype}"
+                 + (f": {first.note}" if first.note else ""), lines)
+
+
+def speed(ex: Exercise, kernel) -> Check:
+    from .. import benchmark
+
+    s = ex.speed
+    try:
+        result = benchmark.bench(ex.op, variants=[kernel.name, ex.reference], dtypes=list(s.dtypes), shapes=[s.shape],
+                                 baselines=("eager",), directions=list(s.directions))
+    except Exception as e:  # noqa: BLE001 - a kernel that fails under timing is a failed check, not a crash
+        return Check("speed", "FAIL", f"stopped with an error: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+                     str(e).splitlines())
+    median = {(r["direction"], r["dtype"], r["variant"]): r["median_ms"] for r in result.rows}
+    lines, worst = [], None
+    for d in s.directions:
+        for t in s.dtypes:
+            mine, ref = median.get((d, t, kernel.name)), median.get((d, t, ex.reference))
+            if mine is None or ref is None:
+                return Check("speed", "FAIL", f"no timing for {d} {t}", [f"benchmark notes: {n}" for n in result.notes])
+            ratio = ref / mine
+            eager = median.get((d, t, "eager"))
+            lines.append(f"{d:7s} {t:9s} {ratio:5.2f}x {ex.reference}  (yours {mine:.4f} ms, {ex.reference} {ref:.4f} ms"
+                         + (f", eager {eager:.4f} ms" if eager else "") + f")  {'ok' if ratio >= s.target else 'BELOW TARGET'}")
+            if worst is None or ratio < worst[0]:
+                worst = (ratio, d, t)
+    ratio, d, t = worst
+    lines.append(f"target: >= {s.target:.2f}x the throughput of {ex.reference} in every row, both timed in this run "
+                 f"at {'x'.join(map(str, s.shape))} (medians of CUDA-event timings)")
+    if ratio < s.target:
+        return Check("speed", "FAIL", f"{ratio:.2f}x {ex.reference} on {d} {t}, target {s.target:.2f}x", lines)
+    return Check("speed", "ok", f"at least {ratio:.2f}x {ex.reference} (target {s.target:.2f}x)", lines, show=True)
