@@ -38,7 +38,7 @@ for step in $STEPS; do
     timings)
       timeout 300 python3 scripts/build_timings.py bias_gelu scalar 2>&1 | tee "$OUT/build_timings.json" ;;
     tests)
-      WORKBENCH_TEST_CACHE="$WORKBENCH_CACHE" timeout 560 python3 -m pytest -q -m gpu -rfEs ${TESTS:-tests} 2>&1 | tee "$OUT/gpu_tests.log" ;;
+      WORKBENCH_TEST_CACHE="$WORKBENCH_CACHE" timeout 560 python3 -m pytest -q -m gpu -rfEs --durations=25 -p no:logging ${TESTS:-tests} 2>&1 | tee "$OUT/gpu_tests.log" ;;
     bench|bench_repeat)  # bench_repeat: the same sweep again, to see run-to-run spread
       bench "$step" ;;
     notebooks)  # notebooks/*.ipynb top to bottom; the executed copies go to $OUT, nothing else is written there
@@ -57,14 +57,20 @@ for step in $STEPS; do
           echo "### exit $?"
         done
       done 2>&1 | grep -v "^\[bench\]" | tee "$OUT/exercises.log" ;;
-    exercise_timing)  # a student's loop: edit the solution (a new comment), check it; the wall time, check by check
-      for ex in exercises/[0-9]*/; do
-        f=/tmp/edited_$(basename "$ex").cu
-        { echo "// edited $(date +%s%N)"; cat "$ex/solution.cu"; } > "$f"
-        echo "### exercise timing $(basename "$ex")"
-        TIMEFORMAT="### wall %R s"
-        time timeout 300 python3 -m workbench exercise check "$(basename "$ex")" "$f" --seed 2
+    exercise_timing)  # a student's loop: edit the solution (a new comment), check it, edit again, check
+      # again; the wall time, check by check. The first round also builds the reference variants.
+      for round in first edited; do
+        for ex in exercises/[0-9]*/; do
+          f=/tmp/edited_$(basename "$ex").cu
+          { echo "// edited $(date +%s%N)"; cat "$ex/solution.cu"; } > "$f"
+          echo "### exercise timing $(basename "$ex") ($round)"
+          TIMEFORMAT="### wall %R s"
+          time timeout 300 python3 -m workbench exercise check "$(basename "$ex")" "$f" --seed 2
+        done
       done 2>&1 | grep -v "^\[bench\]" | tee "$OUT/exercise_timing.log" ;;
+    probe)  # scripts/probe_bandwidth.cu: access patterns for the memory-bound kernels, against a copy
+      "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" -O3 -std=c++17 -arch=sm_90 -I kernels/common -I kernels/scale_bias_relu \
+        scripts/probe_bandwidth.cu -o /tmp/probe_bandwidth && timeout 300 /tmp/probe_bandwidth 2>&1 | tee "$OUT/probe.log" ;;
     *) echo "unknown step $step" ;;
   esac
 done

@@ -38,8 +38,8 @@ def main(out: pathlib.Path) -> None:
         name = checks = None
         for line in timing.read_text().splitlines():
             if line.startswith("### exercise timing "):
-                name, checks = line.split()[-1], None
-            elif re.match(r"^\(\d+\.\d s: ", line):
+                name, checks = line[len("### exercise timing "):], None
+            elif re.match(r"^\([\d.]+ s: ", line):
                 checks = line.strip("()")
             elif line.startswith("### wall ") and name:
                 print(f"exercise verdict {name}: wall {line[9:]} ({checks or 'no timings line'})")

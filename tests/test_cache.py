@@ -221,7 +221,7 @@ def _loader_key(monkeypatch, wb, variant: str) -> dict:
 
     monkeypatch.setattr(cache, "content_key", spy)
     real_ensure_op = loader.ensure_op
-    monkeypatch.setattr(loader, "ensure_op", lambda op: None)  # declared and bound already (cpu_kernel)
+    monkeypatch.setattr(loader, "ensure_op", lambda op, **kwargs: None)  # declared and bound already (cpu_kernel)
     try:
         with pytest.raises(_KeyComputed):
             wb.load("bias_gelu", variant)

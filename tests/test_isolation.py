@@ -78,3 +78,23 @@ def test_sanitizer_summaries_are_read():
     assert sanitize.summary_errors("========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)") == 0
     assert sanitize.summary_errors("========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)") == 1
     assert sanitize.summary_errors("Traceback (most recent call last):\n") is None
+
+
+def test_a_worker_runs_jobs_in_turn_and_survives_a_crash_by_restarting(cpu_kernel):
+    """isolate.Worker (the exercise checker's child): several jobs in one warm child; a crashing
+    job ends it with the same error as a one-shot child, and the next job starts a fresh one."""
+    from workbench import isolate
+
+    segv = wb.load_source("bias_gelu", FAULTY / "cpu_segfault.cpp", name="segv_worker")
+    kwargs = dict(seed=1, shapes=[[3, 5]], layouts=["contiguous"])
+    with isolate.Worker({"op": "bias_gelu", "variant": "cpu"}) as worker:
+        first = worker.run("check", isolate.variant_spec("bias_gelu", "cpu"), kwargs)
+        assert wb.correctness.Report.from_dict(first).ok
+        pid = worker._proc.pid
+        again = worker.run("gradcheck", isolate.variant_spec("bias_gelu", "cpu"), {"seed": 1})
+        assert wb.correctness.Report.from_dict(again).ok and worker._proc.pid == pid  # the same child
+        with pytest.raises(wb.IsolatedRunError, match="SIGSEGV"):
+            worker.run("check", isolate.variant_spec("bias_gelu", segv), kwargs)
+        after = worker.run("check", isolate.variant_spec("bias_gelu", "cpu"), kwargs)
+        assert wb.correctness.Report.from_dict(after).ok and worker._proc.pid != pid
+        assert "[worker] ready in" in first["child_output"] or "[worker] check in" in after["child_output"]

@@ -15,7 +15,7 @@ pytest.importorskip("nbclient", reason="the notebook tests need nbclient (pip in
 pytest.importorskip("ipykernel", reason="the notebook tests need a python3 kernel (pip install ipykernel)")
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
-NAMES = ["01_quickstart.ipynb", "02_edit_loop.ipynb"]
+NAMES = ["01_quickstart.ipynb", "02_edit_loop.ipynb", "03_your_own_op.ipynb"]
 CPU_LABEL = "No GPU visible: CPU path"
 GPU_LABEL = "GPU path: "
 # What the deliberate typo in 02_edit_loop's compile-error cells makes each compiler say.
@@ -46,7 +46,7 @@ def _results_snapshot() -> dict:
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory) -> dict:
-    """Both notebooks run once, by scripts/run_notebooks.py, into a temporary folder."""
+    """Every notebook runs once, by scripts/run_notebooks.py, into a temporary folder."""
     out = tmp_path_factory.mktemp("notebooks")
     before = _results_snapshot()
     proc = subprocess.run([sys.executable, "scripts/run_notebooks.py", "--out", str(out), "--timeout", "300",
@@ -203,3 +203,17 @@ def test_committed_notebook_has_its_gpu_outputs(name):
             assert _cell_text(cell).strip(), f"{name}: cell {i} has no output"
         if "raises-exception" in _tags(cell) and "--only gpu" in cell.source.splitlines()[0]:
             assert TYPO in _cell_text(cell) and "is undefined" in _cell_text(cell), _cell_text(cell)
+
+
+@pytest.mark.slow
+def test_your_own_op_defines_checks_and_benches_an_op_from_cells(executed):
+    """03: the op from strings joins the process, its variant passes check and float64 gradcheck,
+    bad input is refused in the harness's words, and the bench table and figure come out."""
+    nb = executed["03_your_own_op.ipynb"]
+    text = "\n".join(_cell_text(c) for c in nb.cells if c.cell_type == "code")
+    assert "'row_sumsq'" in text and "workbench::row_sumsq(Tensor x, str variant) -> Tensor" in text
+    assert re.search(r"row_sumsq/warp on (cpu|cuda:0): (\d+)/\2 cases passed", text), text
+    assert "3/3 cases passed (torch.autograd.gradcheck in float64)" in text
+    assert "x must have at least 1 dimension ([..., n]); got a 0-dim tensor" in text
+    assert "x.grad == 2x: True" in text and "compiled, fullgraph: True" in text
+    assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)

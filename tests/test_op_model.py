@@ -157,6 +157,11 @@ def test_a_forward_only_tree_variant_refuses_backward_by_name(wb, cpu_kernel, cp
     report = wb.check("bias_gelu", k, dtypes=["float32"], seed=1)
     assert report.ok and any("has no backward" in s for s in report.skipped), report.summary()
     assert "forward only" in repr(k)
+    r = wb.bench("bias_gelu", variants=[k], shapes=[(8, 16)], directions=["fwd", "bwd"], baselines=("eager",),
+                 budget_s=0.02)
+    assert {(row["direction"], row["variant"]) for row in r.rows} == {("fwd", "eager"), ("fwd", "fwd_only_cpu"),
+                                                                         ("bwd", "eager")}
+    assert "float32 bwd: skipped fwd_only_cpu (a forward-only variant)" in r.notes
 
 
 def test_editing_one_binding_rebuilds_that_binding_alone(wb, cpu_kernel, tmp_path, monkeypatch):

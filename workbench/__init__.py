@@ -12,13 +12,26 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .benchmark import bench
-from .correctness import check, gradcheck
 from .errors import BuildError, IsolatedRunError, LockTimeout, WorkbenchError
 from .loader import Kernel, define_op, load, load_inline, load_source
 from .opspec import Attr, ErrorCase, Layer, OpSpec, Output, Tensor
 from .registry import ops, variants
-from . import nn
+
+# Imported on first use, so that `import workbench` (and `python -m workbench`) does not import
+# torch before it has to: the exercise checker starts its GPU child first.
+_LAZY = {"bench": ("benchmark", "bench"), "check": ("correctness", "check"),
+         "gradcheck": ("correctness", "gradcheck"), "nn": ("nn", None), "correctness": ("correctness", None),
+         "benchmark": ("benchmark", None)}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'workbench' has no attribute {name!r}")
+    import importlib
+
+    module, attr = _LAZY[name]
+    value = importlib.import_module(f"workbench.{module}")
+    return getattr(value, attr) if attr else value
 
 
 def load_ipython_extension(ipython) -> None:

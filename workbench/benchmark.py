@@ -213,6 +213,11 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=B
                 group = []
                 for name, kind_fn in provs.items():
                     done += 1
+                    if direction != "fwd" and kind_fn[0] == "variant" and "backward" not in kind_fn[1].steps:
+                        note = f"{dname} {direction}: skipped {name} (a forward-only variant)"
+                        if note not in result.notes:
+                            result.notes.append(note)
+                        continue
                     _progress(done, total, f"{op} {direction} {dname} {spec.label(shape)} {name}")
                     call = _timed_call(kind_fn, spec, inputs, attrs, direction, gen)
                     if device.type == "cuda":

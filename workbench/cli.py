@@ -273,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["_child"]:  # internal: the child side of isolate=True (workbench/isolate.py)
         from .jobs import child_main
         return child_main(argv[1])
+    if argv[:1] == ["_worker"]:  # internal: an isolate.Worker
+        from .jobs import worker_main
+        return worker_main(argv[1])
     args = parser().parse_args(argv)
     from .errors import WorkbenchError
 

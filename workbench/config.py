@@ -27,3 +27,9 @@ def quiet() -> bool:
 
 def lock_timeout_s() -> float:
     return float(os.environ.get("WORKBENCH_LOCK_TIMEOUT", "900"))
+
+
+def pycache_enabled() -> bool:
+    """Whether `python -m workbench` may cache bytecode under the cache where the environment
+    disabled it (WORKBENCH_PYCACHE=0: no)."""
+    return os.environ.get("WORKBENCH_PYCACHE", "1") not in ("", "0")

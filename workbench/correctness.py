@@ -95,41 +95,47 @@ class Report:
 def compare(out: torch.Tensor, ref: torch.Tensor, dtype, *, terms: int = 1
             ) -> tuple[bool, float, float, tuple | None, str]:
     """(passed, relative norm error, max abs error, worst index, note) of out against a float64 ref.
-    `terms`: how many values each element sums (a sum's rounding error grows as sqrt(terms))."""
+    `terms`: how many values each element sums (a sum's rounding error grows as sqrt(terms)).
+    Computed where the reference lives (the GPU for a CUDA variant), with one transfer of a few
+    numbers back: a check runs hundreds of these."""
     rel_tol, atol, rtol = dtypes_.tolerance(dtype)
     atol *= math.sqrt(max(terms, 1))
     if out.shape != ref.shape:
         return False, math.inf, math.inf, None, f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
     if out.numel() == 0:
         return True, 0.0, 0.0, None, "empty"
-    o = out.detach().to("cpu", torch.float64)
-    r = ref.detach().to("cpu", torch.float64)
+    r = ref.detach().to(torch.float64)
+    o = out.detach().to(r.device, torch.float64)
     nan_o, nan_r = torch.isnan(o), torch.isnan(r)
-    if not torch.equal(nan_o, nan_r):
-        idx = tuple(int(i) for i in torch.nonzero(nan_o != nan_r)[0])
+    nan_mismatch = nan_o != nan_r
+    zero = torch.zeros((), dtype=torch.float64, device=r.device)
+    diff = torch.where(nan_r, zero, (o - r).abs())
+    diff = torch.where(torch.isinf(r) & (o == r), zero, diff)
+    finite_diff = torch.where(torch.isfinite(diff), diff, zero)
+    finite_r = torch.where(torch.isfinite(r), r, zero)
+    bound = atol + rtol * r.abs()
+    bad = (diff > torch.where(torch.isfinite(bound), bound, torch.full_like(bound, math.inf))) | torch.isnan(diff)
+    worst = torch.argmax(torch.nan_to_num(diff, nan=math.inf).reshape(-1))
+    first_nan = torch.argmax(nan_mismatch.reshape(-1).to(torch.uint8))
+    stats = torch.stack([nan_mismatch.any().double(), finite_r.norm(), finite_diff.norm(), bad.sum().double(),
+                         diff.max(), worst.double(), first_nan.double()]).tolist()  # the one sync
+    any_nan_mismatch, r_norm, diff_norm, n_bad, max_abs, worst_flat, nan_flat = stats
+    if any_nan_mismatch:
+        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(int(nan_flat)), o.shape))
         return False, math.inf, math.inf, idx, "NaN where the reference has none (unwritten element?)" \
-            if nan_o[idx] else "reference is NaN here, output is not"
-    fin = ~nan_r
-    diff = torch.where(fin, (o - r).abs(), torch.zeros_like(o))
-    diff = torch.where(torch.isinf(r) & (o == r), torch.zeros_like(diff), diff)
-    finite_r = torch.where(torch.isfinite(r), r, torch.zeros_like(r))
+            if bool(nan_o[idx]) else "reference is NaN here, output is not"
     # Floor the norm at what the absolute tolerance allows, so a tensor of tiny values (GELU of a
     # very negative input, which fp16 rounds to 0) is not judged by its relative error alone.
-    denom = max(finite_r.norm().item(), atol * math.sqrt(r.numel()))
-    rel = diff[torch.isfinite(diff)].norm().item() / denom
-    bound = atol + rtol * r.abs()
-    bad = diff > torch.where(torch.isfinite(bound), bound, torch.full_like(bound, math.inf))
-    bad |= torch.isnan(diff)
-    worst = tuple(int(i) for i in torch.unravel_index(torch.argmax(torch.nan_to_num(diff, nan=math.inf)), diff.shape))
-    max_abs = diff.max().item()
+    rel = diff_norm / max(r_norm, atol * math.sqrt(r.numel()))
+    where = tuple(int(i) for i in torch.unravel_index(torch.tensor(int(worst_flat)), o.shape))
     # The norm criterion needs enough elements to mean something: over a handful, one element
     # near a zero of the function (where any float32 formula cancels) decides it alone. Small
     # tensors are held to the element-wise bound only.
     norm_ok = rel <= rel_tol or r.numel() < 32
-    passed = norm_ok and not bool(bad.any())
-    note = "" if passed else (f"{int(bad.sum())} elements beyond atol {atol:g} + rtol {rtol:g}" if bad.any()
+    passed = norm_ok and n_bad == 0
+    note = "" if passed else (f"{int(n_bad)} elements beyond atol {atol:g} + rtol {rtol:g}" if n_bad
                               else f"relative error above {rel_tol:g}")
-    return passed, rel, max_abs, worst, note
+    return passed, rel, max_abs, where, note
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -1,11 +1,14 @@
-"""The child side of isolate.run: `python -m workbench _child JOB` runs one check, gradcheck or
-bench and writes its result as JSON. Kept apart from isolate.py, which only starts children, so
+"""The child side of isolate: `python -m workbench _child JOB` runs one check, gradcheck or bench
+and writes its result as JSON; `python -m workbench _worker WARM` is an isolate.Worker, which warms
+up and then runs jobs read from stdin. Kept apart from isolate.py, which only starts children, so
 that correctness and benchmark can call isolate without an import cycle."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import sys
+import time
 
 from . import correctness, isolate
 
@@ -16,8 +19,7 @@ def _announce(what: str) -> None:
     print(f"[case] {what}", file=sys.stderr, flush=True)
 
 
-def child_main(job_path: str) -> int:
-    job = json.loads(pathlib.Path(job_path).read_text())
+def _run_job(job: dict) -> None:
     kernel = isolate.resolve(job["spec"])
     kind, kwargs, op = job["kind"], dict(job["kwargs"]), job["spec"]["op"]
     announce = kwargs.pop("announce", False)
@@ -27,7 +29,8 @@ def child_main(job_path: str) -> int:
         out = correctness.gradcheck(op, kernel, **kwargs).to_dict()
     elif kind == "bench":
         from .benchmark import bench
-        out = {"rows": bench(op, variants=[kernel.name], **kwargs).rows}
+        variants = kwargs.pop("variants", [kernel.name])
+        out = {"rows": bench(op, variants=variants, **kwargs).rows}
     else:
         raise ValueError(f"unknown job kind {kind!r}")
     import torch
@@ -36,4 +39,50 @@ def child_main(job_path: str) -> int:
     tmp = pathlib.Path(job["result"] + ".tmp")
     tmp.write_text(json.dumps(out))
     tmp.replace(job["result"])
+
+
+def child_main(job_path: str) -> int:
+    _run_job(json.loads(pathlib.Path(job_path).read_text()))
+    return 0
+
+
+def worker_main(warm_json: str) -> int:
+    """Warm up, print "ready", then for each job line on stdin run it and print "done". A job that
+    raises ends the process with status 1 (its traceback on stderr), as child_main's would."""
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # whatever a job prints goes to stderr, never into the protocol
+    started = time.perf_counter()
+    import torch
+
+    from . import loader
+
+    if torch.cuda.is_available():
+        torch.zeros(1, device="cuda")  # create the CUDA context now, not in the first job
+    warm = json.loads(warm_json)
+    if warm.get("op"):
+        loader.ensure_op(warm["op"])
+        if warm.get("variant"):
+            # A check of an in-tree variant in the jobs' dtypes, layouts and kinds of size loads the
+            # kernels (torch's, the harness's) those jobs will use: CUDA loads each on first use.
+            k = loader.load(warm["op"], warm["variant"])
+            dtypes = [d for d in warm.get("dtypes", k.dtypes[:1]) if d in k.dtypes] or list(k.dtypes[:1])
+            if "sizes_from_seed" in warm:  # the exercise checker's: the smallest of the sizes its seed draws
+                from .exercise.sizes import random_sizes
+
+                drawn = random_sizes(warm["sizes_from_seed"], k.spec)
+                shapes = sorted((s for s in drawn if 0 not in s), key=sum)[:3] + [s for s in drawn if 0 in s]
+            else:
+                shapes = [min((s for s in k.spec.check_sizes if 0 not in s), key=sum)]
+            correctness.check(warm["op"], k, dtypes=dtypes, shapes=shapes,
+                              layouts=warm.get("layouts", ("contiguous",)), seed=warm.get("seed", 0))
+    print(f"[worker] ready in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    print("ready", file=protocol)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        job = json.loads(line)
+        started = time.perf_counter()
+        _run_job(job)
+        print(f"[worker] {job['kind']} in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+        print("done", file=protocol)
     return 0

@@ -75,7 +75,8 @@ class Kernel:
 
     @property
     def spec(self):
-        return registry.spec(self.op)
+        """The op's spec as registered in this process (no look into the tree: calls stay cheap)."""
+        return torchops.current_spec(self.op) or registry.spec(self.op)
 
     @functools.cached_property
     def op_overload(self):
@@ -214,15 +215,19 @@ def contract(op: str) -> str:
     return cache.closure_digest(src.header, [config.COMMON_DIR, src.kernel_dir])
 
 
-def ensure_op(op: str) -> None:
-    """Declare the op in this process (once) and load its newest binding (rebuilt if edited)."""
+def ensure_op(op: str, *, python: bool = True) -> None:
+    """Declare the op in this process (once) and load its newest binding (rebuilt if edited).
+    python=False leaves out the fake and autograd registration (torch.library's, which imports
+    much of torch): for a process that builds and loads variants but never calls them (the
+    exercise checker's, whose checks run in a child)."""
     ensure_harness()
     spec = registry.spec(op)
     with _lock:
         if op not in _declared:
             _call_harness("workbench_define_op", spec.declaration())
             _declared.add(op)
-        torchops.register(spec)  # the current spec: an edited one (same schema) takes over
+        if python:
+            torchops.register(spec)  # the current spec: an edited one (same schema) takes over
         src = registry.sources(op)
         lib, bdir, built, key, _ = _get_or_build(
             label=f"binding/{op}", kind="binding", sources=[src.binding],
@@ -234,9 +239,10 @@ def ensure_op(op: str) -> None:
             _bindings[op] = key
 
 
-def _register(op: str, name: str, source: pathlib.Path, *, inline_label: str | None = None) -> Kernel:
+def _register(op: str, name: str, source: pathlib.Path, *, inline_label: str | None = None,
+              python: bool = True) -> Kernel:
     start = time.perf_counter()
-    ensure_op(op)
+    ensure_op(op, python=python)
     import torch
 
     static = registry.static_variant(op, source, name=name)
@@ -273,16 +279,16 @@ def load(op: str, variant: str) -> Kernel:
     return _register(op, variant, source)
 
 
-def load_source(op: str, path, name: str | None = None) -> Kernel:
+def load_source(op: str, path, name: str | None = None, *, python: bool = True) -> Kernel:
     """Build and load a variant of `op` from a source file anywhere (an exercise, a planted test
-    kernel); `name` defaults to the file's stem."""
+    kernel); `name` defaults to the file's stem. python=False: see ensure_op."""
     registry.check_op(op)
     path = pathlib.Path(path).resolve()
     if not path.is_file() or path.suffix not in (".cu", ".cpp"):
         raise ValueError(f"load_source: path must be an existing .cu or .cpp file; got {str(path)!r}")
     name = name or path.stem
     registry.check_variant_name(name)
-    return _register(op, name, path)
+    return _register(op, name, path, python=python)
 
 
 def _cache_source(kind: str, text: str, suffix: str, name: str) -> pathlib.Path:

@@ -13,6 +13,11 @@ from .opspec import OpSpec
 _specs: dict[str, OpSpec] = {}  # the current spec of each op registered in this process
 
 
+def current_spec(op: str) -> OpSpec | None:
+    """The spec op `op` was last registered with in this process (None: not registered)."""
+    return _specs.get(op)
+
+
 def as_tuple(out) -> tuple:
     """An op's result as a tuple: a single tensor, or the tuple a multi-output schema returns."""
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)

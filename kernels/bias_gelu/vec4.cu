@@ -1,10 +1,10 @@
 // vec4: what it adds over scalar: each thread moves 16 bytes per access (a float4 of x, of y, and
-// of bias once), so a warp issues 4x fewer memory instructions for the same bytes and the loads of
-// several rows are in flight at once; the bias is loaded once per thread, not once per element,
-// and no per-element division finds it. The op is memory-bound (8 bytes per element against a
-// dozen flops), so this is what it takes to approach the copy bandwidth.
-// Backward fuses dx with the dbias reduction: each thread sums its 4 columns over its rows in
-// float registers; per-slice partials are added in a fixed order (deterministic).
+// of bias, whose index is found once per 4 elements), so a warp issues 4x fewer memory
+// instructions for the same bytes (kernels/common/wb_row_tiles.cuh). The op is memory-bound (8
+// bytes per element against a dozen flops), so this is what it takes to approach the copy
+// bandwidth.
+// Backward fuses dx with the dbias reduction: each thread owns 4 columns and sums them over a
+// slice of rows in float registers; per-slice partials are added in a fixed order (deterministic).
 // Route: rows whose length is not a multiple of 4, or views whose data pointers are not 16-byte
 // aligned (a storage offset), run the same kernels with scalar accesses.
 #include "bias_gelu.h"

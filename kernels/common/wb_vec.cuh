@@ -16,17 +16,6 @@ __device__ __forceinline__ WbVec<T, V> wb_load(const T* p) {
   return *reinterpret_cast<const WbVec<T, V>*>(p);
 }
 
-// Streaming load for data read exactly once: evict-first, so it does not push out what is reused.
-template <typename T, int V>
-__device__ __forceinline__ WbVec<T, V> wb_load_stream(const T* p) {
-  if constexpr (sizeof(T) * V == 16) {
-    const uint4 raw = __ldcs(reinterpret_cast<const uint4*>(p));
-    return *reinterpret_cast<const WbVec<T, V>*>(&raw);
-  } else {
-    return wb_load<T, V>(p);
-  }
-}
-
 template <typename T, int V>
 __device__ __forceinline__ void wb_store(T* p, const WbVec<T, V>& value) {
   *reinterpret_cast<WbVec<T, V>*>(p) = value;

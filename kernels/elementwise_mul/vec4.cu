@@ -1,7 +1,6 @@
 // vec4: what it adds over scalar: each thread moves 16 bytes per access (a float4 of a, of b and
-// of y), four vectors per thread with all loads in flight before the first multiply, in a flat
-// one-shot grid (flat_tiles.cuh). A warp issues 4x fewer memory instructions than scalar's for the
-// same bytes. The op moves 12 bytes per element for one multiply: only the memory stream matters,
+// of y) in a flat one-shot grid (flat_tiles.cuh), so a warp issues 4x fewer memory instructions
+// than scalar's for the same bytes. The op moves 12 bytes per element for one multiply: only the memory stream matters,
 // and this is what it takes to run at the copy bandwidth.
 // Backward: da and db in the same pass over dy, a and b.
 // Route: the last n % 4 elements, or every element of a view not 16-byte aligned, take scalar accesses.
@@ -28,6 +27,6 @@ const WbElementwiseMulLaunchers launchers = {forward, backward};
 }  // namespace
 
 WB_EXPORT_VARIANT(elementwise_mul, WB_DEVICE_CUDA, WB_F32,
-                  "float4 (16-byte) loads and stores, 4 vectors per thread in flight, flat one-shot grid; "
+                  "float4 (16-byte) loads and stores, flat one-shot grid; "
                   "n % 4 tail or a pointer not 16-byte aligned -> same kernel with scalar accesses",
                   launchers, wb_cuda_status_string)

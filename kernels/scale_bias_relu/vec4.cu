@@ -1,9 +1,9 @@
 // vec4: what it adds over scalar: each thread moves 16 bytes per access (a float4 of x, of y, and
-// of bias once) and owns 4 columns over a slice of the rows (the shared row tiles,
-// kernels/common/wb_row_tiles.cuh), so a warp issues 4x fewer memory instructions and the bias
-// needs no per-element modulo. The backward becomes one fused pass: dx is written and the dbias
-// terms summed in float registers as dy and x stream by once (scalar reads them twice); per-slice
-// partials are added in a fixed order (deterministic).
+// of bias, whose index is found once per 4 elements; kernels/common/wb_row_tiles.cuh), so a warp
+// issues 4x fewer memory instructions. The backward becomes one fused pass: each thread owns 4
+// columns over a slice of the rows, writes dx and sums the dbias terms in float registers as dy
+// and x stream by once (scalar reads them twice); per-slice partials are added in a fixed order
+// (deterministic).
 // Route: rows whose length is not a multiple of 4, or views whose data pointers are not 16-byte
 // aligned (a storage offset), run the same kernels with scalar accesses.
 #include "relu.h"

@@ -47,19 +47,30 @@ def variant_name(ex: Exercise, source: pathlib.Path) -> str:
     return f"ex{ex.number:02d}_{re.sub(r'[^A-Za-z0-9_]', '_', source.stem)}"
 
 
-def _prepare(exercise, path, seed) -> tuple[Exercise, pathlib.Path, ExerciseReport]:
+def _prepare(exercise, path, seed):
+    """(exercise, source, report, worker): the worker (the GPU checks' child) starts first, before
+    this process imports torch, where a GPU driver is installed."""
     ex = get(exercise)
     source = _student_path(ex, path)
     seed = new_seed() if seed is None else int(seed)
-    shown = checks.shown(source)
-    command = (f"python -m workbench exercise check {ex.number}"
-               + (f" {shlex.quote(shown)}" if path is not None else "") + f" --seed {seed}")
-    report = ExerciseReport(ex.slug, ex.title, shown, f"{ex.op}/{variant_name(ex, source)}", seed,
-                            random_sizes(seed, registry.spec(ex.op)), command)
-    return ex, source, report
+    worker = checks.start_worker(ex, seed) if checks.gpu_likely() else None
+    try:
+        shown = checks.shown(source)
+        command = (f"python -m workbench exercise check {ex.number}"
+                   + (f" {shlex.quote(shown)}" if path is not None else "") + f" --seed {seed}")
+        report = ExerciseReport(ex.slug, ex.title, shown, f"{ex.op}/{variant_name(ex, source)}", seed,
+                                random_sizes(seed, registry.spec(ex.op)), command)
+        if worker is not None and not checks.gpu_present():
+            worker.close()
+            worker = None
+    except BaseException:
+        if worker is not None:
+            worker.close()
+        raise
+    return ex, source, report, worker
 
 
-def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool) -> Iterator[Check]:
+def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool, worker=None) -> Iterator[Check]:
     """Run the checks in order, appending each (with its time) to the report and yielding it."""
     started = [time.perf_counter()]
 
@@ -69,33 +80,41 @@ def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool
         report.checks.append(c)
         return c
 
-    kernel, built = checks.build(ex, source, variant_name(ex, source))
-    yield add(built)
-    if kernel is None:
-        why = "the build failed" if built.status == "FAIL" else built.detail
-        for name in CHECKS[1:]:
-            yield add(Check(name, "skipped", why))
-        return
-    dtypes = add(checks.declared_dtypes(ex, kernel))
-    yield dtypes
-    yield add(check_sass(ex, kernel))
-    if kernel.device == "cuda" and not checks.gpu_present():
-        for name in CHECKS[3:]:
-            yield add(Check(name, "skipped", NEEDS_GPU))
-        return
-    sanitize = f"python -m workbench sanitize {ex.op} {kernel.name} --source {shlex.quote(report.path)}"
-    correct = add(checks.correctness(ex, kernel, report.shapes, report.seed, sanitize))
-    yield correct
-    grads = add(checks.gradcheck(ex, kernel, report.seed, sanitize))
-    yield grads
-    if not speed:
-        yield add(Check("speed", "skipped", "not asked for (--no-speed)"))
-    elif dtypes.status != "ok":
-        yield add(Check("speed", "skipped", "declare the required dtypes first"))
-    elif correct.status != "ok" or grads.status != "ok":
-        yield add(Check("speed", "skipped", "fix correctness first"))
-    else:
-        yield add(checks.speed(ex, kernel))
+    try:
+        kernel, built = checks.build(ex, source, variant_name(ex, source))
+        yield add(built)
+        if kernel is None:
+            why = "the build failed" if built.status == "FAIL" else built.detail
+            for name in CHECKS[1:]:
+                yield add(Check(name, "skipped", why))
+            return
+        dtypes = add(checks.declared_dtypes(ex, kernel))
+        yield dtypes
+        gpu = kernel.device != "cuda" or checks.gpu_present()
+        sanitize = f"python -m workbench sanitize {ex.op} {kernel.name} --source {shlex.quote(report.path)}"
+        # The check matrix starts in the child now; the SASS is read here meanwhile.
+        pending = checks.correctness(ex, kernel, report.shapes, report.seed, sanitize, worker) if gpu else None
+        yield add(check_sass(ex, kernel))
+        if not gpu:
+            for name in CHECKS[3:]:
+                yield add(Check(name, "skipped", NEEDS_GPU))
+            return
+        correct = add(pending())
+        yield correct
+        grads = add(checks.gradcheck(ex, kernel, report.seed, sanitize, worker))
+        yield grads
+        if not speed:
+            yield add(Check("speed", "skipped", "not asked for (--no-speed)"))
+        elif dtypes.status != "ok":
+            yield add(Check("speed", "skipped", "declare the required dtypes first"))
+        elif correct.status != "ok" or grads.status != "ok":
+            yield add(Check("speed", "skipped", "fix correctness first"))
+        else:
+            yield add(checks.speed(ex, kernel, worker))
+    finally:
+        if worker is not None:
+            report.worker_ready_s = worker.ready_seconds()
+            worker.close()
 
 
 def check_exercise(exercise, path=None, *, seed: int | None = None, speed: bool = True) -> ExerciseReport:
@@ -104,8 +123,8 @@ def check_exercise(exercise, path=None, *, seed: int | None = None, speed: bool 
     on sizes drawn from `seed`, in a child process), gradcheck, and speed against the reference
     variant (speed=False skips it). Returns an ExerciseReport: .ok, .checks, .first_failure,
     .summary(). Raises ValueError for an unknown exercise or a path that is not a .cu file."""
-    ex, source, report = _prepare(exercise, path, seed)
-    for _ in _run(ex, source, report, speed):
+    ex, source, report, worker = _prepare(exercise, path, seed)
+    for _ in _run(ex, source, report, speed, worker):
         pass
     return report
 
@@ -124,14 +143,14 @@ def cli_list(args) -> int:
 
 
 def cli_check(args) -> int:
+    started = time.perf_counter()
     try:
-        ex, source, report = _prepare(args.exercise, args.path, args.seed)
+        ex, source, report, worker = _prepare(args.exercise, args.path, args.seed)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    started = time.perf_counter()
     print(report.header() + "\n", flush=True)
-    for c in _run(ex, source, report, speed=not args.no_speed):
+    for c in _run(ex, source, report, not args.no_speed, worker):
         print(f"  {c.line()}", flush=True)
     print(report.tail())
     print(f"({time.perf_counter() - started:.1f} s: {report.timings()})")

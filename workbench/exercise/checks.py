@@ -14,6 +14,9 @@ from .registration import Exercise
 from .report import LAYOUTS, Check
 
 CHILD_TIMEOUT_S = 600  # correctness and gradcheck each; a kernel that hangs fails instead of waiting forever
+# The layouts an exercise checks: a transposed view reaches the kernel as a contiguous copy, as a
+# strided one does, so it would test the harness, not the student's kernel.
+EXERCISE_LAYOUTS = ("contiguous", "strided", "offset")
 
 
 def gpu_present() -> bool:
@@ -21,12 +24,36 @@ def gpu_present() -> bool:
     return toolchain.gpu_available()
 
 
-def in_child(kind: str, ex: Exercise, kernel, **kwargs):
-    """correctness.check or .gradcheck of the kernel in a child process (isolate.run)."""
+def gpu_likely() -> bool:
+    """A GPU driver is installed (its control device exists): asked before torch is imported,
+    to start the checks' child early. gpu_present() decides whether the GPU checks run."""
+    return pathlib.Path("/dev/nvidiactl").exists()
+
+
+def start_worker(ex: Exercise, seed: int):
+    """The child process the GPU checks run in, started before anything else (even before this
+    process imports torch), so that its start-up overlaps the build instead of following it:
+    import torch, the CUDA context, and a check of the reference variant in the exercise's dtypes
+    and layouts on the smallest of the sizes the seed draws, which loads every kernel the
+    student's check will use. The reference is an in-tree variant: the student's kernel is not
+    involved."""
     from .. import isolate
+
+    return isolate.Worker({"op": ex.op, "variant": ex.reference, "dtypes": list(ex.dtypes),
+                           "sizes_from_seed": seed, "layouts": list(EXERCISE_LAYOUTS), "seed": seed})
+
+
+def in_child(kind: str, ex: Exercise, kernel, worker=None, **kwargs):
+    """A check ("check", "gradcheck": a correctness.Report) or a benchmark ("bench": a BenchResult)
+    of the kernel in a child process: the worker, or a fresh child where there is none."""
+    from .. import isolate
+    from ..benchmark import BenchResult
     from ..correctness import Report
 
-    return Report.from_dict(isolate.run(kind, isolate.variant_spec(ex.op, kernel), kwargs, timeout_s=CHILD_TIMEOUT_S))
+    spec = isolate.variant_spec(ex.op, kernel)
+    out = worker.run(kind, spec, kwargs, timeout_s=CHILD_TIMEOUT_S) if worker is not None else \
+        isolate.run(kind, spec, kwargs, timeout_s=CHILD_TIMEOUT_S)
+    return BenchResult(out["rows"]) if kind == "bench" else Report.from_dict(out)
 
 
 def count(n: int, what: str) -> str:
@@ -67,8 +94,10 @@ def build(ex: Exercise, source: pathlib.Path, name: str):
         why = "torch has no CUDA" if not toolchain.torch_has_cuda() else "no nvcc found (set CUDA_HOME)"
         return None, Check("build", "skipped", f"this machine cannot build CUDA code: {why}")
     try:
-        loader.ensure_op(ex.op)  # the harness and the binding: not part of the time the student's build took
-        kernel = loader.load_source(ex.op, source, name=name)
+        # The harness and the binding (not part of the time the student's build took); the kernel is
+        # only built and loaded here, its checks run in a child: no fake/autograd registration.
+        loader.ensure_op(ex.op, python=False)
+        kernel = loader.load_source(ex.op, source, name=name, python=False)
     except BuildError as e:
         where = f"{shown(e.file)}:{e.line}" if e.file and e.line else shown(e.file) if e.file else "build"
         first, *rest = (e.first_error or "failed").splitlines() or ["failed"]
@@ -147,19 +176,35 @@ def case_lines(c, op: str) -> list[str]:
     return lines
 
 
-def correctness(ex: Exercise, kernel, shapes, seed: int, sanitize: str) -> Check:
+def correctness(ex: Exercise, kernel, shapes, seed: int, sanitize: str, worker=None):
+    """Starts the check matrix in the worker (where there is one) and returns a function that
+    waits for it and gives the Check: the checker reads the SASS meanwhile."""
+    from .. import isolate
+    from ..correctness import Report
     from ..errors import IsolatedRunError
 
     dtypes = [d for d in ex.dtypes if d in kernel.dtypes]
     if not dtypes:
-        return Check("correctness", "skipped", "the variant declares none of the required dtypes")
+        return lambda: Check("correctness", "skipped", "the variant declares none of the required dtypes")
+    kwargs = dict(dtypes=dtypes, shapes=[list(s) for s in shapes], layouts=list(EXERCISE_LAYOUTS), seed=seed,
+                  backward=True, announce=True)
+    if worker is not None:
+        job = worker.submit("check", isolate.variant_spec(ex.op, kernel), kwargs)
+        run = lambda: Report.from_dict(worker.wait(job, timeout_s=CHILD_TIMEOUT_S))  # noqa: E731
+    else:
+        run = lambda: in_child("check", ex, kernel, **kwargs)  # noqa: E731
+    return lambda: _correctness_check(ex, run, shapes, dtypes, sanitize)
+
+
+def _correctness_check(ex: Exercise, run, shapes, dtypes, sanitize: str) -> Check:
+    from ..errors import IsolatedRunError
+
     try:
-        rep = in_child("check", ex, kernel, dtypes=dtypes, shapes=[list(s) for s in shapes],
-                       layouts=list(LAYOUTS), seed=seed, backward=True, announce=True)
+        rep = run()
     except (IsolatedRunError, subprocess.TimeoutExpired) as e:
         return stopped("correctness", e, sanitize)
     n, bad = len(rep.cases), rep.failures
-    scope = f"{len(shapes)} shapes x {count(len(dtypes), 'dtype')} x {len(LAYOUTS)} layouts"
+    scope = f"{len(shapes)} shapes x {count(len(dtypes), 'dtype')} x {len(EXERCISE_LAYOUTS)} layouts"
     if not bad:
         return Check("correctness", "ok", f"{count(n, 'case')}: {scope}; forward, backward, determinism")
     first = bad[0]
@@ -174,11 +219,11 @@ def correctness(ex: Exercise, kernel, shapes, seed: int, sanitize: str) -> Check
                  f"{len(bad)} of {n} cases failed", lines)
 
 
-def gradcheck(ex: Exercise, kernel, seed: int, sanitize: str) -> Check:
+def gradcheck(ex: Exercise, kernel, seed: int, sanitize: str, worker=None) -> Check:
     from ..errors import IsolatedRunError
 
     try:
-        rep = in_child("gradcheck", ex, kernel, seed=seed)
+        rep = in_child("gradcheck", ex, kernel, worker=worker, seed=seed)
     except (IsolatedRunError, subprocess.TimeoutExpired) as e:
         return stopped("gradcheck", e, sanitize)
     if rep.ok:
@@ -191,13 +236,12 @@ def gradcheck(ex: Exercise, kernel, seed: int, sanitize: str) -> Check:
                  + (f": {first.note}" if first.note else ""), lines)
 
 
-def speed(ex: Exercise, kernel) -> Check:
-    from .. import benchmark
-
+def speed(ex: Exercise, kernel, worker=None) -> Check:
     s = ex.speed
     try:
-        result = benchmark.bench(ex.op, variants=[kernel.name, ex.reference], dtypes=list(s.dtypes), shapes=[s.shape],
-                                 baselines=("eager",), directions=list(s.directions))
+        result = in_child("bench", ex, kernel, worker=worker, variants=[kernel.name, ex.reference],
+                          dtypes=list(s.dtypes), shapes=[list(s.shape)], baselines=[],
+                          directions=list(s.directions), budget_s=0.5)
     except Exception as e:  # noqa: BLE001 - a kernel that fails under timing is a failed check, not a crash
         return Check("speed", "FAIL", f"stopped with an error: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
                      str(e).splitlines())
@@ -209,9 +253,8 @@ def speed(ex: Exercise, kernel) -> Check:
             if mine is None or ref is None:
                 return Check("speed", "FAIL", f"no timing for {d} {t}", [f"benchmark notes: {n}" for n in result.notes])
             ratio = ref / mine
-            eager = median.get((d, t, "eager"))
-            lines.append(f"{d:7s} {t:9s} {ratio:5.2f}x {ex.reference}  (yours {mine:.4f} ms, {ex.reference} {ref:.4f} ms"
-                         + (f", eager {eager:.4f} ms" if eager else "") + f")  {'ok' if ratio >= s.target else 'BELOW TARGET'}")
+            lines.append(f"{d:7s} {t:9s} {ratio:5.2f}x {ex.reference}  (yours {mine:.4f} ms, {ex.reference} {ref:.4f} ms)"
+                         f"  {'ok' if ratio >= s.target else 'BELOW TARGET'}")
             if worst is None or ratio < worst[0]:
                 worst = (ratio, d, t)
     ratio, d, t = worst

@@ -38,6 +38,7 @@ class ExerciseReport:
     seed: int
     shapes: list[tuple[int, ...]]
     command: str                 # the command that checks the same file with the same shapes
+    worker_ready_s: float | None = None   # start-up of the child the GPU checks ran in
     checks: list[Check] = field(default_factory=list)
 
     @property
@@ -98,8 +99,11 @@ class ExerciseReport:
         return "\n".join(out)
 
     def timings(self) -> str:
-        """Where the time went: "build 1.3 s, correctness 2.1 s, ..." (checks that ran)."""
-        return ", ".join(f"{c.name} {c.seconds:.1f} s" for c in self.checks if c.status != "skipped")
+        """Where the time went: "build 1.3 s, correctness 2.1 s, ..." (checks that ran), and when
+        the child running the GPU checks was ready (it starts with the build)."""
+        text = ", ".join(f"{c.name} {c.seconds:.1f} s" for c in self.checks if c.status != "skipped")
+        return text + (f"; checker child ready {self.worker_ready_s:.1f} s after its start"
+                       if self.worker_ready_s is not None else "")
 
     def summary(self) -> str:
         return "\n".join([self.header(), ""] + [f"  {c.line()}" for c in self.checks]) + "\n" + self.tail()
