@@ -51,6 +51,22 @@ __global__ void __launch_bounds__(TPB) mul_oneshot(const float4* a, const float4
     if (base + u * TPB < n4) y[base + u * TPB] = mul4(va[u], vb[u]);
 }
 
+// The one-shot kernel with 32-bit index arithmetic (Triton's choice below 2^31 elements).
+template <int TPB, int U>
+__global__ void __launch_bounds__(TPB) mul_oneshot32(const float4* a, const float4* b, float4* y, int n4) {
+  const int base = blockIdx.x * TPB * U + threadIdx.x;
+  float4 va[U], vb[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    if (base + u * TPB < n4) {
+      va[u] = a[base + u * TPB];
+      vb[u] = b[base + u * TPB];
+    }
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    if (base + u * TPB < n4) y[base + u * TPB] = mul4(va[u], vb[u]);
+}
+
 // Grid-stride: a fixed grid of blocks, each thread U float4s per step.
 template <int TPB, int U, Load L>
 __global__ void __launch_bounds__(TPB) mul_stride(const float4* a, const float4* b, float4* y, int64_t n4) {
@@ -182,6 +198,15 @@ int main() {
   ONESHOT(256, 2, kStream);
   ONESHOT(256, 1, kStream);
   ONESHOT(256, 8, kPlain);
+  report("mul fwd one-shot int32 TPB=256 U=1", 3, median_ms([&] {
+           mul_oneshot32<256, 1><<<(n4 + 255) / 256, 256>>>(a4(0), a4(1), a4(2), static_cast<int>(n4));
+         }));
+  report("mul fwd one-shot int32 TPB=128 U=2", 3, median_ms([&] {
+           mul_oneshot32<128, 2><<<(n4 + 255) / 256, 128>>>(a4(0), a4(1), a4(2), static_cast<int>(n4));
+         }));
+  report("mul fwd one-shot int64 TPB=256 U=1 (again)", 3, median_ms([&] {
+           mul_oneshot<256, 1, kPlain><<<(n4 + 255) / 256, 256>>>(a4(0), a4(1), a4(2), n4);
+         }));
 #define STRIDE(TPB, U, L, K)                                                                                \
   report("mul fwd grid-stride " #K "xSMs TPB=" #TPB " U=" #U " " #L, 3,                                     \
          median_ms([&] { mul_stride<TPB, U, L><<<K * sms, TPB>>>(a4(0), a4(1), a4(2), n4); }))
