@@ -23,6 +23,8 @@ BASELINES = ("eager", "compile")
 def baselines_of(spec) -> tuple[str, ...]:
     """The baselines an op can be timed against: eager, compile, then the spec's own."""
     return BASELINES + tuple(b for b in spec.baselines if b not in BASELINES)
+
+
 # The columns of BenchResult.table(), as BenchResult.frame() returns them.
 TABLE_COLUMNS = ("direction", "dtype", "shape", "variant", "median_ms", "p20_ms", "p80_ms", "GBps",
                  "pct_of_ceiling", "speedup_vs_eager", "speedup_vs_compile")

@@ -4,7 +4,7 @@
 //   dx    = dy * GELU_tanh'(x + bias)
 //   dbias = sum of dx over the rows, accumulated in float (double for float64)
 // This header is the op's torch-free contract: the parameter structs and the launcher table each
-// variant exports. The harness (bindings/bias_gelu.cpp) fills the structs.
+// variant exports. The binding (bindings/bias_gelu.cpp) fills the structs.
 #pragma once
 
 #include "wb_variant.h"
@@ -25,7 +25,7 @@ typedef struct WbBiasGeluBackward {
   const void* bias;   // [cols]
   void* dx;           // [rows, cols], contiguous
   void* dbias;        // [cols], written in the input dtype
-  void* workspace;    // backward_workspace_bytes(...) bytes, 256-byte aligned, uninitialised
+  void* workspace;    // backward_workspace_bytes(...) bytes, aligned for any type, uninitialised
 } WbBiasGeluBackward;
 
 typedef struct WbBiasGeluLaunchers {

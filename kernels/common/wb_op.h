@@ -42,7 +42,7 @@ typedef struct WbCall {
   // Forward: the outputs. Backward: one gradient per differentiable input, in declaration order.
   WbTensor outputs[WB_MAX_ARGS];
   WbAttr attrs[WB_MAX_ARGS];        // in declaration order
-  void* workspace;                  // workspace_bytes(...) bytes, 256-byte aligned; NULL for none
+  void* workspace;                  // workspace_bytes(...) bytes from torch's allocator (aligned for any type); NULL for none
 } WbCall;
 
 typedef struct WbOpBinding {

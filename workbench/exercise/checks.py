@@ -181,7 +181,6 @@ def correctness(ex: Exercise, kernel, shapes, seed: int, sanitize: str, worker=N
     waits for it and gives the Check: the checker reads the SASS meanwhile."""
     from .. import isolate
     from ..correctness import Report
-    from ..errors import IsolatedRunError
 
     dtypes = [d for d in ex.dtypes if d in kernel.dtypes]
     if not dtypes:
