@@ -8,7 +8,7 @@ import torch
 
 import workbench as wb
 from workbench import registry
-from workbench.torchops import as_tuple
+from workbench.opspec import as_tuple
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")]
 

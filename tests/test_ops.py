@@ -12,7 +12,7 @@ import torch
 
 import workbench as wb
 from workbench import registry
-from workbench.torchops import as_tuple
+from workbench.opspec import as_tuple
 
 OPS = registry.ops()
 

@@ -13,8 +13,7 @@ import torch
 
 from . import __version__, config, loader, registry, results, timing, toolchain
 from . import dtypes as dtypes_
-from .opspec import DIRECTIONS
-from .torchops import as_tuple
+from .opspec import DIRECTIONS, as_tuple
 
 # Every op has these two: its eager math, and torch.compile of it. A spec adds its own (spec.baselines).
 BASELINES = ("eager", "compile")

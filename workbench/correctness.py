@@ -17,12 +17,7 @@ import torch
 
 from . import dtypes as dtypes_
 from . import loader, registry, toolchain
-from .opspec import LAYOUTS
-from .torchops import as_tuple
-
-# Kept for callers of the old names: the one vocabulary lives in workbench.dtypes.
-DTYPES = {name: getattr(torch, name) for name in dtypes_.NAMES}
-TOLERANCES = {DTYPES[name]: tol for name, tol in dtypes_.TOLERANCES.items()}
+from .opspec import LAYOUTS, as_tuple
 
 
 @dataclass
@@ -269,8 +264,7 @@ def check(op: str, variant, *, dtypes=None, shapes=None, layouts=("contiguous", 
                 attrs = settings[n % len(settings)]
                 n += 1
                 inputs = [with_layout(t, layout) for t in spec.new_inputs(size, dname, device, gen)]
-                label = f"{'x'.join(map(str, size)) or 'scalar'} {dname} {layout}" + \
-                    (f" {attrs}" if attrs else "")
+                label = f"{spec.label(size)} {dname} {layout}" + (f" {attrs}" if attrs else "")
                 if on_case:
                     on_case(f"forward {label}")
                 with _poisoned_outputs():

@@ -97,9 +97,12 @@ class Worker:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True,
             cwd=config.REPO_ROOT, env=_child_env(self.extra_env))
 
+    def _size(self) -> int:
+        """Bytes the child has written to its log so far: where a new job's output will start."""
+        return self._log_path.stat().st_size
+
     def _output(self, since: int = 0) -> str:
-        self._log.flush()
-        return self._log_path.read_text(errors="replace")[since:]
+        return self._log_path.read_bytes()[since:].decode(errors="replace")
 
     def submit(self, kind: str, spec: dict, kwargs: dict) -> dict:
         """Hand the child a job and return at once; wait(job) collects its result. Jobs run in
@@ -108,7 +111,7 @@ class Worker:
             self.start()
         self._jobs += 1
         job = {"what": f"{kind} of {spec['op']}/{spec['name']}", "result": self._dir / f"result-{self._jobs}.json",
-               "since": len(self._output()), "proc": self._proc}
+               "since": self._size(), "proc": self._proc}
         try:
             self._proc.stdin.write(json.dumps({"kind": kind, "spec": spec, "kwargs": kwargs,
                                                "result": str(job["result"])}) + "\n")

@@ -28,7 +28,7 @@ _lock = threading.RLock()
 _harness: dict | None = None
 _harness_lib = None  # ctypes handle on the harness: the control plane (declare, register)
 _declared: set[str] = set()              # ops declared to the harness in this process
-_bindings: dict[str, str] = {}           # op -> content key of the binding registered now
+_bindings: dict[str, tuple[str, str]] = {}  # op -> (content key, contract) of the binding registered now
 _current: dict[tuple[str, str], "Kernel"] = {}  # (op, name) -> newest loaded build
 _last_good: dict[tuple[str, str], str] = {}
 
@@ -233,10 +233,11 @@ def ensure_op(op: str, *, python: bool = True) -> None:
             label=f"binding/{op}", kind="binding", sources=[src.binding],
             include_dirs=[config.BINDINGS_DIR, config.COMMON_DIR, src.kernel_dir],
             with_cuda=False, cflags=CPU_FLAGS, cuda_cflags=[])
-        if _bindings.get(op) != key:
-            _call_harness("workbench_register_binding", op, str(lib), contract(op))
+        if _bindings.get(op, ("",))[0] != key:
+            digest = contract(op)
+            _call_harness("workbench_register_binding", op, str(lib), digest)
             cache.mark_in_use(bdir)
-            _bindings[op] = key
+            _bindings[op] = (key, digest)
 
 
 def _register(op: str, name: str, source: pathlib.Path, *, inline_label: str | None = None,
@@ -260,7 +261,8 @@ def _register(op: str, name: str, source: pathlib.Path, *, inline_label: str | N
         with_cuda=with_cuda, cflags=CPU_FLAGS, cuda_cflags=_cuda_flags(), rename=rename)
     build_id = key[:10]
     with _lock:
-        info = json.loads(_call_harness("workbench_register_variant", op, name, build_id, str(lib), contract(op)))
+        # The contract of the binding just ensured: the variant's build key covers the same header.
+        info = json.loads(_call_harness("workbench_register_variant", op, name, build_id, str(lib), _bindings[op][1]))
         cache.mark_in_use(bdir)
         kernel = Kernel(op=op, name=name, build_id=build_id, device=info["device"], dtypes=tuple(info["dtypes"]),
                         description=info["description"], library=lib, source=source, built=built,
@@ -291,15 +293,22 @@ def load_source(op: str, path, name: str | None = None, *, python: bool = True) 
     return _register(op, name, path, python=python)
 
 
+def _write_text(path: pathlib.Path, text: str) -> None:
+    """Write `text` to `path` atomically (a temporary file per writer, renamed into place), unless
+    the file already holds exactly that text."""
+    if path.exists() and path.read_text() == text:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 def _cache_source(kind: str, text: str, suffix: str, name: str) -> pathlib.Path:
-    """A source string written under the cache, named by its hash (written once, atomically)."""
+    """A source string written under the cache, named by its hash."""
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     path = config.cache_dir() / "sources" / kind / f"{name}-{digest}{suffix}"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + f".{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")  # one per writer
-        tmp.write_text(text)
-        tmp.replace(path)
+    _write_text(path, text)
     return path
 
 
@@ -336,15 +345,10 @@ def define_op(spec, header: str, binding: str) -> None:
                          f"(see bindings/wb_binding.h)")
     digest = hashlib.sha256((texts["header"] + "\0" + texts["binding"]).encode()).hexdigest()[:16]
     folder = config.cache_dir() / "sources" / "ops" / f"{spec.name}-{digest}"
-    folder.mkdir(parents=True, exist_ok=True)
     # The binding in a subfolder: every .cu/.cpp beside the header would be taken for a variant.
     header_path, binding_path = folder / f"{spec.name}.h", folder / "binding" / f"{spec.name}.cpp"
-    binding_path.parent.mkdir(exist_ok=True)
-    for path, text in ((header_path, texts["header"]), (binding_path, texts["binding"])):
-        if not path.exists() or path.read_text() != text:
-            tmp = path.with_name(path.name + f".{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
-            tmp.write_text(text)
-            tmp.replace(path)
+    _write_text(header_path, texts["header"])
+    _write_text(binding_path, texts["binding"])
     registry.add_inline_op(spec, registry.OpSources(folder, header_path, binding_path, inline=True))
     ensure_op(spec.name)
 

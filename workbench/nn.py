@@ -49,8 +49,8 @@ class OpLayer(torch.nn.Module):
         self.sizes = given
         self.variant = variant
         dims = {layer.size_args[a]: v for a, v in given.items()}
-        # Everything forward needs, resolved now: forward must trace to nothing but the op call.
-        self._op = getattr(torch.ops.workbench, self.op) if hasattr(torch.ops.workbench, self.op) else None
+        # Everything forward needs, resolved now (the op in _resolve): forward must trace to nothing
+        # but the op call.
         self._params = tuple(t.name for t in spec.inputs[1:])
         self._attr_values = tuple(self.attrs.values())
         for t in spec.inputs[1:]:

@@ -14,12 +14,13 @@ declared with size "m k n", (127, 3, 1000) is a [127, 3] @ [3, 1000].
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import dtypes as dtypes_
-from .shapes import ELLIPSIS, DimPattern, ShapeBinder, ShapeError, shape_text
+from .shapes import ELLIPSIS, DimPattern, ShapeBinder, shape_text
 
 REQUIRED = object()  # an attribute without a default
 DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
@@ -38,7 +39,7 @@ class Tensor:
     read_by_backward: bool = True   # False: the backward needs only its shape
     scale: float = 1.0              # default inputs: standard normal times this
 
-    @property
+    @functools.cached_property  # parsed once: the fakes and checks read it on every call
     def pattern(self) -> DimPattern:
         return DimPattern.parse(self.dims)
 
@@ -88,7 +89,7 @@ class Output:
     dims: str
     terms: str = ""
 
-    @property
+    @functools.cached_property
     def pattern(self) -> DimPattern:
         return DimPattern.parse(self.dims)
 
@@ -100,7 +101,6 @@ class ErrorCase:
     build: Callable
     error: type
     match: str
-    needs_gpu: bool = False
     decl: bool = True        # the declaration alone decides it: the fake implementation agrees
 
 
@@ -112,6 +112,11 @@ class Layer:
     cls: str
     size_args: dict
     init: Callable | None = None
+
+
+def as_tuple(out) -> tuple:
+    """An op's result as a tuple: a single tensor, or the tuple a multi-output schema returns."""
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
 def _default_flops(dims, direction: str) -> int:
@@ -164,7 +169,6 @@ class OpSpec:
     double_backward: Callable | None = None
     # (dims, dtype, direction) -> bytes; default: every tensor a direction must read and write, once
     bytes_moved: Callable | None = None
-    dtypes: tuple[str, ...] = dtypes_.NAMES
     layer: Layer | None = None
 
     def __post_init__(self):
@@ -290,13 +294,6 @@ class OpSpec:
         b = self.dims(size)
         return tuple(b.shape_of(o.pattern) for o in self.outputs)
 
-    def size_of(self, tensors) -> tuple:
-        """The size tuple of concrete inputs (for labels): the size pattern read off them."""
-        b = ShapeBinder()
-        for t, x in zip(self.inputs, tensors):
-            b.bind(t.name, t.pattern, tuple(x.shape))
-        return b.shape_of(self.size_pattern)
-
     @staticmethod
     def label(size) -> str:
         return "x".join(map(str, size)) or "scalar"
@@ -306,8 +303,7 @@ class OpSpec:
 
         dtype = dtypes_.to_torch(dtype)
         if self.make_inputs is not None:
-            out = self.make_inputs(tuple(size), dtype, device, generator)
-            return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+            return as_tuple(self.make_inputs(tuple(size), dtype, device, generator))
         return tuple(torch.randn(shape, generator=generator, device=device, dtype=torch.float32).mul_(t.scale).to(dtype)
                      for t, shape in zip(self.inputs, self.input_shapes(size)))
 
@@ -321,20 +317,17 @@ class OpSpec:
     # ------------------------------------------------------------------ math
 
     def run_reference(self, inputs, attrs: dict) -> tuple:
-        out = self.reference(*[t.detach().double() for t in inputs], **attrs)
-        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        return as_tuple(self.reference(*[t.detach().double() for t in inputs], **attrs))
 
     def run_reference_backward(self, grads, inputs, attrs: dict) -> tuple:
         """Float64 gradients of the differentiable inputs, independent of any kernel's backward."""
         import torch
 
         if self.reference_backward is not None:
-            out = self.reference_backward(tuple(g.detach().double() for g in grads),
-                                          tuple(t.detach().double() for t in inputs), attrs)
-            return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+            return as_tuple(self.reference_backward(tuple(g.detach().double() for g in grads),
+                                                    tuple(t.detach().double() for t in inputs), attrs))
         leaves = [t.detach().double().requires_grad_(s.differentiable) for s, t in zip(self.inputs, inputs)]
-        outs = self.reference(*leaves, **attrs)
-        outs = tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
+        outs = as_tuple(self.reference(*leaves, **attrs))
         wanted = [x for s, x in zip(self.inputs, leaves) if s.differentiable]
         got = torch.autograd.grad(outs, wanted, [g.detach().double() for g in grads], allow_unused=True)
         return tuple(torch.zeros_like(w) if g is None else g for g, w in zip(got, wanted))
@@ -489,9 +482,9 @@ def derived_error_cases(spec: OpSpec, device: str = "cpu") -> list[ErrorCase]:
             ts[1] = ts[1].cpu()
             return ts, at
         cases.append(ErrorCase(f"{spec.inputs[1].name} on the CPU", other_device, RuntimeError,
-                               f"{spec.inputs[1].name} must be on the same device as {first}", needs_gpu=True))
+                               f"{spec.inputs[1].name} must be on the same device as {first}"))
     return cases
 
 
-__all__ = ["Attr", "DIRECTIONS", "ErrorCase", "LAYOUTS", "Layer", "OpSpec", "Output", "REQUIRED", "ShapeError", "Tensor",
-           "shape_text"]
+__all__ = ["Attr", "DIRECTIONS", "ErrorCase", "LAYOUTS", "Layer", "OpSpec", "Output", "REQUIRED", "Tensor",
+           "as_tuple", "shape_text"]

@@ -14,10 +14,6 @@ from dataclasses import dataclass, field
 ELLIPSIS = "..."
 
 
-class ShapeError(ValueError):
-    """A tensor's shape does not fit its pattern; the message names the tensor and what was expected."""
-
-
 @dataclass(frozen=True)
 class DimPattern:
     text: str

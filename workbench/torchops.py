@@ -8,7 +8,7 @@ declaring an op again with an edited spec (same schema) takes effect without a r
 """
 from __future__ import annotations
 
-from .opspec import OpSpec
+from .opspec import OpSpec, as_tuple
 
 _specs: dict[str, OpSpec] = {}  # the current spec of each op registered in this process
 
@@ -16,11 +16,6 @@ _specs: dict[str, OpSpec] = {}  # the current spec of each op registered in this
 def current_spec(op: str) -> OpSpec | None:
     """The spec op `op` was last registered with in this process (None: not registered)."""
     return _specs.get(op)
-
-
-def as_tuple(out) -> tuple:
-    """An op's result as a tuple: a single tensor, or the tuple a multi-output schema returns."""
-    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
 def eager_double_backward(spec: OpSpec, upstream, grads, inputs, attrs: dict) -> tuple:
