@@ -4,6 +4,11 @@
 // so the only error is the final rounding to 16 bits. dbias partial sums are float as well.
 // Route: rows whose length is not a multiple of 8, or views whose data pointers are not 16-byte
 // aligned, run the same kernels with scalar (2-byte) accesses.
+// Predicted: half vec4's time (half the bytes), at the copy bandwidth.
+// Measured (results/gpu/3e17357, H100, 16384 x 16384; in parentheses the % of the copy bandwidth,
+// or of the backward's byte floor):
+// fwd bf16 0.353 ms, 2.40x scalar (101.5%), 1.07x torch.compile (fp16 1.03x);
+// bwd bf16 0.567 ms, 1.63x scalar (94.7%), 1.09x torch.compile.
 #include "bias_gelu.h"
 #include "gelu.h"
 #include "wb_row_tiles.cuh"

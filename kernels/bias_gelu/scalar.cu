@@ -3,6 +3,9 @@
 // for the 16-bit types (double for double, so a true float64 gradcheck runs on the GPU).
 // Backward: each thread walks one column over a slice of the rows, writing dx and summing it;
 // the per-slice partial sums are added in a fixed order, so dbias is deterministic.
+// Measured (results/gpu/3e17357, H100, 16384 x 16384; in parentheses the % of the copy bandwidth,
+// or of the backward's byte floor):
+// fwd fp32 0.938 ms (76%), bf16 0.845 ms (42%); bwd fp32 1.326 ms (81%), bf16 0.924 ms (58%).
 #include "bias_gelu.h"
 #include "wb_cuda.h"
 #include "gelu.h"

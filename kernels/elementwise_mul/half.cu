@@ -3,6 +3,11 @@
 // memory-bound op the time halves; the multiply is in float (convert after the load, round once
 // before the store), so the only error is the final rounding to 16 bits.
 // Route: the last n % 8 elements, or every element of a view not 16-byte aligned, take scalar accesses.
+// Predicted: half vec4's time, at the copy bandwidth.
+// Measured (results/gpu/3e17357, H100, 16384 x 16384; in parentheses the % of the copy bandwidth,
+// or of the backward's byte floor):
+// fwd bf16 0.522 ms, 1.57x scalar (102.8%), 1.00x torch.compile; bwd bf16 0.883 ms, 1.21x scalar
+// (101.4%), 1.00x torch.compile.
 #include "flat_tiles.cuh"
 
 namespace {

@@ -2,6 +2,9 @@
 // templated over float, double, half and bfloat16, computing in float for the 16-bit types (double
 // for double, so a true float64 gradcheck runs on the GPU). The backward is one thread per element
 // too, writing both gradients: no reduction anywhere in this op.
+// Measured (results/gpu/3e17357, H100, 16384 x 16384; in parentheses the % of the copy bandwidth,
+// or of the backward's byte floor):
+// fwd fp32 1.152 ms (93%), bf16 0.822 ms (65%); bwd fp32 1.760 ms (102%), bf16 1.066 ms (84%).
 #include "elementwise_mul.h"
 #include "wb_cuda.h"
 

@@ -3,6 +3,10 @@
 // so a true float64 gradcheck runs on the GPU). Backward, the textbook way: one kernel writes dx
 // element by element, a second gives each column one thread that walks every row to sum dbias
 // (a fixed order: deterministic), reading dy and x a second time.
+// Measured (results/gpu/3e17357, H100, 16384 x 16384; in parentheses the % of the copy bandwidth,
+// or of the backward's byte floor):
+// fwd fp32 0.900 ms (80%), bf16 0.797 ms (45%); bwd fp32 4.487 ms (24%: the column-per-thread dbias
+// pass), bf16 3.969 ms (13%).
 #include "relu.h"
 #include "scale_bias_relu.h"
 #include "wb_cuda.h"

@@ -6,6 +6,13 @@
 // (deterministic).
 // Route: rows whose length is not a multiple of 4, or views whose data pointers are not 16-byte
 // aligned (a storage offset), run the same kernels with scalar accesses.
+// Predicted: the forward at the copy bandwidth like bias_gelu's vec4, the backward >= 85% of its
+// byte floor (one pass where scalar makes two).
+// Measured (results/gpu/3e17357, H100, 16384 x 16384; in parentheses the % of the copy bandwidth,
+// or of the backward's byte floor):
+// fwd 0.708 ms, 1.27x scalar (101.1%), 1.00x torch.compile; bwd 1.119 ms, 4.0x scalar (96.0%),
+// 0.84x torch.compile, whose forward saves a 1-byte mask so that its backward reads 9 bytes per
+// element to this one's 12 (the op's backward takes x).
 #include "relu.h"
 #include "scale_bias_relu.h"
 #include "wb_row_tiles.cuh"
