@@ -15,10 +15,14 @@ def _ok(proc):
 
 
 def test_list(run_cli):
+    from workbench import registry
+
     out = _ok(run_cli("list"))
     lines = out.splitlines()
-    assert lines[0] == "bias_gelu"
-    rows = {ln.split()[0]: ln for ln in lines[1:] if ln.startswith("  ")}
+    assert [ln for ln in lines if not ln.startswith("  ")] == registry.ops()  # every op, none named here
+    block = lines[lines.index("bias_gelu") + 1:]
+    rows = {ln.split()[0]: ln for ln in block[:next((i for i, ln in enumerate(block) if not ln.startswith("  ")),
+                                                     len(block))]}
     assert rows["cpu"].split()[1] == "cpu" and rows["scalar"].split()[1] == "cuda", out
     for name in ("cpu", "scalar"):  # both declare all four dtypes, and say what they are
         assert all(d in rows[name] for d in ("float32", "float64", "float16", "bfloat16")), rows[name]

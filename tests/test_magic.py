@@ -13,7 +13,7 @@ from IPython.core.error import UsageError  # noqa: E402
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 from traitlets.config import Config  # noqa: E402
 
-from workbench import BuildError, Kernel  # noqa: E402
+from workbench import BuildError, Kernel, registry  # noqa: E402
 
 CPU_DESCRIPTION = "C++ on torch's CPU thread pool, parallel over rows; any alignment and column count"
 # The line of cpu.cpp's forward that the compile-error tests break.
@@ -123,7 +123,7 @@ def test_quiet_prints_nothing(shell, capsys, cpu_source_text):
 
 
 @pytest.mark.parametrize("line, expected", [
-    ("no_such_op magic_bad", "OP must be one of ['bias_gelu', 'elementwise_mul', 'scale_bias_relu']; got 'no_such_op'"),
+    ("no_such_op magic_bad", f"OP must be one of {registry.ops()}; got 'no_such_op'"),
     ("bias_gelu 1bad", "NAME must be an identifier"),
     ("bias_gelu bad-name", "NAME must be an identifier"),
     ("bias_gelu max", "NAME 'max' is a Python keyword or builtin"),
