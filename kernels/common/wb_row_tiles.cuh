@@ -18,8 +18,12 @@
 // kernel adds the slices in a fixed order: dbias is deterministic, and with at least
 // kBackwardMinRows rows per thread the partials are a few percent of the bytes the main pass moves.
 //
-// Tile: TX threads across column groups and TY = kThreads / TX rows, so narrow rows (few column
-// groups) still fill a block. Launchers pick V = 1 (scalar accesses) when cols is not a multiple of
+// Tile: TX = 32 threads (one warp, 512 contiguous bytes of a row) across column groups and TY =
+// kThreads / TX rows: the block's TY rows of threads combine their sums in shared memory, so the
+// partials cost TY times less traffic than one row of threads per block would, and a tensor of a
+// few hundred rows can still be cut into enough slices to fill the GPU (the reduce_sum ladder's
+// lesson: parallelism first, then the fewest partials). At 512 x 4096 the previous tile (TX = 256,
+// one row of threads, 16 rows each) ran 64-128 blocks on 132 SMs: 0.56-0.73x torch.compile. Launchers pick V = 1 (scalar accesses) when cols is not a multiple of
 // V or a pointer is not 16-byte aligned: same kernels, correct for any view, lower bandwidth.
 #pragma once
 
@@ -32,6 +36,7 @@
 namespace wb_row_tiles {
 
 constexpr int kThreads = 256;
+constexpr int kTileCols = 32;  // backward: column groups per block (one warp's width)
 
 struct Tiling {
   int tx, ty;          // threads across column groups, rows per block step
@@ -46,7 +51,7 @@ struct Tiling {
 inline Tiling make_tiling(int64_t rows, int64_t cols, int v, int64_t max_blocks, int64_t min_rows) {
   Tiling t;
   t.groups = cols / v;
-  t.tx = static_cast<int>(t.groups < kThreads ? t.groups : kThreads);
+  t.tx = static_cast<int>(t.groups < kTileCols ? t.groups : kTileCols);
   t.ty = kThreads / t.tx;
   const int64_t grid_x = wb_ceil_div(t.groups, t.tx);
   int64_t slices = max_blocks / grid_x;
@@ -59,10 +64,10 @@ inline Tiling make_tiling(int64_t rows, int64_t cols, int v, int64_t max_blocks,
   return t;
 }
 
-// Backward: exactly the blocks that are resident at once (one balanced wave, no tail), each
-// thread on at least 16 rows: every block writes one float per (slice, column), so the number of
-// slices is also what the dbias partial sums cost in traffic.
-constexpr int64_t kBackwardMinRows = 16;
+// Backward: at most the blocks that are resident at once (one balanced wave, no tail), each thread
+// on at least 4 rows: every block writes one float per (slice, column), so the number of slices is
+// also what the dbias partial sums cost in traffic (at 512 x 4096, 16 slices: 4% of the bytes).
+constexpr int64_t kBackwardMinRows = 4;
 
 template <typename Kernel>
 inline int64_t resident_blocks(Kernel kernel, int num_sms) {
