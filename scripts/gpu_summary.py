@@ -73,8 +73,13 @@ def main(out: pathlib.Path) -> None:
     print(f"bench: {rows[0]['gpu']}, copy ceiling {rows[0]['ceiling_GBps']:.0f} GB/s; each op's largest size")
     print(f"{'op':16s} {'dir':4s} {'dtype':9s} {'provider':8s} {'ms':>8s} {'GB/s':>7s} {'%ceil':>6s} {'x eager':>8s} "
           f"{'x compile':>9s}")
+    ladders = {}
     for op in dict.fromkeys(r["op"] for r in rows):
         mine = [r for r in rows if r["op"] == op]
+        ladder = _ladder(op)
+        if ladder:  # the ladder table below instead: eight variants per row would drown this one
+            ladders[op] = (ladder, mine)
+            continue
         biggest = max(r["numel"] for r in mine)
         for r in mine:
             if r["numel"] == biggest:
@@ -82,6 +87,57 @@ def main(out: pathlib.Path) -> None:
                 print(f"{op:16s} {r['direction']:4s} {r['dtype']:9s} {r['variant']:8s} {f(r['median_ms'], '8.4f')} "
                       f"{f(r['GBps'], '7.0f')} {f(r['pct_of_ceiling'], '6.1f')} {f(r['speedup_vs_eager'], '8.2f')} "
                       f"{f(r['speedup_vs_compile'], '9.2f')}")
+
+    for op, (ladder, mine) in ladders.items():
+        _ladder_table(op, ladder, mine)
+    _slower_than_compile(rows)
+
+
+def _ladder(op: str) -> tuple:
+    try:
+        from workbench import registry
+        return tuple(registry.spec(op).ladder)
+    except (ImportError, ValueError):
+        return ()
+
+
+def _ladder_table(op: str, ladder: tuple, rows: list) -> None:
+    """The ladder's first rung and its last side by side, per shape and dtype (forward), with the
+    baselines: the speedup between them and the last rung against torch.sum (eager) and compile."""
+    print(f"{op} ladder (fwd): first rung {ladder[0]}, last {ladder[-1]}")
+    print(f"{'dtype':9s} {'shape':>12s} {ladder[0][:14]:>14s} {ladder[-1][:10]:>10s} {'last/first':>10s} "
+          f"{'eager ms':>9s} {'compile':>9s} {'last GB/s':>9s} {'% eager BW':>10s} {'% ceil':>6s}")
+    fwd = [r for r in rows if r["direction"] == "fwd"]
+    for dtype in dict.fromkeys(r["dtype"] for r in fwd):
+        for shape in dict.fromkeys(r["shape"] for r in fwd if r["dtype"] == dtype):
+            at = {r["variant"]: r for r in fwd if r["dtype"] == dtype and r["shape"] == shape}
+            first, last = at.get(ladder[0]), at.get(ladder[-1])
+            if not (first and last):
+                continue
+            eager, comp = at.get("eager"), at.get("compile")
+            print(f"{dtype:9s} {shape:>12s} {first['median_ms']:14.4f} {last['median_ms']:10.4f} "
+                  f"{first['median_ms'] / last['median_ms']:9.1f}x {eager['median_ms'] if eager else float('nan'):9.4f} "
+                  f"{comp['median_ms'] if comp else float('nan'):9.4f} {last['GBps']:9.0f} "
+                  f"{100 * eager['median_ms'] / last['median_ms'] if eager else float('nan'):10.1f} "
+                  f"{last['pct_of_ceiling']:6.1f}")
+
+
+def _slower_than_compile(rows: list) -> None:
+    """Rows where an op's preferred (fast) variant trails torch.compile by more than 3%."""
+    try:
+        from workbench import registry
+    except ImportError:
+        return
+    slow = []
+    for r in rows:
+        try:
+            preferred = registry.spec(r["op"]).preferred.get(("cuda", r["dtype"]), [])
+        except ValueError:
+            continue
+        if preferred and r["variant"] == preferred[0] and r.get("speedup_vs_compile", 1.0) < 0.97:
+            slow.append(f"{r['op']}/{r['variant']} {r['direction']} {r['dtype']} {r['shape']} "
+                        f"{r['speedup_vs_compile']:.2f}x")
+    print(f"fast variants below 0.97x torch.compile: {len(slow)}" + "".join(f"\n  {s}" for s in slow))
 
 
 if __name__ == "__main__":

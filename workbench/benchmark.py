@@ -36,14 +36,15 @@ class BenchResult:
 
     def table(self) -> str:
         """Medians, spread, GB/s, % of the copy ceiling and speedups, one line per row."""
-        head = (f"{'direction':9s} {'dtype':9s} {'shape':>12s} {'provider':10s} {'median ms':>10s} "
+        w = max([10] + [len(str(r["variant"])) for r in self.rows])  # ladder rungs have long names
+        head = (f"{'direction':9s} {'dtype':9s} {'shape':>12s} {'provider':{w}s} {'median ms':>10s} "
                 f"{'p20-p80 ms':>17s} {'GB/s':>8s} {'%ceil':>6s} {'x eager':>8s} {'x compile':>9s}")
         lines = [head, "-" * len(head)]
         for r in self.rows:
             def f(v, spec):
                 return format(v, spec) if isinstance(v, (int, float)) and not math.isnan(v) else "-"
             lines.append(
-                f"{r['direction']:9s} {r['dtype']:9s} {r['shape']:>12s} {r['variant']:10s} "
+                f"{r['direction']:9s} {r['dtype']:9s} {r['shape']:>12s} {r['variant']:{w}s} "
                 f"{f(r['median_ms'], '10.4f')} {f(r['p20_ms'], '8.4f')}-{f(r['p80_ms'], '<8.4f')} "
                 f"{f(r['GBps'], '8.1f')} {f(r['pct_of_ceiling'], '6.1f')} "
                 f"{f(r['speedup_vs_eager'], '8.2f')} {f(r['speedup_vs_compile'], '9.2f')}")
@@ -66,6 +67,19 @@ class BenchResult:
         against the copy ceiling, one row of panels per dtype and direction)."""
         from . import plot
         return plot.figure(self.rows)
+
+    def ladder_figure(self, op=None, **kw):
+        """The op's ladder (the variants its spec lists in teaching order) as one Figure, returned
+        and not saved: GB/s per rung at one size with each step's speedup, the baselines and the
+        copy ceiling; one panel per dtype and direction. kw: dtype, direction, shape (a label such
+        as "16384x16384"). op defaults to the rows' op (name it when the rows hold several)."""
+        from . import plot
+        if op is None:
+            ops = sorted({r["op"] for r in self.rows})
+            if len(ops) != 1:
+                raise ValueError(f"ladder_figure: the rows hold ops {ops}; name one with op=")
+            op = ops[0]
+        return plot.ladder_figure(self.rows, op=op, **kw)
 
     def frame(self, all_columns: bool = False):
         """The rows as a pandas DataFrame (needs pandas): the table's columns, or every column

@@ -170,6 +170,9 @@ class OpSpec:
     # (dims, dtype, direction) -> bytes; default: every tensor a direction must read and write, once
     bytes_moved: Callable | None = None
     layer: Layer | None = None
+    # variant names in teaching order, first rung to last: the ladder plot draws them in this order
+    # with the step-to-step speedup (python -m workbench plot; plot.ladder_figure)
+    ladder: tuple[str, ...] = ()
 
     def __post_init__(self):
         names = [t.name for t in self.inputs] + [a.name for a in self.attrs]
@@ -185,6 +188,8 @@ class OpSpec:
             free = set(o.pattern.names) - bound
             if free:
                 raise ValueError(f"{self.name}: output {o.name} uses dims {sorted(free)} that no input binds")
+        if len(set(self.ladder)) != len(self.ladder) or not all(isinstance(v, str) for v in self.ladder):
+            raise ValueError(f"{self.name}: ladder must be distinct variant names; got {self.ladder!r}")
         if len(self.inputs) + len(self.outputs) > 8 or len(self.attrs) > 8:
             raise ValueError(f"{self.name}: at most 8 tensors and 8 attributes")
 

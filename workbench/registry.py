@@ -167,8 +167,11 @@ def record_inline_variant(info: VariantInfo) -> None:
 
 
 def variants(op: str) -> list[VariantInfo]:
-    """The op's variants in its folder, plus those built from strings or other files in this process."""
-    out = [static_variant(op, path, name) for name, path in variant_sources(op).items()]
+    """The op's variants in its folder (a declared ladder's rungs first, in ladder order), plus those
+    built from strings or other files in this process."""
+    rank = {name: i for i, name in enumerate(spec(op).ladder)}
+    found = sorted(variant_sources(op).items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
+    out = [static_variant(op, path, name) for name, path in found]
     known = {v.name for v in out}
     for (o, name), info in sorted(_inline_variants.items()):
         if o == op and name not in known:

@@ -1,0 +1,236 @@
+// fast: rung 7, the fastest deterministic reduce_sum here. What changes over vec_grid_stride:
+//  - fixed chunks instead of a grid-stride walk: a row's 16-byte vectors are cut into chunks of
+//    256 threads x L loads (L = 4, 8 or 16: the fewest that hold a short row; 16, or 8 for 16-bit
+//    values, for long rows), each thread's loads issued in groups before their adds, and a chunk's
+//    sum is one block reduction. The chunking depends on n alone, so a value's place in the order
+//    of additions is the same for any grid, and there is simply one block per chunk (the hardware
+//    balances them; no tail wave of a grid-stride loop). A row of one chunk (up to 16384 floats,
+//    16384 16-bit values) is summed in one pass with no partials; longer rows write one float per
+//    chunk and a second kernel adds each row's partials in a fixed order (no float atomics).
+//  - rows of at most 512 vectors (2048 floats, 4096 16-bit values) get a warp each, 8 rows per
+//    block, summed by shuffles alone: no barrier and no shared memory per row.
+//  - any alignment at full width: a row's values before its first 16-byte boundary and after its
+//    last whole vector (fewer than V each) are added by the first chunk's threads, one per thread,
+//    so offset views and odd n keep the 16-byte loads instead of a scalar route.
+//  - registers read off the ptxas report: 16 loads in flight per thread took 128 registers (2
+//    blocks per SM) and ran 5% behind torch.compile on 16384-wide bf16 rows; the kernels are
+//    compiled for 3 blocks per SM (80 registers, no spills; the 16-bit warp path for 2).
+// Predicted: at the read bandwidth in both regimes (one 2^28 row; 16384 x 16384): >= 95% of
+// torch.sum, +5-10% over vec_grid_stride where its single pass or its warps apply.
+// Measured: see the ladder table in results/gpu (filled in from the committed benchmark).
+#include "block_sum.cuh"
+#include "broadcast.cuh"
+
+namespace {
+
+constexpr int kThreads = 256;
+// Loads per thread per chunk (block path), at most: 16-bit values need more registers per load in
+// flight (their conversions), and 16 of them spilled under the 80-register cap below.
+template <typename T> constexpr int kBlockLoads = sizeof(T) == 2 ? 8 : 16;
+constexpr int kWarpLoads = 16;         // loads per lane (warp path: rows of <= 32 * 16 vectors)
+constexpr int64_t kMaxGrid = 1 << 20;  // beyond this many chunks, blocks take several in turn
+
+constexpr unsigned kDtypes = WB_F32 | WB_F64 | WB_F16 | WB_BF16;
+template <typename T> constexpr int kWidth = 16 / sizeof(T);  // values per 16-byte load
+// Blocks per SM the warp path is compiled for: 3 (80 registers) spilled 16-bit values; 2 does not.
+template <typename T> constexpr int kWarpMinBlocks = sizeof(T) == 2 ? 2 : 3;
+
+// A row seen as: `head` values up to its first 16-byte boundary, `vecs` whole 16-byte vectors,
+// then `tail` (< V) values.
+template <typename T, int V>
+struct RowSplit {
+  const T* row;
+  int head, tail;
+  int64_t vecs;
+
+  __device__ __forceinline__ RowSplit(const T* r, int64_t n) : row(r) {
+    const unsigned misaligned = static_cast<unsigned>(reinterpret_cast<uintptr_t>(r) % 16);
+    const int64_t h = misaligned ? (16 - misaligned) / sizeof(T) : 0;
+    head = static_cast<int>(h < n ? h : n);
+    vecs = (n - head) / V;
+    tail = static_cast<int>(n - head - vecs * V);
+  }
+  __device__ __forceinline__ const WbVec<T, V>* body() const {
+    return reinterpret_cast<const WbVec<T, V>*>(row + head);
+  }
+  // The head and tail values, at most one of each per thread.
+  __device__ __forceinline__ wb_acc_t<T> edges(int lane) const {
+    wb_acc_t<T> a = 0;
+    if (lane < head) a += wb_to_acc(row[lane]);
+    if (lane < tail) a += wb_to_acc(row[head + vecs * V + lane]);
+    return a;
+  }
+};
+
+// This lane's share of chunk c: vectors c * TEAM * LOADS + lane + k * TEAM, k = 0..LOADS-1, added
+// in k order, then j order within a vector. Loads go out in groups (8 at a time in a full chunk of
+// 32- or 64-bit values,
+// 4 in a partial one, those past the row's end predicated off), each group issued before its first
+// add: enough bytes in flight per thread, in 64 registers (4 blocks per SM) without spills.
+template <int TEAM, int LOADS, typename T, int V>
+__device__ __forceinline__ wb_acc_t<T> chunk_sum(const WbVec<T, V>* __restrict__ body, int64_t vecs, int64_t c,
+                                                 int lane) {
+  const int64_t first = c * TEAM * LOADS + lane;
+  wb_acc_t<T> acc = 0;
+  if ((c + 1) * TEAM * LOADS <= vecs) {
+    constexpr int kGroup = LOADS < 8 || sizeof(T) == 2 ? 4 : 8;  // 16-bit: more registers per value in flight
+#pragma unroll
+    for (int k0 = 0; k0 < LOADS; k0 += kGroup) {
+      WbVec<T, V> v[kGroup];
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k) v[k] = body[first + (k0 + k) * TEAM];
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k)
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc += wb_to_acc(v[k].v[j]);
+    }
+  } else {
+#pragma unroll
+    for (int k0 = 0; k0 < LOADS; k0 += 4) {
+      WbVec<T, V> v[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        if (first + (k0 + k) * TEAM < vecs) v[k] = body[first + (k0 + k) * TEAM];
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        if (first + (k0 + k) * TEAM < vecs)
+#pragma unroll
+          for (int j = 0; j < V; ++j) acc += wb_to_acc(v[k].v[j]);
+    }
+  }
+  return acc;
+}
+
+// At least 3 blocks per SM (80 registers): a row of one chunk is one block's whole life, so
+// resident blocks, not loads per thread, keep the memory busy (at 16384 bf16 values a row, 128
+// registers and 2 blocks per SM ran 5% behind torch.compile; 64 registers spilled).
+template <typename T, int V, int LOADS>
+__global__ void __launch_bounds__(kThreads, 3) chunk_kernel(const T* __restrict__ x, T* __restrict__ y,
+                                                         wb_acc_t<T>* __restrict__ partial, int64_t n,
+                                                         int64_t chunks_per_row, int64_t chunks) {
+  for (int64_t g = blockIdx.x; g < chunks; g += gridDim.x) {
+    const int64_t row = g / chunks_per_row, c = g - row * chunks_per_row;
+    const RowSplit<T, V> s(x + row * n, n);
+    wb_acc_t<T> acc = chunk_sum<kThreads, LOADS>(s.body(), s.vecs, c, threadIdx.x);
+    if (c == 0) acc += s.edges(threadIdx.x);
+    acc = reduce_sum::block_sum<kThreads>(acc);
+    if (threadIdx.x == 0) {
+      if (chunks_per_row == 1) y[row] = wb_from_acc<T>(acc);
+      else partial[g] = acc;
+    }
+  }
+}
+
+// y[row] = the row's chunk partials added in a fixed order.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) partials_kernel(const wb_acc_t<T>* __restrict__ partial,
+                                                            T* __restrict__ y, int64_t chunks_per_row) {
+  const wb_acc_t<T>* p = partial + static_cast<int64_t>(blockIdx.x) * chunks_per_row;
+  wb_acc_t<T> acc = 0;
+  for (int64_t i = threadIdx.x; i < chunks_per_row; i += kThreads) acc += p[i];
+  acc = reduce_sum::block_sum<kThreads>(acc);
+  if (threadIdx.x == 0) y[blockIdx.x] = wb_from_acc<T>(acc);
+}
+
+// Warp path: a warp per row, rows of at most 32 * LOADS vectors.
+template <typename T, int V, int LOADS>
+__global__ void __launch_bounds__(kThreads, kWarpMinBlocks<T>) warp_rows_kernel(const T* __restrict__ x,
+                                                                                T* __restrict__ y, int64_t n,
+                                                                                int64_t rows) {
+  constexpr int kWarps = kThreads / 32;
+  const int lane = threadIdx.x % 32;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kWarps) {
+    const RowSplit<T, V> s(x + row * n, n);
+    const wb_acc_t<T> acc = reduce_sum::warp_sum(chunk_sum<32, LOADS>(s.body(), s.vecs, 0, lane) + s.edges(lane));
+    if (lane == 0) y[row] = wb_from_acc<T>(acc);
+  }
+}
+
+template <typename T>
+constexpr int64_t kWarpRowMax = int64_t{32} * kWarpLoads * kWidth<T>;
+
+// Loads per thread in a chunk: the fewest of 4, 8, 16 (up to kBlockLoads) that hold a whole row,
+// else kBlockLoads (several chunks). A short row in a 16-load chunk would leave most of its
+// predicated loads idle, and their registers cost occupancy: 4096 floats a row ran at 68% of the
+// copy rate that way.
+template <typename T>
+int loads_per_thread(int64_t n) {
+  const int64_t vecs = wb_ceil_div(n, kWidth<T>);
+  return vecs <= kThreads * 4 ? 4 : vecs <= kThreads * 8 || kBlockLoads<T> == 8 ? 8 : 16;
+}
+
+template <typename T>
+int64_t chunks_per_row(int64_t n) {
+  return wb_ceil_div(wb_ceil_div(n, kWidth<T>), int64_t{kThreads} * loads_per_thread<T>(n));
+}
+
+template <typename T, int LOADS>
+void launch_chunks(const T* x, T* y, wb_acc_t<T>* partial, int64_t n, int64_t per_row, int64_t chunks,
+                   cudaStream_t s) {
+  const unsigned grid = static_cast<unsigned>(chunks < kMaxGrid ? chunks : kMaxGrid);
+  chunk_kernel<T, kWidth<T>, LOADS><<<grid, kThreads, 0, s>>>(x, y, partial, n, per_row, chunks);
+}
+
+template <typename T>
+int forward_t(const T* x, T* y, void* workspace, int64_t rows, int64_t n, cudaStream_t s) {
+  constexpr int V = kWidth<T>;
+  if (n <= kWarpRowMax<T>) {  // as few loads per lane as hold the row: idle predicated loads cost registers
+    const int64_t blocks = wb_ceil_div(rows, kThreads / 32), vecs = wb_ceil_div(n, V);
+    const unsigned grid = static_cast<unsigned>(blocks < kMaxGrid ? blocks : kMaxGrid);
+    if (vecs <= 32 * 4)
+      warp_rows_kernel<T, V, 4><<<grid, kThreads, 0, s>>>(x, y, n, rows);
+    else if (vecs <= 32 * 8)
+      warp_rows_kernel<T, V, 8><<<grid, kThreads, 0, s>>>(x, y, n, rows);
+    else
+      warp_rows_kernel<T, V, kWarpLoads><<<grid, kThreads, 0, s>>>(x, y, n, rows);
+    return wb_launch_status();
+  }
+  const int64_t per_row = chunks_per_row<T>(n), chunks = rows * per_row;
+  auto* partial = static_cast<wb_acc_t<T>*>(workspace);
+  switch (loads_per_thread<T>(n)) {
+    case 4: launch_chunks<T, 4>(x, y, partial, n, per_row, chunks, s); break;
+    case 8: launch_chunks<T, 8>(x, y, partial, n, per_row, chunks, s); break;
+    default: launch_chunks<T, kBlockLoads<T>>(x, y, partial, n, per_row, chunks, s);
+  }
+  const int status = wb_launch_status();
+  if (status != WB_OK || per_row == 1) return status;
+  partials_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(partial, y, per_row);
+  return wb_launch_status();
+}
+
+int forward(const WbReduceSumForward* a, const WbLaunch* l) {
+  return wb_dispatch_dtype<kDtypes>(a->dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return forward_t<T>(static_cast<const T*>(a->x), static_cast<T*>(a->y), a->workspace, a->rows, a->n,
+                        static_cast<cudaStream_t>(l->stream));
+  });
+}
+
+int backward(const WbReduceSumBackward* a, const WbLaunch* l) {
+  return wb_dispatch_dtype<kDtypes>(a->dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return reduce_sum::broadcast<T, kWidth<T>>(a, l);
+  });
+}
+
+size_t workspace_bytes(int64_t rows, int64_t n, int dtype, const WbLaunch*) {
+  size_t bytes = 0;
+  wb_dispatch_dtype<kDtypes>(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t per_row = n <= kWarpRowMax<T> ? 1 : chunks_per_row<T>(n);
+    bytes = per_row > 1 ? static_cast<size_t>(rows * per_row) * sizeof(wb_acc_t<T>) : 0;
+    return WB_OK;
+  });
+  return bytes;
+}
+
+const WbReduceSumLaunchers launchers = {forward, backward, workspace_bytes};
+
+}  // namespace
+
+WB_EXPORT_VARIANT(reduce_sum, WB_DEVICE_CUDA, WB_F32 | WB_F64 | WB_F16 | WB_BF16,
+                  "rung 7: fixed chunks of 256 threads x 4-16 loads of 16 bytes, one pass for rows that fit a "
+                  "chunk, a warp per row for rows of <= 512 vectors, a fixed-order second pass; the order of "
+                  "additions depends on n and alignment only; unaligned heads and tails added by the first chunk",
+                  launchers, wb_cuda_status_string)

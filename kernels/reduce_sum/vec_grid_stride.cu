@@ -1,0 +1,107 @@
+// vec_grid_stride: rung 6 (Harris's reduce6, "many elements per thread", with 16-byte loads). What
+// changes over warp_shuffle: a thread no longer loads two values; it walks its row in a grid-stride
+// loop, V values (16 bytes) per load, summing in a register, and the block meets once at the end
+// (block_sum.cuh: shuffles in each warp, then across the 8 warps). A row gets just enough blocks
+// that each thread makes about 16 loads; with several blocks per row, one more pass of the same
+// kernel adds their partials in a fixed order. The grid depends on n alone, never on the device,
+// so the order of the additions, and the result's bits, are the same on any GPU.
+// Route: rows whose length is not a multiple of V, or an x not 16-byte aligned (a storage offset),
+// take the same kernel with one value per load.
+// Predicted: the tree is now a negligible share of the time, so the bandwidth: ~3-5x rung 5,
+// within 10% of torch.sum.
+// Measured: see the ladder table in results/gpu (filled in from the committed benchmark).
+#include "block_sum.cuh"
+#include "broadcast.cuh"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kLoadsPerThread = 16;     // per pass over a row, the grid-stride loop's trip count
+constexpr int64_t kMaxBlocksPerRow = 4096;  // caps the partials (a 2^28-value float row: 64 loads per thread)
+
+constexpr unsigned kDtypes = WB_F32 | WB_F64 | WB_F16 | WB_BF16;
+template <typename T> constexpr int kWidth = 16 / sizeof(T);  // values per 16-byte load
+
+// Blocks per row for a row of `units` loads: a function of n only (see the opening comment).
+int64_t blocks_per_row(int64_t units) {
+  const int64_t b = wb_ceil_div(units, kThreads * kLoadsPerThread);
+  return b < kMaxBlocksPerRow ? b : kMaxBlocksPerRow;
+}
+
+// out[row * blocks_per_row + b] = the sum of the row's values that block b's threads visit.
+template <typename In, typename Out, int V>
+__global__ void __launch_bounds__(kThreads) reduce_kernel(const In* __restrict__ x, Out* __restrict__ out, int64_t n,
+                                                          int64_t blocks_per_row) {
+  using A = wb_acc_t<In>;
+  const int64_t row = blockIdx.x / blocks_per_row, b = blockIdx.x % blocks_per_row;
+  const In* r = x + row * n;
+  const int64_t units = n / V, stride = blocks_per_row * kThreads;
+  A acc = A(0);
+  for (int64_t i = b * kThreads + threadIdx.x; i < units; i += stride) {
+    const WbVec<In, V> v = wb_load<In, V>(r + i * V);
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc += wb_to_acc(v.v[j]);
+  }
+  acc = reduce_sum::block_sum<kThreads>(acc);
+  if (threadIdx.x == 0) out[blockIdx.x] = wb_from_acc<Out>(acc);
+}
+
+template <typename In, typename Out, int V>
+void launch(const In* x, Out* out, int64_t rows, int64_t n, int64_t bpr, cudaStream_t s) {
+  reduce_kernel<In, Out, V><<<static_cast<unsigned>(rows * bpr), kThreads, 0, s>>>(x, out, n, bpr);
+}
+
+template <typename T>
+int forward_t(const T* x, T* y, void* workspace, int64_t rows, int64_t n, cudaStream_t s) {
+  using A = wb_acc_t<T>;
+  constexpr int V = kWidth<T>;
+  const bool vec = n % V == 0 && wb_aligned(x, 16);
+  const int64_t bpr = blocks_per_row(vec ? n / V : n);
+  if (bpr == 1) {
+    vec ? launch<T, T, V>(x, y, rows, n, 1, s) : launch<T, T, 1>(x, y, rows, n, 1, s);
+    return wb_launch_status();
+  }
+  A* partial = static_cast<A*>(workspace);
+  vec ? launch<T, A, V>(x, partial, rows, n, bpr, s) : launch<T, A, 1>(x, partial, rows, n, bpr, s);
+  const int status = wb_launch_status();
+  if (status != WB_OK) return status;
+  launch<A, T, 1>(partial, y, rows, bpr, 1, s);  // bpr <= 4096 partials: one block per row
+  return wb_launch_status();
+}
+
+int forward(const WbReduceSumForward* a, const WbLaunch* l) {
+  return wb_dispatch_dtype<kDtypes>(a->dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return forward_t<T>(static_cast<const T*>(a->x), static_cast<T*>(a->y), a->workspace, a->rows, a->n,
+                        static_cast<cudaStream_t>(l->stream));
+  });
+}
+
+int backward(const WbReduceSumBackward* a, const WbLaunch* l) {
+  return wb_dispatch_dtype<kDtypes>(a->dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return reduce_sum::broadcast<T, kWidth<T>>(a, l);
+  });
+}
+
+// Sized for the larger of the two routes (the pointer's alignment is not known yet).
+size_t workspace_bytes(int64_t rows, int64_t n, int dtype, const WbLaunch*) {
+  size_t bytes = 0;
+  wb_dispatch_dtype<kDtypes>(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t bpr = blocks_per_row(n);  // the scalar route's count, never below the vector one
+    bytes = bpr > 1 ? static_cast<size_t>(rows * bpr) * sizeof(wb_acc_t<T>) : 0;
+    return WB_OK;
+  });
+  return bytes;
+}
+
+const WbReduceSumLaunchers launchers = {forward, backward, workspace_bytes};
+
+}  // namespace
+
+WB_EXPORT_VARIANT(reduce_sum, WB_DEVICE_CUDA, WB_F32 | WB_F64 | WB_F16 | WB_BF16,
+                  "rung 6: many values per thread, 16-byte loads in a grid-stride loop, one block-wide "
+                  "shuffle reduction per block, a fixed-order second pass; grid set by n alone; n % V != 0 or "
+                  "x not 16-byte aligned -> same kernel with scalar loads",
+                  launchers, wb_cuda_status_string)
