@@ -7,7 +7,8 @@ import pathlib
 import pytest
 from matplotlib.figure import Figure
 
-from workbench.plot import _draw_bandwidth, _draw_speedup, plot_all, plot_bandwidth, plot_speedup
+from workbench.plot import (_draw_bandwidth, _draw_ladder, _draw_speedup, ladder_figure, plot_all, plot_bandwidth,
+                            plot_ladder, plot_speedup)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SIZES = [(64, 64), (512, 512), (4096, 4096)]
@@ -18,16 +19,18 @@ CEILING = 2000.0
 
 def synthetic_rows(run_id: str = "run2", timestamp: str = "2025-02-01T00:00:00+00:00",
                    direction: str = "fwd", providers: tuple[str, ...] = ("scalar", "vec4", "eager", "compile"),
-                   scale: float = 1.0) -> list[dict]:
+                   scale: float = 1.0, *, op: str = "bias_gelu", dtype: str = "float32",
+                   times: dict[str, float] = TIMES, sizes=SIZES,
+                   baselines: tuple[str, ...] = ("eager", "compile")) -> list[dict]:
     rows = []
-    for rows_, cols in SIZES:
+    for rows_, cols in sizes:
         numel = rows_ * cols
         for p in providers:
-            ms = TIMES[p] * scale * numel / 2**20
+            ms = times[p] * scale * numel / 2**20
             nbytes = 8 * numel
             rows.append({
-                "op": "bias_gelu", "variant": p, "kind": "baseline" if p in ("eager", "compile") else "variant",
-                "dtype": "float32", "shape": f"{rows_}x{cols}", "numel": numel, "direction": direction,
+                "op": op, "variant": p, "kind": "baseline" if p in baselines else "variant",
+                "dtype": dtype, "shape": f"{rows_}x{cols}", "numel": numel, "direction": direction,
                 "median_ms": ms, "bytes": nbytes, "GBps": nbytes / (ms * 1e-3) / 1e9,
                 "ceiling_GBps": CEILING, "run_id": run_id, "timestamp": timestamp, "gpu": "Test GPU",
             })
@@ -113,7 +116,7 @@ def test_plot_functions_write_pngs(tmp_path: pathlib.Path) -> None:
     assert_png(out)
 
 
-def test_plot_all_file_names(tmp_path: pathlib.Path) -> None:
+def test_plot_all_file_names(tmp_path: pathlib.Path, ladders) -> None:
     rows = synthetic_rows() + synthetic_rows(direction="fwd+bwd", providers=("vec4", "eager"))
     paths = plot_all(rows, tmp_path)
     names = sorted(p.name for p in paths)
@@ -170,3 +173,155 @@ def test_bench_result_figure_and_frame() -> None:
     df = r.frame()
     assert list(df.columns) == list(TABLE_COLUMNS) and len(df) == len(r.rows)
     assert "run_id" in r.frame(all_columns=True).columns
+
+
+# --- the ladder plot: a spec's variants in teaching order, GB/s per rung and each step's speedup ---
+
+LADDER = ("naive", "coalesced", "vec4", "fast")
+# median ms per rung: each step 1.80x, 2.00x, 1.25x faster; first to last 4.50x. synthetic_rows
+# moves 8 bytes per element, so GB/s = 8.39 / this: naive 2.3, coalesced 4.2, vec4 8.4, fast 10.
+LADDER_TIMES = {"naive": 3.6, "coalesced": 2.0, "vec4": 1.0, "fast": 0.8, "eager": 1.25, "compile": 0.9,
+                "cub": 0.85, "extra": 0.7}
+LADDER_PROVIDERS = ("naive", "coalesced", "vec4", "fast", "eager", "compile")
+
+
+def ladder_rows(providers: tuple[str, ...] = LADDER_PROVIDERS, **kw) -> list[dict]:
+    return synthetic_rows(providers=providers, op="toy_ladder", times=LADDER_TIMES,
+                          baselines=("eager", "compile", "cub"), **kw)
+
+
+def draw_ladder(rows: list[dict], **kw):
+    ax = fresh_axes()
+    _draw_ladder(ax, rows, op="toy_ladder", dtype="float32", direction="fwd", ladder=LADDER, **kw)
+    return ax
+
+
+def tick_labels(ax) -> list[str]:
+    return [t.get_text() for t in ax.get_xticklabels()]
+
+
+def bar_texts(ax) -> list[str]:
+    """The bar labels, left to right (rungs, then baselines)."""
+    return [t.get_text() for t in ax.texts if "GB/s" in t.get_text()]
+
+
+@pytest.fixture
+def ladders(monkeypatch):
+    """workbench.registry.spec answering for made-up ops: toy_ladder declares LADDER, flat declares
+    none, every other op is unknown (ValueError) as an op missing from this checkout would be."""
+    import types
+
+    import workbench.registry
+
+    known = {"toy_ladder": LADDER, "flat": ()}
+
+    def spec(op):
+        if op not in known:
+            raise ValueError(f"op must be one of {sorted(known)}; got {op!r}")
+        return types.SimpleNamespace(name=op, ladder=known[op])
+
+    monkeypatch.setattr(workbench.registry, "spec", spec)
+
+
+def test_ladder_bars_follow_the_ladder_not_the_rows() -> None:
+    rows = ladder_rows(providers=("compile", "fast", "eager", "vec4", "naive", "coalesced"))[::-1]
+    ax = draw_ladder(rows)
+    assert tick_labels(ax) == ["naive", "coalesced", "vec4", "fast", "eager", "compile"]
+    rungs, _ = ax.containers
+    at_top = {r["variant"]: r["GBps"] for r in rows if r["shape"] == "4096x4096"}  # the largest size
+    assert [b.get_height() for b in rungs] == pytest.approx([at_top[v] for v in LADDER])
+    assert ax.get_title() == "toy_ladder fwd float32 4096x4096: the ladder"
+    assert ax.get_ylabel() == "achieved GB/s"
+
+
+def test_ladder_speedup_labels_come_from_the_medians() -> None:
+    rows = ladder_rows()
+    ax = draw_ladder(rows)
+    assert bar_texts(ax) == ["2.3 GB/s", "4.2 GB/s\nx1.80", "8.4 GB/s\nx2.00", "10 GB/s\nx1.25",
+                             "6.7 GB/s", "9.3 GB/s"]
+    assert any(t.get_text() == "naive -> fast: x4.50 overall" for t in ax.texts)
+
+
+def test_ladder_skips_a_rung_without_rows() -> None:
+    rows = ladder_rows(providers=("naive", "vec4", "fast", "eager"))
+    ax = draw_ladder(rows)
+    assert tick_labels(ax) == ["naive", "vec4", "fast", "eager"]
+    # vec4's step is over naive, the bar before it: 3.6 / 1.0
+    assert bar_texts(ax)[1] == "8.4 GB/s\nx3.60"
+
+
+def test_ladder_baselines_come_after_the_rungs_outside_the_chain() -> None:
+    rows = ladder_rows(providers=("cub", "naive", "compile", "fast", "eager"))
+    ax = draw_ladder(rows)
+    assert tick_labels(ax) == ["naive", "fast", "eager", "compile", "cub"]
+    rungs, baselines = ax.containers
+    assert len(rungs) == 2 and len(baselines) == 3
+    assert all(b.get_hatch() == "//" for b in baselines) and not any(b.get_hatch() for b in rungs)
+    # fast's step is over naive; the baselines carry no speedups
+    assert bar_texts(ax) == ["2.3 GB/s", "10 GB/s\nx4.50", "6.7 GB/s", "9.3 GB/s", "9.9 GB/s"]
+
+
+def test_ladder_ceiling_line_only_when_finite() -> None:
+    ax = draw_ladder(ladder_rows())
+    (ceiling,) = ax.get_lines()
+    assert ceiling.get_label() == f"memory ceiling: copy rate {CEILING:.0f} GB/s (bytes read + written)"
+    assert list(ceiling.get_ydata()) == [CEILING, CEILING] and ceiling.get_linestyle() == "--"
+    ax = draw_ladder([r | {"ceiling_GBps": float("nan")} for r in ladder_rows()])
+    assert not ax.get_lines()
+
+
+def test_ladder_default_size_is_the_largest_with_two_rungs_and_a_size_can_be_named() -> None:
+    rows = ladder_rows() + ladder_rows(providers=("naive", "eager"), sizes=[(8192, 8192)])
+    assert draw_ladder(rows).get_title().endswith(" 4096x4096: the ladder")
+    assert draw_ladder(rows, shape="64x64").get_title().endswith(" 64x64: the ladder")
+
+
+def test_ladder_errors() -> None:
+    one_rung = ladder_rows(providers=("naive", "eager", "compile"))
+    with pytest.raises(ValueError, match="two or more of its ladder variants"):
+        draw_ladder(one_rung)
+    rows = ladder_rows() + ladder_rows(providers=("naive", "eager"), sizes=[(8192, 8192)])
+    with pytest.raises(ValueError, match="rows for 1 of its ladder variants"):
+        draw_ladder(rows, shape="8192x8192")
+    with pytest.raises(ValueError, match="no rows .* at shape '1x1'"):
+        draw_ladder(rows, shape="1x1")
+
+
+def test_plot_ladder_writes_a_png_and_names_an_op_without_a_ladder(tmp_path: pathlib.Path, ladders) -> None:
+    out = plot_ladder(ladder_rows(), tmp_path / "l.png", op="toy_ladder", dtype="float32", direction="fwd")
+    assert_png(out)
+    flat = [r | {"op": "flat"} for r in ladder_rows()]
+    for op, rows in (("flat", flat), ("bias_gelu", synthetic_rows())):
+        with pytest.raises(ValueError, match=f"op '{op}' declares no ladder"):
+            plot_ladder(rows, tmp_path / "x.png", op=op, dtype="float32", direction="fwd")
+
+
+def test_plot_all_writes_ladders_for_ops_that_declare_one(tmp_path: pathlib.Path, ladders) -> None:
+    # Without baselines the other ops get a bandwidth plot only: fewer PNGs to write.
+    rows = (ladder_rows() + ladder_rows(direction="bwd", providers=("naive",))        # one rung: no ladder
+            + [r | {"op": "flat"} for r in ladder_rows(providers=("naive", "vec4"))]  # declares no ladder
+            + synthetic_rows(providers=("scalar", "vec4")))   # unknown to the registry: no ladder
+    paths = plot_all(rows, tmp_path)
+    assert sorted(p.name for p in paths if p.name.endswith("_ladder.png")) == ["toy_ladder_fwd_float32_ladder.png"]
+    assert_png(tmp_path / "toy_ladder_fwd_float32_ladder.png")
+
+
+def test_ladder_figure_one_panel_per_dtype_and_direction(tmp_path: pathlib.Path, ladders, monkeypatch) -> None:
+    pytest.importorskip("pandas")
+    from workbench.benchmark import BenchResult
+
+    monkeypatch.chdir(tmp_path)
+    rows = (ladder_rows() + ladder_rows(dtype="float16") + ladder_rows(direction="fwd+bwd")
+            + ladder_rows(direction="bwd", providers=("naive", "eager")))  # one rung: left out
+    fig = ladder_figure(rows, op="toy_ladder")
+    assert [ax.get_title() for ax in fig.axes] == [
+        "toy_ladder fwd float16 4096x4096: the ladder",
+        "toy_ladder fwd float32 4096x4096: the ladder",
+        "toy_ladder fwd+bwd float32 4096x4096: the ladder",
+    ]
+    assert fig._repr_png_()[:8] == PNG_SIGNATURE
+    assert not list(tmp_path.iterdir())
+    fig = BenchResult(rows=rows).ladder_figure(dtype="float32", direction="fwd", shape="64x64")
+    assert [ax.get_title() for ax in fig.axes] == ["toy_ladder fwd float32 64x64: the ladder"]
+    with pytest.raises(ValueError, match="two or more"):
+        ladder_figure(rows, op="toy_ladder", direction="bwd", dtype="float32")

@@ -1,4 +1,5 @@
-"""Plots of benchmark rows: speedup over a baseline and achieved bandwidth, against size.
+"""Plots of benchmark rows: speedup over a baseline and achieved bandwidth, against size; and an
+op's ladder (its spec's variants in teaching order: GB/s per rung at one size, each step's speedup).
 
 Figures are built with matplotlib's object API (``matplotlib.figure.Figure``) and saved through
 the Agg renderer. That never touches pyplot's global state or backend, so it works headless
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["figure", "plot_all", "plot_bandwidth", "plot_speedup"]
+__all__ = ["figure", "ladder_figure", "plot_all", "plot_bandwidth", "plot_ladder", "plot_speedup"]
 
 BASELINES = ("eager", "compile")
 _DPI = 120
@@ -107,6 +108,14 @@ def _gbps(r: Row) -> float | None:
     return None
 
 
+def _ceiling(rows: list[Row]) -> float | None:
+    """The rows' copy ceiling in GB/s, or None where there is none (CPU rows carry NaN)."""
+    ceilings = [float(r["ceiling_GBps"]) for r in rows
+                if r.get("ceiling_GBps") and math.isfinite(float(r["ceiling_GBps"]))]
+    # One GPU per run, so the rows agree; max() only guards against a stray value.
+    return max(ceilings) if ceilings else None
+
+
 def _draw_bandwidth(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direction: str) -> None:
     """Draw achieved GB/s vs numel per provider, and the copy ceiling as a horizontal line."""
     sel = _newest_run(rows, op=op, dtype=dtype, direction=direction)
@@ -120,12 +129,8 @@ def _draw_bandwidth(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direc
     for provider in _order(points):
         xs, ys = zip(*sorted(points[provider].values()))
         ax.plot(xs, ys, label=provider, **_style(provider))
-    # CPU rows carry no ceiling (NaN): draw none rather than a line at NaN.
-    ceilings = [float(r["ceiling_GBps"]) for r in sel
-                if r.get("ceiling_GBps") and math.isfinite(float(r["ceiling_GBps"]))]
-    if ceilings:
-        # One GPU per run, so the rows agree; max() only guards against a stray value.
-        c = max(ceilings)
+    c = _ceiling(sel)
+    if c is not None:
         ax.axhline(c, color="black", linestyle="--", linewidth=1.0, label=f"copy ceiling {c:.0f} GB/s")
     ax.set_xscale("log")
     ax.set_xlabel("size (elements)")
@@ -136,10 +141,88 @@ def _draw_bandwidth(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direc
     ax.legend(title=_gpu_title(sel), fontsize="small")
 
 
-def _new_figure() -> tuple[Figure, Axes]:
+def _fmt_gbps(g: float) -> str:
+    return f"{g:.0f} GB/s" if g >= 10 else f"{g:.2g} GB/s"
+
+
+def _by_shape(sel: list[Row]) -> dict[str, dict[str, Row]]:
+    """shape -> provider -> its row, for the timed rows with a bandwidth; a later row for the same
+    point wins. Shapes keep the order the rows give them (the order they were benchmarked in)."""
+    out: dict[str, dict[str, Row]] = {}
+    for r in sel:
+        if r.get("median_ms") is not None and float(r["median_ms"]) > 0 and _gbps(r) is not None:
+            out.setdefault(str(r["shape"]), {})[str(r["variant"])] = r
+    return out
+
+
+def _ladder_at(by_shape: dict[str, dict[str, Row]], ladder: tuple[str, ...], shape: str | None,
+               what: str) -> tuple[str, list[str]]:
+    """(the shape, the ladder variants with rows there, in ladder order). shape=None picks the
+    largest numel at which two or more rungs have rows (the first benchmarked of equal numels)."""
+    if shape is None:
+        fit = [s for s, at in by_shape.items() if sum(v in at for v in ladder) >= 2]
+        if not fit:
+            raise ValueError(f"ladder: {what} has no size at which two or more of its ladder variants "
+                             f"{list(ladder)} have rows")
+        shape = max(fit, key=lambda s: int(next(iter(by_shape[s].values()))["numel"]))
+    if shape not in by_shape:
+        raise ValueError(f"ladder: no rows for {what} at shape {shape!r}; its shapes: {list(by_shape)}")
+    rungs = [v for v in ladder if v in by_shape[shape]]
+    if len(rungs) < 2:
+        raise ValueError(f"ladder: {what} {shape} has rows for {len(rungs)} of its ladder variants "
+                         f"{list(ladder)} ({rungs}); a ladder needs two or more")
+    return shape, rungs
+
+
+def _draw_ladder(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direction: str,
+                 shape: str | None = None, ladder: tuple[str, ...]) -> None:
+    """Draw the ladder at one size of the newest run: a bar of achieved GB/s per rung with rows, in
+    ladder order, each labelled with its GB/s and (from the second on) its speedup over the rung
+    before it; the first-to-last speedup in a text box; the baselines after the rungs as grey
+    hatched bars outside that chain; the copy ceiling as a dashed line where the rows have one.
+
+    shape: a shape label such as "16384x16384" (default: the largest size with two or more rungs).
+    """
+    sel = _newest_run(rows, op=op, dtype=dtype, direction=direction)
+    by_shape = _by_shape(sel)
+    shape, rungs = _ladder_at(by_shape, ladder, shape, f"{op} {direction} {dtype}")
+    at = by_shape[shape]
+    baselines = [b for b in BASELINES if b in at] + [
+        v for v, r in at.items() if r.get("kind") == "baseline" and v not in BASELINES and v not in ladder]
+    ms = {v: float(at[v]["median_ms"]) for v in rungs}
+    heights = [float(_gbps(at[v])) for v in rungs + baselines]
+
+    bars = ax.bar(range(len(rungs)), heights[:len(rungs)], color="C0", label="ladder rungs")
+    labels = [_fmt_gbps(heights[0])] + [f"{_fmt_gbps(h)}\nx{ms[prev] / ms[v]:.2f}"
+                                        for prev, v, h in zip(rungs, rungs[1:], heights[1:])]
+    # A white backing keeps a label readable where the ceiling line crosses it.
+    text = {"padding": 2, "fontsize": "x-small", "bbox": {"facecolor": "white", "edgecolor": "none", "pad": 0.5}}
+    ax.bar_label(bars, labels=labels, **text)
+    if baselines:
+        bars = ax.bar(range(len(rungs), len(heights)), heights[len(rungs):], color="lightgray",
+                      edgecolor="dimgray", hatch="//", label="baselines (not rungs)")
+        ax.bar_label(bars, labels=[_fmt_gbps(h) for h in heights[len(rungs):]], **text)
+    top = max(heights)
+    c = _ceiling(sel)
+    if c is not None:
+        ax.axhline(c, color="black", linestyle="--", linewidth=1.0,
+                   label=f"memory ceiling: copy rate {c:.0f} GB/s (bytes read + written)")
+        top = max(top, c)
+    ax.text(0.02, 0.97, f"{rungs[0]} -> {rungs[-1]}: x{ms[rungs[0]] / ms[rungs[-1]]:.2f} overall",
+            transform=ax.transAxes, ha="left", va="top", fontsize="small",
+            bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.85})
+    ax.set_xticks(range(len(heights)), rungs + baselines, rotation=30, ha="right")
+    ax.set_ylabel("achieved GB/s")
+    ax.set_ylim(0, top * 1.55)  # room above the bars for their labels, the text box and the legend
+    ax.set_title(f"{op} {direction} {dtype} {shape}: the ladder")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(title=_gpu_title(sel), fontsize="small", loc="upper right")
+
+
+def _new_figure(figsize: tuple[float, float] = (7.0, 4.5)) -> tuple[Figure, Axes]:
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(7.0, 4.5), layout="constrained")
+    fig = Figure(figsize=figsize, layout="constrained")
     return fig, fig.add_subplot()
 
 
@@ -164,6 +247,36 @@ def plot_bandwidth(rows: list[Row], out_path: pathlib.Path, *, op: str, dtype: s
     """Save a PNG of achieved GB/s against size, one line per provider, with the copy ceiling."""
     fig, ax = _new_figure()
     _draw_bandwidth(ax, rows, op=op, dtype=dtype, direction=direction)
+    return _save(fig, out_path)
+
+
+_LADDER_SIZE = (9.0, 5.0)
+
+
+def _ladder_of(op: str) -> tuple[str, ...]:
+    """The op's declared ladder; () when it declares none or is not an op in this checkout."""
+    from . import registry
+
+    try:
+        return tuple(getattr(registry.spec(op), "ladder", ()) or ())
+    except ValueError:
+        return ()
+
+
+def _declared_ladder(op: str) -> tuple[str, ...]:
+    ladder = _ladder_of(op)
+    if not ladder:
+        raise ValueError(f"op {op!r} declares no ladder (its spec's ladder is empty, or it is not an op "
+                         f"in this checkout)")
+    return ladder
+
+
+def plot_ladder(rows: list[Row], out_path: pathlib.Path, *, op: str, dtype: str, direction: str,
+                shape: str | None = None) -> pathlib.Path:
+    """Save a PNG of the op's ladder (its spec's ``ladder``) at one size: GB/s per rung with the
+    step-to-step speedups, the baselines and the copy ceiling. See _draw_ladder."""
+    fig, ax = _new_figure(_LADDER_SIZE)
+    _draw_ladder(ax, rows, op=op, dtype=dtype, direction=direction, shape=shape, ladder=_declared_ladder(op))
     return _save(fig, out_path)
 
 
@@ -198,17 +311,35 @@ def plot_all(rows: list[Row], out_dir: pathlib.Path) -> list[pathlib.Path]:
 
     Per combination (its newest run): ``<op>_<direction>_<dtype>_speedup_vs_eager.png`` and
     ``..._speedup_vs_compile.png`` when that baseline was run, and ``..._bandwidth.png`` when
-    bandwidth is known. "fwd+bwd" is written "fwdbwd" in file names.
+    bandwidth is known; ``..._ladder.png`` when the op's spec declares a ladder and two or more of
+    its rungs have rows at some size (drawn at the largest such size). "fwd+bwd" is written
+    "fwdbwd" in file names.
     """
     out_dir = pathlib.Path(out_dir)
     paths: list[pathlib.Path] = []
+    ladders: dict[str, tuple[str, ...]] = {}
     for op, dtype, direction, sel, panels in _panels(rows):
         stem = f"{_token(op)}_{_token(direction)}_{_token(dtype)}"
         for panel in panels:
             fig, ax = _new_figure()
             _draw_panel(ax, panel, sel, op=op, dtype=dtype, direction=direction)
             paths.append(_save(fig, out_dir / f"{stem}_{panel}.png"))
+        if op not in ladders:
+            ladders[op] = _ladder_of(op)
+        if _has_ladder(sel, ladders[op]):
+            fig, ax = _new_figure(_LADDER_SIZE)
+            _draw_ladder(ax, sel, op=op, dtype=dtype, direction=direction, ladder=ladders[op])
+            paths.append(_save(fig, out_dir / f"{stem}_ladder.png"))
     return paths
+
+
+def _has_ladder(sel: list[Row], ladder: tuple[str, ...], shape: str | None = None) -> bool:
+    """Whether _draw_ladder can draw these rows (one run's): two or more rungs at the shape."""
+    try:
+        _ladder_at(_by_shape(sel), ladder, shape, "")
+    except ValueError:
+        return False
+    return True
 
 
 @functools.cache
@@ -241,4 +372,25 @@ def figure(rows: list[Row]) -> Figure:
             _draw_panel(ax, panel, sel, op=op, dtype=dtype, direction=direction)
         for ax in row_axes[len(names):]:
             ax.set_visible(False)
+    return fig
+
+
+def ladder_figure(rows: Iterable[Row], *, op: str, dtype: str | None = None, direction: str | None = None,
+                  shape: str | None = None) -> Figure:
+    """The op's ladder (see plot_ladder) drawn into a Figure and returned, nothing written: one
+    panel per (dtype, direction), or only those named. Unnamed combinations whose rows cannot
+    make a ladder (fewer than two rungs at the size) are left out; named ones raise instead."""
+    ladder = _declared_ladder(op)
+    rows = [r for r in rows if r.get("op") == op]
+    combos = sorted({(str(r["dtype"]), str(r["direction"])) for r in rows
+                     if dtype in (None, r.get("dtype")) and direction in (None, r.get("direction"))})
+    if dtype is None or direction is None:
+        combos = [(d, di) for d, di in combos
+                  if _has_ladder(_newest_run(rows, op=op, dtype=d, direction=di), ladder, shape)]
+    if not combos:
+        raise ValueError(f"ladder_figure: no rows for op={op!r} dtype={dtype!r} direction={direction!r} "
+                         f"with two or more of its ladder variants {list(ladder)} at one size")
+    fig = _notebook_figure_class()(figsize=(_LADDER_SIZE[0], _LADDER_SIZE[1] * len(combos)), layout="constrained")
+    for ax, (d, di) in zip(fig.subplots(len(combos), 1, squeeze=False)[:, 0], combos):
+        _draw_ladder(ax, rows, op=op, dtype=d, direction=di, shape=shape, ladder=ladder)
     return fig
