@@ -1,13 +1,16 @@
 """Exercises (exercises/NN_name/): each folder is complete and its registration valid; every starter
 compiles and fails its checker at the check, and for the reason, its exercise.toml states; every
 solution passes (without a GPU: the checks that can run pass and the rest say why they were
-skipped; on a GPU, everything including speed). Also the command line, the randomized shapes, a
-compile error, and the GPU half of the report (first failing case, crash, speed ratio) driven on
-the CPU through stand-ins for check, gradcheck and bench."""
+skipped; on a GPU, everything including speed). Also the command line, the randomized shapes (the
+elementwise and the reduction draw), the SASS rule that counts against the starter, a compile
+error, and the GPU half of the report (first failing case, crash, speed ratio) driven on the CPU
+through stand-ins for check, gradcheck and bench."""
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections import Counter
 
 import pytest
 from conftest import HAS_GPU, describe
@@ -16,7 +19,9 @@ from workbench import correctness, ptxas, registry
 from workbench import exercise as wbex
 from workbench.benchmark import BenchResult
 from workbench.errors import IsolatedRunError
+from workbench.exercise import sass as wbsass
 from workbench.specs.bias_gelu import SPEC as BIAS_GELU
+from workbench.specs.reduce_sum import SPEC as REDUCE_SUM
 
 EXERCISES = wbex.exercises()
 IDS = [ex.slug for ex in EXERCISES]
@@ -31,8 +36,9 @@ def _needs_cuobjdump(ex):
 
 # ----------------------------------------------------------------------------- registration
 
-def test_the_three_course_exercises_are_there():
-    assert [ex.slug for ex in EXERCISES][:3] == ["01_fp16_support", "02_vec4_loads", "03_fused_backward"]
+def test_the_course_exercises_are_there():
+    assert [ex.slug for ex in EXERCISES][:4] == ["01_fp16_support", "02_vec4_loads", "03_fused_backward",
+                                                 "04_warp_shuffle"]
 
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
@@ -82,6 +88,65 @@ def test_a_malformed_registration_names_the_file_and_field(tmp_path):
         wbex.load_exercise(folder)
 
 
+_VALID_TOML = """title = "t"
+op = "reduce_sum"
+dtypes = ["float32"]
+reference = "warp_shuffle"
+[speed]
+directions = ["fwd"]
+dtypes = ["float32"]
+shape = [64, 1000]
+target = 0.9
+[starter]
+fails_at = "SASS rules"
+reason = "r"
+"""
+
+
+def _registration(tmp_path, extra: str):
+    """An exercise registration of _VALID_TOML and `extra` (top-level keys first, then tables)."""
+    folder = tmp_path / "08_made_up"
+    folder.mkdir(exist_ok=True)
+    top, tables = ("", extra) if extra.startswith("[") else (extra, "")
+    (folder / "exercise.toml").write_text(top + _VALID_TOML + tables)
+    return wbex.load_exercise(folder)
+
+
+def test_the_count_rule_and_the_sizes_table_are_read(tmp_path):
+    plain = _registration(tmp_path, "")
+    assert plain.sizes == wbex.Sizes("elementwise", ()) and plain.sass == ()
+    ex = _registration(tmp_path, "[sizes]\nkind = \"reduction\"\n[[sass]]\nfewer_than_starter = '^BAR\\.SYNC'\n"
+                                 "message = \"m\"\nkernels = 'reduce'\n")
+    assert ex.sizes == wbex.Sizes("reduction", (32, 1024))            # the default moduli
+    assert ex.sass == (wbex.SassRule("fewer_than_starter", r"^BAR\.SYNC", "m", "", "reduce"),)
+    three = _registration(tmp_path, "[sizes]\nkind = \"reduction\"\nmoduli = [8, 64, 4096]\n")
+    assert three.sizes.moduli == (8, 64, 4096)
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("[[sass]]\nfewer_than_starter = '^BAR\\.SYNC('\nmessage = \"m\"\n", r"\[\[sass\]\] #1: fewer_than_starter "
+     r"'\^BAR\\\\.SYNC\(' is not a regular expression"),
+    ("[[sass]]\nfewer_than_starter = 3\nmessage = \"m\"\n",
+     r"\[\[sass\]\] #1: field 'fewer_than_starter' must be a str"),
+    ("[[sass]]\nfewer_than_starter = 'BAR'\n", r"\[\[sass\]\] #1: missing field 'message'"),
+    ("[[sass]]\nfewer_than_starter = 'BAR'\nrequire = 'SHFL'\nmessage = \"m\"\n", "give exactly one of"),
+    ("[[sass]]\nfewer_than_starter = 'BAR'\nmessage = \"m\"\nkernels = '('\n", "kernels '\\(' is not a regular"),
+    ("[[sass]]\nfewer_than_starter = 'BAR'\nmessage = \"m\"\nfewer = 1\n", "unknown field 'fewer'"),
+    ("[sizes]\nkind = \"reductions\"\n", r"\[sizes\]: kind must be one of \['elementwise', 'reduction'\]"),
+    ("[sizes]\nkind = \"reduction\"\nmoduli = [32, 1000]\n", "each dividing the next"),
+    ("[sizes]\nkind = \"reduction\"\nmoduli = [32, 32]\n", "increasing"),
+    ("[sizes]\nkind = \"reduction\"\nmoduli = [128, 1024]\n", "the first at most 64"),
+    ("[sizes]\nkind = \"reduction\"\nmoduli = []\n", "moduli must be"),
+    ("[sizes]\nkind = \"reduction\"\nmoduli = [32, true]\n", "moduli must be"),
+    ("[sizes]\nmoduli = [32, 1024]\n", "moduli is a field of kind = \"reduction\" only"),
+    ("[sizes]\nkind = \"reduction\"\nmodulus = [32]\n", "unknown field 'modulus'"),
+    ("sizes = \"reduction\"\n", r"\[sizes\]: must be a table"),
+])
+def test_a_malformed_count_rule_or_sizes_table_is_refused(tmp_path, extra, message):
+    with pytest.raises(wbex.ExerciseConfigError, match=message):
+        _registration(tmp_path, extra)
+
+
 # ----------------------------------------------------------------------------- shapes
 
 def test_shapes_are_reproducible_per_seed_and_differ_across_seeds():
@@ -100,6 +165,86 @@ def test_every_run_covers_the_edges(seed):
     assert any(len(s) == 3 for s in full) and any(len(s) == 1 for s in full)
     assert any(len(s) == 2 and s[0] == 1 for s in full)
     assert all(1 <= s[0] <= 300 for s in full if len(s) == 2)
+
+
+@pytest.mark.parametrize("seed", range(0, 400, 7))
+def test_a_reduction_draw_covers_its_edges(seed):
+    shapes = wbex.reduction_sizes(seed, REDUCE_SUM)
+    full = [s for s in shapes if 0 not in s]
+    assert len(full) == len(shapes) - 1 and len(full) >= 34
+    assert {s[-1] % 32 for s in full} == set(range(32))                    # every partial last warp
+    assert {0, 1, 512, 513, 1023} <= {s[-1] % 1024 for s in full}           # block edges
+    huge = [s for s in full if s[-1] > 1 << 20]
+    assert len(huge) == 1 and len(huge[0]) == 1 and huge[0][0] > 1 << 22 and huge[0][0] % 2 == 1
+    assert any(len(s) == 2 and s[0] >= 10_000 for s in full)               # many rows
+    assert any(len(s) == 3 for s in full) and any(len(s) == 2 and s[0] == 1 for s in full)
+    assert sum(math.prod(s) for s in shapes) < 8_000_000                    # a check stays fast
+    for s in shapes:
+        REDUCE_SUM.dims(s)                                                  # each is a size of the op
+
+
+def test_a_reduction_draw_is_reproducible_per_seed_and_takes_its_moduli():
+    assert wbex.reduction_sizes(11, REDUCE_SUM) == wbex.reduction_sizes(11, REDUCE_SUM)
+    assert len({tuple(wbex.reduction_sizes(s, REDUCE_SUM)) for s in range(20)}) == 20
+    full = [s for s in wbex.reduction_sizes(3, REDUCE_SUM, (8, 64, 4096)) if 0 not in s]
+    assert {s[-1] % 8 for s in full} == set(range(8))
+    assert {0, 1, 32, 33, 63} <= {s[-1] % 64 for s in full} and {0, 1, 2048, 2049, 4095} <= {s[-1] % 4096 for s in full}
+    assert wbex.Sizes("reduction", (32, 1024)).draw(5, REDUCE_SUM) == wbex.reduction_sizes(5, REDUCE_SUM)
+    assert wbex.Sizes().draw(5, BIAS_GELU) == wbex.random_sizes(5, BIAS_GELU)
+
+
+# ----------------------------------------------------------------------------- SASS rules
+
+_LISTING = """
+\tcode for sm_90
+\t\tFunction : _Z6reduceIfEvv
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+        /*0010*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0020*/               @P0 BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0030*/                   SHFL.DOWN PT, R3, R2, 0x10, 0x1f ;
+                                                                        /* 0x000fe200078e00ff */
+        /*0040*/                   SHFL.DOWN PT, R5, R3, 0x8, 0x1f ;
+\t\tFunction : _Z4copyv
+        /*0000*/                   STG.E [R2.64], R5 ;
+"""
+
+
+def test_sass_counts_count_each_instruction_and_opcodes_stay_sets():
+    counts = ptxas.sass_counts(_LISTING.replace("code for sm_90", "arch = sm_90"))
+    assert counts == {("sm_90", "_Z6reduceIfEvv"): Counter({"BAR.SYNC.DEFER_BLOCKING": 2, "SHFL.DOWN": 2, "LDC": 1}),
+                      ("sm_90", "_Z4copyv"): Counter({"STG.E": 1})}
+    assert ptxas.sass_opcodes(_LISTING.replace("code for sm_90", "arch = sm_90")) == \
+        {key: set(c) for key, c in counts.items()}
+
+
+@pytest.mark.parametrize("mine, theirs, holds", [(3, 9, True), (9, 9, False), (12, 9, False), (0, 1, True)])
+def test_the_count_rule_wants_fewer_matches_than_the_starter(mine, theirs, holds):
+    rule = wbex.SassRule("fewer_than_starter", r"^BAR\.SYNC", "as many barriers")
+    kernels = {"_Z1aIfEvv": Counter({"BAR.SYNC.DEFER_BLOCKING": mine, "SHFL.DOWN": 5}), "_Z1bv": Counter({"STG.E": 1})}
+    starter = {"_Z1aIfEvv": Counter({"BAR.SYNC.DEFER_BLOCKING": theirs - 1}), "_Z1cv": Counter({"BAR.SYNC": 1})}
+    found = wbsass._failure(rule, kernels, starter)
+    assert (found is None) == holds
+    if not holds:
+        assert found[0] == f"{mine} in your kernels, {theirs} in the starter's" and found[1] == f"a<float>: {mine}"
+
+
+@pytest.mark.skipif(ptxas.cuobjdump() is None, reason="cuobjdump not found: the SASS rules cannot be read here")
+def test_a_kernel_with_as_many_barriers_as_the_starter_fails_the_count_rule(tmp_path, cuda_buildable):
+    ex = next(e for e in EXERCISES if any(r.kind == "fewer_than_starter" for r in e.sass))
+    rule = next(r for r in ex.sass if r.kind == "fewer_than_starter")
+    text = ex.solution.read_text()
+    short = "stride > 32; stride >>= 1"           # the solution's tree stops at 64 values...
+    assert text.count(short) == 1
+    path = tmp_path / "full_tree.cu"                # ...this one goes down to 1, shuffles and all
+    path.write_text(text.replace(short, "stride > 0; stride >>= 1"))
+    kernel, built = wbex.checks.build(ex, path, "full_tree")      # the SASS rules alone: no GPU checks
+    assert built.status == "ok", built
+    bad = wbsass.check_sass(ex, kernel)
+    assert bad.status == "FAIL" and bad.detail == rule.message, bad
+    assert any(re.fullmatch(r"\s+(\d+) in your kernels, \1 in the starter's", ln) for ln in bad.lines), bad.lines
+    kernel, _ = wbex.checks.build(ex, ex.solution, wbex.variant_name(ex, ex.solution))
+    passing = wbsass.check_sass(ex, kernel)
+    assert passing.status == "ok", passing
 
 
 # ----------------------------------------------------------------------------- starters and solutions (CPU)
@@ -174,7 +319,7 @@ def pretend_gpu(monkeypatch, cuda_buildable):
 
     fakes = Fakes()
     monkeypatch.setattr(wbex.checks, "gpu_present", lambda: True)
-    monkeypatch.setattr(wbex.checks, "start_worker", lambda ex: None)
+    monkeypatch.setattr(wbex.checks, "start_worker", lambda ex, seed: None)  # called where a GPU driver is
     monkeypatch.setattr(wbex.checks, "in_child",
                         lambda kind, ex, kernel, worker=None, **k: getattr(fakes, kind)(ex.op, kernel, **k))
     fakes.gradcheck = lambda op, kernel, **k: correctness.Report(
@@ -235,6 +380,21 @@ def test_a_crash_is_reported_with_the_cuda_error_and_its_case(pretend_gpu):
     assert report.check("gradcheck").status == "ok"     # the next checks still ran; the report printed
 
 
+def test_a_reduction_exercise_checks_the_reduction_draw(pretend_gpu):
+    ex = next(e for e in EXERCISES if e.sizes.kind == "reduction")
+    seen = {}
+
+    def check(op, kernel, **kwargs):
+        seen.update(kwargs)
+        return _passing_check(op, kernel)
+
+    pretend_gpu.check = check
+    report = wbex.check_exercise(ex.number, ex.solution, seed=42, speed=False)
+    assert seen["shapes"] == [list(s) for s in wbex.reduction_sizes(42, registry.spec(ex.op), ex.sizes.moduli)]
+    assert seen["dtypes"] == list(ex.dtypes) and report.shapes == wbex.reduction_sizes(42, registry.spec(ex.op))
+    assert report.check("correctness").status == "ok", report.summary()
+
+
 def _bench_rows(student: str, reference: str, mine_ms: float, ref_ms: float):
     def bench(op, kernel, variants, dtypes, shapes, baselines, directions, budget_s):
         assert kernel.name == student and variants == [student, reference] and list(baselines) == []
@@ -287,7 +447,8 @@ def test_cli_check_a_starter_fails_with_status_1(run_cli, cuda_buildable):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["exercise", "check", "9"], "exercise must be one of: 1 (01_fp16_support), 2 (02_vec4_loads), 3 (03_fused_backward)"),
+    (["exercise", "check", "9"], "exercise must be one of: 1 (01_fp16_support), 2 (02_vec4_loads), "
+                                 "3 (03_fused_backward), 4 (04_warp_shuffle)"),
     (["exercise", "check", "2", "no/such/file.cu"], "path: no such file: 'no/such/file.cu'"),
     (["exercise", "check", "2", "README.md"], "path must be a CUDA source file ending in .cu"),
 ])

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections import Counter
 from dataclasses import dataclass, field
 
 from . import config, toolchain
@@ -114,7 +115,13 @@ def sass(binary: pathlib.Path) -> str:
 def sass_opcodes(text: str) -> dict[tuple[str, str], set[str]]:
     """(arch, kernel) -> the set of opcodes (with their modifiers, e.g. 'LDG.E.128') in a SASS
     listing; arch is '' where the listing does not say."""
-    ops: dict[tuple[str, str], set[str]] = {}
+    return {key: set(counts) for key, counts in sass_counts(text).items()}
+
+
+def sass_counts(text: str) -> dict[tuple[str, str], Counter]:
+    """(arch, kernel) -> how many instructions of each opcode (with its modifiers) the kernel's
+    machine code holds, as written: a loop's body counts once however often it runs."""
+    ops: dict[tuple[str, str], Counter] = {}
     arch, key = "", None
     for line in text.splitlines():
         m = re.search(r"\barch = (sm_\w+)", line)
@@ -124,11 +131,11 @@ def sass_opcodes(text: str) -> dict[tuple[str, str], set[str]]:
         m = re.search(r"Function : (\S+)", line)
         if m:
             key = (arch, m.group(1))
-            ops.setdefault(key, set())
+            ops.setdefault(key, Counter())
             continue
         m = _SASS_OP.search(line)
         if m and key:
-            ops[key].add(m.group(1))
+            ops[key][m.group(1)] += 1
     return ops
 
 

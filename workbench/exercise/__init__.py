@@ -1,7 +1,7 @@
 """Course exercises: find them, and check a student's kernel against one.
 
     registration.py  exercises/NN_name/exercise.toml: what an exercise asks (and its validation)
-    sizes.py         the sizes a check draws from its seed, for any op
+    sizes.py         the sizes a check draws from its seed, for any op (an elementwise or a reduction draw)
     checks.py        build, declared dtypes, correctness, gradcheck, speed
     sass.py          the SASS rules
     report.py        the report the checks fill, and how it prints
@@ -21,15 +21,15 @@ from collections.abc import Iterator
 
 from .. import registry
 from . import checks
-from .registration import (CHECKS, EXERCISES_DIR, Exercise, ExerciseConfigError, SassRule, Speed, exercises, get,
-                           load_exercise, tomllib)
+from .registration import (CHECKS, EXERCISES_DIR, Exercise, ExerciseConfigError, SassRule, Sizes, Speed, exercises,
+                           get, load_exercise, tomllib)
 from .report import LAYOUTS, NEEDS_GPU, Check, ExerciseReport
 from .sass import check_sass
-from .sizes import new_seed, random_sizes
+from .sizes import new_seed, random_sizes, reduction_sizes
 
 __all__ = ["CHECKS", "EXERCISES_DIR", "LAYOUTS", "NEEDS_GPU", "Check", "Exercise", "ExerciseConfigError",
-           "ExerciseReport", "SassRule", "Speed", "check_exercise", "cli_check", "cli_list", "exercises", "get",
-           "load_exercise", "new_seed", "random_sizes", "tomllib", "variant_name"]
+           "ExerciseReport", "SassRule", "Sizes", "Speed", "check_exercise", "cli_check", "cli_list", "exercises",
+           "get", "load_exercise", "new_seed", "random_sizes", "reduction_sizes", "tomllib", "variant_name"]
 
 
 def _student_path(ex: Exercise, path) -> pathlib.Path:
@@ -59,7 +59,7 @@ def _prepare(exercise, path, seed):
         command = (f"python -m workbench exercise check {ex.number}"
                    + (f" {shlex.quote(shown)}" if path is not None else "") + f" --seed {seed}")
         report = ExerciseReport(ex.slug, ex.title, shown, f"{ex.op}/{variant_name(ex, source)}", seed,
-                                random_sizes(seed, registry.spec(ex.op)), command)
+                                ex.sizes.draw(seed, registry.spec(ex.op)), command)
         if worker is not None and not checks.gpu_present():
             worker.close()
             worker = None

@@ -6,9 +6,20 @@ and exercise.toml, read and validated here.
     [speed]    directions, dtypes, shape (a size of the op), target (student throughput /
                reference throughput, both timed in one benchmark run)
     [[sass]]   static rules on the SASS of the built library: `require` or `forbid` an opcode
-               (a regex such as '^LDG(\\.[A-Z0-9_]+)*\\.128\\b'), or `require_kernel` (a regex
-               on the kernel names); each with a one-line `message` and a `hint`; an optional
-               `kernels` regex limits an opcode rule to some kernels
+               (a regex such as '^LDG(\\.[A-Z0-9_]+)*\\.128\\b'), `require_kernel` (a regex
+               on the kernel names), or `fewer_than_starter` (an opcode regex such as
+               '^BAR\\.SYNC': the student's kernels must hold fewer instructions matching it than
+               the starter's, counted in the machine code, summed over the kernels, per GPU
+               architecture; the starter is built, once and cached, to count them); each with a
+               one-line `message` and a `hint`; an optional `kernels` regex (on the readable
+               kernel names, e.g. 'reduce_kernel<float') limits an opcode rule to some kernels
+    [sizes]    optional: the sizes a check draws (sizes.py). kind = "elementwise" (the default:
+               eight sizes whose innermost dim takes every remainder mod 8, and an empty one) or
+               "reduction" (the innermost dim is reduced: one size per remainder of its length
+               modulo moduli[0]; 0, 1, m/2, m/2 + 1 and m - 1 modulo each further modulus; one
+               huge 1-D row; 10000+ short rows; an empty size). moduli (reduction only; default
+               [32, 1024]): increasing, each dividing the next, the first at most 64 (one size
+               per remainder)
     [starter]  fails_at (the check the unchanged starter fails) and reason (text its failure
                must contain); the tests hold the starter to both
 
@@ -23,6 +34,7 @@ from dataclasses import dataclass
 from .. import config, registry
 from ..dtypes import NAMES as _DTYPES
 from ..opspec import DIRECTIONS as _DIRECTIONS
+from . import sizes as sizes_
 
 try:
     import tomllib
@@ -32,7 +44,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, as a package (pip i
 EXERCISES_DIR = config.REPO_ROOT / "exercises"
 CHECKS = ("build", "declared dtypes", "SASS rules", "correctness", "gradcheck", "speed")
 _FOLDER = re.compile(r"^(\d{2})_([a-z0-9_]+)$")
-_SASS_KINDS = ("require", "forbid", "require_kernel")
+_SASS_KINDS = ("require", "forbid", "require_kernel", "fewer_than_starter")
 
 
 class ExerciseConfigError(ValueError):
@@ -41,7 +53,7 @@ class ExerciseConfigError(ValueError):
 
 @dataclass(frozen=True)
 class SassRule:
-    kind: str            # "require", "forbid" (an opcode regex) or "require_kernel" (a kernel-name regex)
+    kind: str            # "require", "forbid", "fewer_than_starter" (an opcode regex); "require_kernel" (kernel names)
     pattern: str
     message: str         # one line: what is wrong when the rule does not hold
     hint: str = ""
@@ -57,6 +69,15 @@ class Speed:
 
 
 @dataclass(frozen=True)
+class Sizes:
+    kind: str = "elementwise"            # a name from sizes.KINDS
+    moduli: tuple[int, ...] = ()         # "reduction" only: see sizes.reduction_sizes
+
+    def draw(self, seed: int, spec) -> list[tuple[int, ...]]:
+        return sizes_.draw(seed, spec, self.kind, self.moduli)
+
+
+@dataclass(frozen=True)
 class Exercise:
     number: int
     name: str                    # "vec4_loads"
@@ -69,6 +90,7 @@ class Exercise:
     sass: tuple[SassRule, ...]
     starter_fails_at: str        # a name from CHECKS
     starter_reason: str
+    sizes: Sizes = Sizes()
 
     @property
     def slug(self) -> str:
@@ -135,21 +157,59 @@ def load_exercise(folder: pathlib.Path) -> Exercise:
     speed = Speed(_choices(_field(speed, "directions", list, where), _DIRECTIONS, "[speed] directions", where),
                   _choices(_field(speed, "dtypes", list, where), _DTYPES, "[speed] dtypes", where),
                   tuple(shape), _field(speed, "target", float, where + " [speed]"))
-    rules = []
-    for i, rule in enumerate(data.get("sass", [])):
-        kinds = [k for k in _SASS_KINDS if k in rule]
-        if len(kinds) != 1:
-            raise ExerciseConfigError(f"{where} [[sass]] #{i + 1}: give exactly one of {list(_SASS_KINDS)}")
-        re.compile(rule[kinds[0]])
-        rules.append(SassRule(kinds[0], rule[kinds[0]], _field(rule, "message", str, f"{where} [[sass]] #{i + 1}"),
-                              rule.get("hint", ""), rule.get("kernels", "")))
+    rules = [_sass_rule(rule, f"{where} [[sass]] #{i + 1}") for i, rule in enumerate(data.get("sass", []))]
     starter = _field(data, "starter", dict, where)
     fails_at = _field(starter, "fails_at", str, where + " [starter]")
     if fails_at not in CHECKS:
         raise ExerciseConfigError(f"{where} [starter]: fails_at must be one of {list(CHECKS)}; got {fails_at!r}")
     return Exercise(number=int(m.group(1)), name=m.group(2), folder=folder, title=title, op=op, dtypes=dtypes,
                     reference=reference, speed=speed, sass=tuple(rules), starter_fails_at=fails_at,
-                    starter_reason=_field(starter, "reason", str, where + " [starter]"))
+                    starter_reason=_field(starter, "reason", str, where + " [starter]"),
+                    sizes=_sizes(data.get("sizes", {}), where + " [sizes]"))
+
+
+def _regex(rule: dict, key: str, where: str) -> str:
+    value = _field(rule, key, str, where)
+    try:
+        re.compile(value)
+    except re.error as e:
+        raise ExerciseConfigError(f"{where}: {key} {value!r} is not a regular expression: {e}") from None
+    return value
+
+
+def _sass_rule(rule, where: str) -> SassRule:
+    if not isinstance(rule, dict):
+        raise ExerciseConfigError(f"{where}: a rule is a table ([[sass]]); got {rule!r}")
+    kinds = [k for k in _SASS_KINDS if k in rule]
+    if len(kinds) != 1:
+        raise ExerciseConfigError(f"{where}: give exactly one of {list(_SASS_KINDS)}")
+    unknown = set(rule) - {*_SASS_KINDS, "message", "hint", "kernels"}
+    if unknown:
+        raise ExerciseConfigError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+    return SassRule(kinds[0], _regex(rule, kinds[0], where), _field(rule, "message", str, where),
+                    _field(rule, "hint", str, where) if "hint" in rule else "",
+                    _regex(rule, "kernels", where) if "kernels" in rule else "")
+
+
+def _sizes(data, where: str) -> Sizes:
+    if not isinstance(data, dict):
+        raise ExerciseConfigError(f"{where}: must be a table; got {data!r}")
+    unknown = set(data) - {"kind", "moduli"}
+    if unknown:
+        raise ExerciseConfigError(f"{where}: unknown field {sorted(unknown)[0]!r} (known: kind, moduli)")
+    kind = _field(data, "kind", str, where) if "kind" in data else "elementwise"
+    if kind not in sizes_.KINDS:
+        raise ExerciseConfigError(f"{where}: kind must be one of {list(sizes_.KINDS)}; got {kind!r}")
+    if "moduli" not in data:
+        return Sizes(kind, sizes_.REDUCTION_MODULI if kind == "reduction" else ())
+    moduli = _field(data, "moduli", list, where)
+    if kind != "reduction":
+        raise ExerciseConfigError(f"{where}: moduli is a field of kind = \"reduction\" only")
+    if (not moduli or not all(isinstance(m, int) and not isinstance(m, bool) and m >= 2 for m in moduli)
+            or any(b % a or b == a for a, b in zip(moduli, moduli[1:])) or moduli[0] > 64):
+        raise ExerciseConfigError(f"{where}: moduli must be increasing integers >= 2, each dividing the next, "
+                                  f"the first at most 64; got {moduli!r}")
+    return Sizes(kind, tuple(moduli))
 
 
 def exercises() -> list[Exercise]:

@@ -1,6 +1,7 @@
 """An exercise check's report: one line per check, then what the first failure needs to be fixed."""
 from __future__ import annotations
 
+import textwrap
 from dataclasses import asdict, dataclass, field
 
 NEEDS_GPU = "needs a GPU; this machine has none"
@@ -81,9 +82,10 @@ class ExerciseReport:
 
     def header(self) -> str:
         shapes = ", ".join("x".join(map(str, s)) for s in self.shapes)
+        shapes = textwrap.fill(f"shapes:  {shapes} (seed {self.seed})", width=100, subsequent_indent=" " * 9,
+                               break_long_words=False, break_on_hyphens=False)
         return "\n".join([f"Exercise {self.exercise}: {self.title}",
-                          f"file:    {self.path} (built as {self.variant})",
-                          f"shapes:  {shapes} (seed {self.seed})"])
+                          f"file:    {self.path} (built as {self.variant})", shapes])
 
     def tail(self) -> str:
         out = []

@@ -1,28 +1,79 @@
-"""The sizes one exercise check draws, for any op, from a seed.
+"""The sizes one exercise check draws, for any op, from a seed: which draw is the exercise's
+[sizes] kind (registration.py), and the same seed always gives the same sizes.
 
-Eight non-empty sizes and one empty one. The innermost named dim (the one kernels vectorize over:
-bias_gelu's n) takes every remainder mod 8 across the eight, so some rows are not whole float4s or
-16-byte vectors; one is narrower than 8, one a few thousand wide. Around it: leading dims of
-different ranks where the pattern has "..." (a 3-D and a 1-D tensor among them), a single row, and
-other named dims up to 300.
+"elementwise" (the default), random_sizes: eight non-empty sizes and one empty one. The innermost
+named dim (the one kernels vectorize over: bias_gelu's n) takes every remainder mod 8 across the
+eight, so some rows are not whole float4s or 16-byte vectors; one is narrower than 8, one a few
+thousand wide. Around it: leading dims of different ranks where the pattern has "..." (a 3-D and a
+1-D tensor among them), a single row, and other named dims up to 300.
+
+"reduction", reduction_sizes: for an op that reduces over its innermost named dim (the row
+length n), the lengths where a block or warp reduction goes wrong. With moduli [m0, m1, ...]:
+one size per remainder of n modulo m0 (every partial warp, for m0 = 32); for each further
+modulus m, lengths that are 0, 1, m/2, m/2 + 1 and m - 1 modulo m (a whole number of blocks, one
+value over, half a block...); one huge 1-D row (2^22 + an odd number of values: a multi-pass
+reduction takes three passes); many rows (10000-20000) of a few values each; and one empty size.
+Rows are few elsewhere, so the whole draw is a few million values.
 """
 from __future__ import annotations
 
+import math
 import os
 import random
 
 from ..shapes import ELLIPSIS
+
+KINDS = ("elementwise", "reduction")
+REDUCTION_MODULI = (32, 1024)   # the default of a "reduction" draw: a warp, two blocks of 512
+HUGE_ROW = 1 << 22              # the huge row's length is this plus an odd number below 2^16
+MANY_ROWS = (10_000, 20_000)
 
 
 def new_seed() -> int:
     return int.from_bytes(os.urandom(4), "little") % 1_000_000
 
 
-def random_sizes(seed: int, spec) -> list[tuple[int, ...]]:
-    rng = random.Random(seed)
+def draw(seed: int, spec, kind: str = "elementwise", moduli: tuple[int, ...] = ()) -> list[tuple[int, ...]]:
+    """The sizes of an exercise check: the draw `kind` names (KINDS), from `seed`."""
+    if kind == "reduction":
+        return reduction_sizes(seed, spec, moduli or REDUCTION_MODULI)
+    if kind != "elementwise":
+        raise ValueError(f"sizes kind must be one of {list(KINDS)}; got {kind!r}")
+    return random_sizes(seed, spec)
+
+
+def _inner(spec) -> tuple[tuple[str, ...], str | None]:
+    """The op's size-pattern tokens and its innermost named dim (None when every dim is a number)."""
     tokens = spec.size_pattern.tokens
     named = [t for t in tokens if t != ELLIPSIS and not t.isdigit()]
-    inner = named[-1] if named else None
+    return tokens, (named[-1] if named else None)
+
+
+def _assemble(tokens, inner, inner_value: int, leading, other) -> tuple[int, ...]:
+    """One size for the pattern: `inner_value` for the inner dim, leading() (a list) for "...",
+    other() for each other named dim, numbers as written."""
+    size: list[int] = []
+    for t in tokens:
+        if t == ELLIPSIS:
+            size += leading()
+        elif t.isdigit():
+            size.append(int(t))
+        elif t == inner:
+            size.append(inner_value)
+        else:
+            size.append(other())
+    return tuple(size)
+
+
+def _with_empty(sizes: list, candidates: list, rng: random.Random) -> list:
+    empty = list(rng.choice(candidates))
+    empty[rng.randrange(len(empty))] = 0
+    return sizes + [tuple(empty)]
+
+
+def random_sizes(seed: int, spec) -> list[tuple[int, ...]]:
+    rng = random.Random(seed)
+    tokens, inner = _inner(spec)
     narrow = rng.randrange(1, 8)
     residues = [r for r in range(8) if r != narrow]
     rng.shuffle(residues)
@@ -43,19 +94,49 @@ def random_sizes(seed: int, spec) -> list[tuple[int, ...]]:
     ]
     sizes = []
     for lead, inner_value, (lo, hi) in plans:
-        size: list[int] = []
-        for t in tokens:
-            if t == ELLIPSIS:
-                first = rng.randint(2, 5) if lead == 2 else rng.randint(lo, hi)
-                size += [first, rng.randint(1, 60)][:lead] if lead == 2 else [rng.randint(lo, hi)] * lead
-            elif t.isdigit():
-                size.append(int(t))
-            elif t == inner:
-                size.append(inner_value)
+        def leading(lead=lead, lo=lo, hi=hi) -> list[int]:
+            first = rng.randint(2, 5) if lead == 2 else rng.randint(lo, hi)
+            return [first, rng.randint(1, 60)][:lead] if lead == 2 else [rng.randint(lo, hi)] * lead
+
+        sizes.append(_assemble(tokens, inner, inner_value, leading, lambda lo=lo, hi=hi: rng.randint(lo, hi)))
+    return _with_empty(sizes, sizes[:1] + sizes[6:], rng)
+
+
+def reduction_lengths(rng: random.Random, moduli: tuple[int, ...]) -> list[int]:
+    """Row lengths: one per remainder modulo moduli[0], then each further modulus's edge
+    remainders (0, 1, m/2, m/2 + 1, m - 1) pinned on lengths of the matching remainder modulo
+    moduli[0] (each modulus divides the next), or added where none is left to pin."""
+    m0 = moduli[0]
+    lengths = [m0 * rng.randint(1 if r == 0 else 0, 40) + r for r in range(m0)]
+    free = list(range(m0))
+    for m in moduli[1:]:
+        for edge in sorted({0, 1, m // 2, m // 2 + 1, m - 1}):
+            value = m * rng.randint(1 if edge == 0 else 0, 4) + edge
+            match = [i for i in free if lengths[i] % m0 == edge % m0]
+            if match:
+                i = rng.choice(match)
+                lengths[i] = value
+                free.remove(i)
             else:
-                size.append(rng.randint(lo, hi))
-        sizes.append(tuple(size))
-    empty = list(rng.choice(sizes[:1] + sizes[6:]))
-    empty[rng.randrange(len(empty))] = 0
-    sizes.append(tuple(empty))
-    return sizes
+                lengths.append(value)
+    return lengths
+
+
+def reduction_sizes(seed: int, spec, moduli: tuple[int, ...] = REDUCTION_MODULI) -> list[tuple[int, ...]]:
+    rng = random.Random(seed)
+    tokens, inner = _inner(spec)
+    lengths = reduction_lengths(rng, tuple(moduli))
+    rng.shuffle(lengths)
+    # The rows of each length, in turn: 1-D, a few rows, 3-D, a single row (sizes stay small).
+    def rows(kind: int) -> list[int]:
+        return [[], [rng.randint(2, 48)], [rng.randint(2, 3), rng.randint(1, 12)], [1]][kind]
+
+    plans = [(rows(i % 4), n) for i, n in enumerate(lengths)]
+    plans.append(([], HUGE_ROW + 2 * rng.randrange(1 << 15) + 1))              # one huge row, odd
+    plans.append(([rng.randint(*MANY_ROWS)], rng.randint(1, 2 * moduli[0])))  # many short rows
+    sizes = []
+    for lead, n in plans:
+        # Without "...", the rows go to the other named dims: all of them to the first, 1 to the rest.
+        other = iter([math.prod(lead)] + [1] * len(tokens))
+        sizes.append(_assemble(tokens, inner, n, lambda lead=lead: lead, lambda other=other: next(other)))
+    return _with_empty(sizes, [s for s in sizes[:len(lengths)] if len(s) >= 2] or sizes[:len(lengths)], rng)
