@@ -15,12 +15,14 @@ pytest.importorskip("nbclient", reason="the notebook tests need nbclient (pip in
 pytest.importorskip("ipykernel", reason="the notebook tests need a python3 kernel (pip install ipykernel)")
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
-NAMES = ["01_quickstart.ipynb", "02_edit_loop.ipynb", "03_your_own_op.ipynb"]
+NAMES = ["01_quickstart.ipynb", "02_edit_loop.ipynb", "03_your_own_op.ipynb", "04_reduction_ladder.ipynb"]
 CPU_LABEL = "No GPU visible: CPU path"
 GPU_LABEL = "GPU path: "
 # What the deliberate typo in 02_edit_loop's compile-error cells makes each compiler say.
 TYPO = "wb_gelu_tanh_grd"
 COMPILER_SAYS = ("was not declared in this scope", "is undefined")
+# What 04_reduction_ladder's CPU path says in place of the CUDA rungs' checks.
+CPU_RUNG_NOTE = "The CUDA rungs need a GPU"
 
 
 def _text(output) -> str:
@@ -217,3 +219,31 @@ def test_your_own_op_defines_checks_and_benches_an_op_from_cells(executed):
     assert "x must have at least 1 dimension ([..., n]); got a 0-dim tensor" in text
     assert "x.grad == 2x: True" in text and "compiled, fullgraph: True" in text
     assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+@pytest.mark.slow
+def test_reduction_ladder_shows_every_rung_and_checks_what_runs_here(executed):
+    """04: one cell output per rung of reduce_sum's ladder, in ladder order, names the rung and
+    shows its file's opening comment; on the GPU every rung passes its check, on the CPU the cpu
+    variant does and the note says the CUDA rungs need a GPU; the variant the determinism cell runs
+    gives the same bits on every comparison."""
+    from workbench import registry
+
+    ladder = registry.spec("reduce_sum").ladder
+    outputs = [_cell_text(c) for c in executed["04_reduction_ladder.ipynb"].cells if c.cell_type == "code"]
+    text = "\n".join(outputs)
+    for i, name in enumerate(ladder, 1):
+        shown = [t for t in outputs if re.search(rf"^rung {i} of {len(ladder)}: {name}$", t, re.MULTILINE)]
+        assert len(shown) == 1, (name, outputs)
+        first = (REPO_ROOT / "kernels" / "reduce_sum" / f"{name}.cu").read_text().splitlines()[0]
+        assert first.removeprefix("// ") in shown[0], (first, shown[0])
+    if HAS_GPU:
+        for name in ladder:
+            assert re.search(rf"reduce_sum/{name} on cuda:\d+: (\d+)/\1 cases passed", text), name
+    else:
+        assert re.search(r"reduce_sum/cpu on cpu: (\d+)/\1 cases passed", text), text
+        assert CPU_RUNG_NOTE in text and "the cpu variant" in text, text
+    last = ladder[-1] if HAS_GPU else "cpu"
+    compared = [line for line in text.splitlines() if line.startswith(f"reduce_sum/{last}, ")]
+    assert len(compared) == (2 if HAS_GPU else 3), compared
+    assert all(line.endswith(": same bits") for line in compared), compared
