@@ -23,7 +23,7 @@ SHAPES=${SHAPES:-}        # empty: each op's own bench sizes
 
 bench() {  # bench STEP: every op in $OPS, forward and backward where it has one, into $OUT/STEP.jsonl
   for op in $OPS; do
-    dirs=$(python3 -c "import workbench as wb; print('fwd bwd' if wb.registry.spec('$op').differentiable else 'fwd')")
+    dirs=$(python3 -c "import workbench as wb; print(' '.join(wb.registry.spec('$op').benched_directions))")
     timeout 540 python3 -m workbench bench "$op" --dtypes float32 float16 bfloat16 --directions $dirs \
       --budget "$BUDGET" ${SHAPES:+--shapes $SHAPES} --results "$OUT/$1.jsonl" 2>&1 | grep -v "^\[bench\]"
   done | tee "$OUT/$1.log"

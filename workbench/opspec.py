@@ -173,6 +173,9 @@ class OpSpec:
     # variant names in teaching order, first rung to last: the ladder plot draws them in this order
     # with the step-to-step speedup (python -m workbench plot; plot.ladder_figure)
     ladder: tuple[str, ...] = ()
+    # directions the GPU script benchmarks (default: fwd, and bwd where the op has one); an op whose
+    # eager backward is a view (reduce_sum's: dy expanded, no kernel) leaves bwd out: nothing to time
+    bench_directions: tuple[str, ...] | None = None
 
     def __post_init__(self):
         names = [t.name for t in self.inputs] + [a.name for a in self.attrs]
@@ -198,6 +201,12 @@ class OpSpec:
     @property
     def differentiable(self) -> tuple[Tensor, ...]:
         return tuple(t for t in self.inputs if t.differentiable)
+
+    @property
+    def benched_directions(self) -> tuple[str, ...]:
+        if self.bench_directions is not None:
+            return tuple(self.bench_directions)
+        return ("fwd", "bwd") if self.differentiable else ("fwd",)
 
     @property
     def size_pattern(self) -> DimPattern:
