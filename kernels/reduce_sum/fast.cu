@@ -1,8 +1,8 @@
 // fast: rung 7, the fastest deterministic reduce_sum here. What changes over vec_grid_stride:
 //  - fixed chunks instead of a grid-stride walk: a row's 16-byte vectors are cut into chunks of
 //    256 threads x L loads (L = 4, 8 or 16: the fewest that hold a short row; 16, or 8 for 16-bit
-//    values, for long rows), each thread's loads issued in groups before their adds, and a chunk's
-//    sum is one block reduction. The chunking depends on n alone, so a value's place in the order
+//    values, for rows of 1024 chunks or more, else 4), each thread's loads issued in groups before
+//    their adds, and a chunk's sum is one block reduction. The chunking depends on n alone, so a value's place in the order
 //    of additions is the same for any grid, and there is simply one block per chunk (the hardware
 //    balances them; no tail wave of a grid-stride loop). A row of one chunk (up to 16384 floats,
 //    16384 16-bit values) is summed in one pass with no partials; longer rows write one float per
@@ -150,14 +150,18 @@ __global__ void __launch_bounds__(kThreads, kWarpMinBlocks<T>) warp_rows_kernel(
 template <typename T>
 constexpr int64_t kWarpRowMax = int64_t{32} * kWarpLoads * kWidth<T>;
 
-// Loads per thread in a chunk: the fewest of 4, 8, 16 (up to kBlockLoads) that hold a whole row,
-// else kBlockLoads (several chunks). A short row in a 16-load chunk would leave most of its
-// predicated loads idle, and their registers cost occupancy: 4096 floats a row ran at 68% of the
-// copy rate that way.
+// Loads per thread in a chunk: the fewest of 4, 8, 16 (up to kBlockLoads) that hold a whole row.
+// A short row in a 16-load chunk would leave most of its predicated loads idle, and their
+// registers cost occupancy: 4096 floats a row ran at 68% of the copy rate that way. A row of
+// several chunks takes 4 loads (16 KiB chunks, enough blocks to fill the GPU: a 2^20-float row in
+// 64 KiB chunks was 64 blocks, 0.83x torch.compile) until it has 1024 chunks of kBlockLoads.
 template <typename T>
 int loads_per_thread(int64_t n) {
   const int64_t vecs = wb_ceil_div(n, kWidth<T>);
-  return vecs <= kThreads * 4 ? 4 : vecs <= kThreads * 8 || kBlockLoads<T> == 8 ? 8 : 16;
+  if (vecs <= kThreads * 4) return 4;
+  if (vecs <= kThreads * 8) return 8;
+  if (vecs <= kThreads * kBlockLoads<T>) return kBlockLoads<T>;
+  return vecs >= int64_t{1024} * kThreads * kBlockLoads<T> ? kBlockLoads<T> : 4;
 }
 
 template <typename T>
