@@ -62,16 +62,22 @@ struct RowSplit {
   }
 };
 
-// This lane's share of chunk c: vectors c * TEAM * LOADS + lane + k * TEAM, k = 0..LOADS-1, added
-// in k order, then j order within a vector. Loads go out in groups (8 at a time in a full chunk of
-// 32- or 64-bit values,
-// 4 in a partial one, those past the row's end predicated off), each group issued before its first
-// add: enough bytes in flight per thread, in 64 registers (4 blocks per SM) without spills.
+// This lane's share of chunk c: vectors c * TEAM * LOADS + lane + k * TEAM, k = 0..LOADS-1. Value j
+// of each vector goes to accumulator j % A (k order; A = V for float32 and float64), and the A sums
+// are added pairwise at the end: A times shorter chains of A times smaller running sums (a single
+// chain made the float32 sum of 2^28 uniform values 5.7x less accurate than torch.sum's). 16-bit
+// values keep one chain (A = 1): the 16-bit result's rounding dominates, and more spilled.
+// Loads go out in groups (8 at a time in a full chunk of 32- or 64-bit values, 4 otherwise, those
+// past the row's end predicated off), each group issued before its first add: enough bytes in
+// flight per thread within the register budget below.
 template <int TEAM, int LOADS, typename T, int V>
 __device__ __forceinline__ wb_acc_t<T> chunk_sum(const WbVec<T, V>* __restrict__ body, int64_t vecs, int64_t c,
                                                  int lane) {
   const int64_t first = c * TEAM * LOADS + lane;
-  wb_acc_t<T> acc = 0;
+  constexpr int A = sizeof(T) == 2 ? 1 : V;
+  wb_acc_t<T> acc[A];
+#pragma unroll
+  for (int a = 0; a < A; ++a) acc[a] = 0;
   if ((c + 1) * TEAM * LOADS <= vecs) {
     constexpr int kGroup = LOADS < 8 || sizeof(T) == 2 ? 4 : 8;  // 16-bit: more registers per value in flight
 #pragma unroll
@@ -82,7 +88,7 @@ __device__ __forceinline__ wb_acc_t<T> chunk_sum(const WbVec<T, V>* __restrict__
 #pragma unroll
       for (int k = 0; k < kGroup; ++k)
 #pragma unroll
-        for (int j = 0; j < V; ++j) acc += wb_to_acc(v[k].v[j]);
+        for (int j = 0; j < V; ++j) acc[j % A] += wb_to_acc(v[k].v[j]);
     }
   } else {
 #pragma unroll
@@ -95,10 +101,14 @@ __device__ __forceinline__ wb_acc_t<T> chunk_sum(const WbVec<T, V>* __restrict__
       for (int k = 0; k < 4; ++k)
         if (first + (k0 + k) * TEAM < vecs)
 #pragma unroll
-          for (int j = 0; j < V; ++j) acc += wb_to_acc(v[k].v[j]);
+          for (int j = 0; j < V; ++j) acc[j % A] += wb_to_acc(v[k].v[j]);
     }
   }
-  return acc;
+#pragma unroll
+  for (int width = A / 2; width > 0; width /= 2)
+#pragma unroll
+    for (int a = 0; a < width; ++a) acc[a] += acc[a + width];
+  return acc[0];
 }
 
 // At least 3 blocks per SM (80 registers): a row of one chunk is one block's whole life, so
@@ -121,15 +131,22 @@ __global__ void __launch_bounds__(kThreads, 3) chunk_kernel(const T* __restrict_
   }
 }
 
-// y[row] = the row's chunk partials added in a fixed order.
+// y[row] = the row's chunk partials added in a fixed order: four accumulators per thread (partial i
+// into i / kThreads % 4), added pairwise, then the block reduction.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) partials_kernel(const wb_acc_t<T>* __restrict__ partial,
                                                             T* __restrict__ y, int64_t chunks_per_row) {
   const wb_acc_t<T>* p = partial + static_cast<int64_t>(blockIdx.x) * chunks_per_row;
-  wb_acc_t<T> acc = 0;
-  for (int64_t i = threadIdx.x; i < chunks_per_row; i += kThreads) acc += p[i];
-  acc = reduce_sum::block_sum<kThreads>(acc);
-  if (threadIdx.x == 0) y[blockIdx.x] = wb_from_acc<T>(acc);
+  wb_acc_t<T> acc[4] = {0, 0, 0, 0};
+  int64_t i = threadIdx.x;
+  for (; i + 3 * kThreads < chunks_per_row; i += 4 * kThreads)
+#pragma unroll
+    for (int a = 0; a < 4; ++a) acc[a] += p[i + a * kThreads];
+#pragma unroll
+  for (int a = 0; a < 4; ++a)  // the last round, predicated (a dynamic acc[a] would live in local memory)
+    if (i + a * kThreads < chunks_per_row) acc[a] += p[i + a * kThreads];
+  const wb_acc_t<T> sum = reduce_sum::block_sum<kThreads>((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  if (threadIdx.x == 0) y[blockIdx.x] = wb_from_acc<T>(sum);
 }
 
 // Warp path: a warp per row, rows of at most 32 * LOADS vectors.
