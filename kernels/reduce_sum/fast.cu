@@ -2,11 +2,12 @@
 //  - fixed chunks instead of a grid-stride walk: a row's 16-byte vectors are cut into chunks of
 //    256 threads x L loads (L = 4, 8 or 16: the fewest that hold a short row; 16, or 8 for 16-bit
 //    values, for rows of 1024 chunks or more, else 4), each thread's loads issued in groups before
-//    their adds, and a chunk's sum is one block reduction. The chunking depends on n alone, so a value's place in the order
-//    of additions is the same for any grid, and there is simply one block per chunk (the hardware
-//    balances them; no tail wave of a grid-stride loop). A row of one chunk (up to 16384 floats,
-//    16384 16-bit values) is summed in one pass with no partials; longer rows write one float per
-//    chunk and a second kernel adds each row's partials in a fixed order (no float atomics).
+//    their adds, and a chunk's sum is one block reduction. The chunking depends on n alone, so a
+//    value's place in the order of additions is the same for any grid, and there is simply one
+//    block per chunk (the hardware balances them; no tail wave of a grid-stride loop). A row of one
+//    chunk (up to 16384 floats, 16384 16-bit values) is summed in one pass with no partials; longer
+//    rows write one float per chunk and a second kernel adds each row's partials in a fixed order
+//    (no float atomics).
 //  - rows of at most 512 vectors (2048 floats, 4096 16-bit values) get a warp each, 8 rows per
 //    block, summed by shuffles alone: no barrier and no shared memory per row.
 //  - any alignment at full width: a row's values before its first 16-byte boundary and after its
@@ -17,7 +18,13 @@
 //    compiled for 3 blocks per SM (80 registers, no spills; the 16-bit warp path for 2).
 // Predicted: at the read bandwidth in both regimes (one 2^28 row; 16384 x 16384): >= 95% of
 // torch.sum, +5-10% over vec_grid_stride where its single pass or its warps apply.
-// Measured: see the ladder table in results/gpu (filled in from the committed benchmark).
+// Measured (results/gpu/5d706d0, H100): float32 0.348 ms at 2^28 (1.01x torch.sum, 1.00x
+// torch.compile), 0.339 ms at 16384 x 16384 (1.02x torch.sum, 1.00x compile): 1.00-1.02x
+// vec_grid_stride, short of the +5-10% predicted (both already read at the copy rate there); at
+// 65536 x 1024 1.18x vec_grid_stride (the warps) and 1.07x torch.sum. bfloat16: 0.179 / 0.171 ms,
+// 1.03 / 1.09x torch.sum, 0.99 / 1.00x compile; 65536 x 1024 2.37x vec_grid_stride. First rung to
+// last: 3.7-3.8x (float32), 7.1-7.5x (bfloat16). Below 4 MiB it trails compile (0.93-0.95x at
+// 2^20 values: 8 us, launch-bound).
 #include "block_sum.cuh"
 #include "broadcast.cuh"
 
@@ -64,9 +71,10 @@ struct RowSplit {
 
 // This lane's share of chunk c: vectors c * TEAM * LOADS + lane + k * TEAM, k = 0..LOADS-1. Value j
 // of each vector goes to accumulator j % A (k order; A = V for float32 and float64), and the A sums
-// are added pairwise at the end: A times shorter chains of A times smaller running sums (a single
-// chain made the float32 sum of 2^28 uniform values 5.7x less accurate than torch.sum's). 16-bit
-// values keep one chain (A = 1): the 16-bit result's rounding dominates, and more spilled.
+// are added pairwise at the end: shorter chains of smaller running sums. (At 2^28 uniform values
+// the float32 result is one ulp of the sum, 16, from the exact one either way: results/gpu/5d706d0
+// reduce_sum_accuracy.json; torch.sum's rounds to the nearest float.) 16-bit values keep one chain
+// (A = 1): the 16-bit result's rounding dominates, and more accumulators spilled.
 // Loads go out in groups (8 at a time in a full chunk of 32- or 64-bit values, 4 otherwise, those
 // past the row's end predicated off), each group issued before its first add: enough bytes in
 // flight per thread within the register budget below.

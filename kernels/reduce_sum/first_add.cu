@@ -2,7 +2,8 @@
 // 256 apart, and adds them on the way into shared memory, so a block covers 512 values with the
 // same 8-step tree: half the blocks, and no thread idles through the first step.
 // Predicted: ~1.8x rung 3 (the tree is the cost, and there are half as many trees per byte).
-// Measured: see the ladder table in results/gpu (filled in from the committed benchmark).
+// Measured (results/gpu/5d706d0, H100, float32): 0.654 ms at 2^28, 1.90x sequential (1.88x at 16384 x 16384;
+// 1.59x at 65536 x 1024): 55% of the copy bandwidth.
 #include "passes.cuh"
 
 namespace {
