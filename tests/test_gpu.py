@@ -191,7 +191,7 @@ def test_bench_small_sweep(tmp_path, op):
 
     spec = registry.spec(op)
     r = wb.bench(op, dtypes=["float32", "bfloat16"], shapes=[(1024, 1024), (4096, 1024)],
-                 directions=("fwd", "bwd"), budget_s=0.2)
+                 directions=spec.benched_directions, budget_s=0.2)
     providers = {(row["dtype"], row["variant"]) for row in r.rows}
     for dtype in ("float32", "bfloat16"):
         wanted = ["eager", "compile"] + [v.name for v in registry.variants(op) if v.device == "cuda" and dtype in v.dtypes]
