@@ -26,7 +26,7 @@
 // last: 3.7-3.8x (float32), 7.1-7.5x (bfloat16). Below 4 MiB it trails compile (0.93-0.95x at
 // 2^20 values: 8 us, launch-bound).
 #include "block_sum.cuh"
-#include "broadcast.cuh"
+#include "variant.cuh"
 
 namespace {
 
@@ -37,7 +37,6 @@ template <typename T> constexpr int kBlockLoads = sizeof(T) == 2 ? 8 : 16;
 constexpr int kWarpLoads = 16;         // loads per lane (warp path: rows of <= 32 * 16 vectors)
 constexpr int64_t kMaxGrid = 1 << 20;  // beyond this many chunks, blocks take several in turn
 
-constexpr unsigned kDtypes = WB_F32 | WB_F64 | WB_F16 | WB_BF16;
 template <typename T> constexpr int kWidth = 16 / sizeof(T);  // values per 16-byte load
 // Blocks per SM the warp path is compiled for: 3 (80 registers) spilled 16-bit values; 2 does not.
 template <typename T> constexpr int kWarpMinBlocks = sizeof(T) == 2 ? 2 : 3;
@@ -228,33 +227,19 @@ int forward_t(const T* x, T* y, void* workspace, int64_t rows, int64_t n, cudaSt
   return wb_launch_status();
 }
 
-int forward(const WbReduceSumForward* a, const WbLaunch* l) {
-  return wb_dispatch_dtype<kDtypes>(a->dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return forward_t<T>(static_cast<const T*>(a->x), static_cast<T*>(a->y), a->workspace, a->rows, a->n,
-                        static_cast<cudaStream_t>(l->stream));
-  });
-}
-
-int backward(const WbReduceSumBackward* a, const WbLaunch* l) {
-  return wb_dispatch_dtype<kDtypes>(a->dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return reduce_sum::broadcast<T, kWidth<T>>(a, l);
-  });
-}
-
-size_t workspace_bytes(int64_t rows, int64_t n, int dtype, const WbLaunch*) {
-  size_t bytes = 0;
-  wb_dispatch_dtype<kDtypes>(dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+struct Fast {
+  static constexpr bool kVectorBackward = true;
+  template <typename T>
+  static int forward(const T* x, T* y, void* workspace, int64_t rows, int64_t n, cudaStream_t stream) {
+    return forward_t<T>(x, y, workspace, rows, n, stream);
+  }
+  template <typename T>
+  static size_t workspace_bytes(int64_t rows, int64_t n) {
     const int64_t per_row = n <= kWarpRowMax<T> ? 1 : chunks_per_row<T>(n);
-    bytes = per_row > 1 ? static_cast<size_t>(rows * per_row) * sizeof(wb_acc_t<T>) : 0;
-    return WB_OK;
-  });
-  return bytes;
-}
+    return per_row > 1 ? static_cast<size_t>(rows * per_row) * sizeof(wb_acc_t<T>) : 0;
+  }
+};
 
-const WbReduceSumLaunchers launchers = {forward, backward, workspace_bytes};
 
 }  // namespace
 
@@ -262,4 +247,4 @@ WB_EXPORT_VARIANT(reduce_sum, WB_DEVICE_CUDA, WB_F32 | WB_F64 | WB_F16 | WB_BF16
                   "rung 7: fixed chunks of 256 threads x 4-16 loads of 16 bytes, one pass for rows that fit a "
                   "chunk, a warp per row for rows of <= 512 vectors, a fixed-order second pass; the order of "
                   "additions depends on n and alignment only; unaligned heads and tails added by the first chunk",
-                  launchers, wb_cuda_status_string)
+                  reduce_sum::Variant<Fast>::launchers, wb_cuda_status_string)

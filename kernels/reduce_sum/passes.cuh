@@ -15,6 +15,7 @@
 // values [(b % blocks_per_row) * kPerBlock, + kPerBlock), into out[b].
 #pragma once
 
+#include "variant.cuh"
 #include "wb_cuda.h"
 
 namespace reduce_sum {
@@ -66,37 +67,20 @@ int run_passes(const T* x, T* y, void* workspace, int64_t rows, int64_t n, cudaS
   return status;
 }
 
-}  // namespace reduce_sum
-
-#include "broadcast.cuh"
-
-namespace reduce_sum {
-
-// A textbook rung's launcher table: every dtype, the multi-pass forward above, the scalar broadcast
-// backward (the ladder is about the forward; float64 keeps a true gradcheck possible).
+// A textbook rung's forward as a variant: the multi-pass driver above, every dtype, the scalar
+// broadcast backward (the ladder is about the forward; float64 keeps a true gradcheck possible).
 template <typename Rung>
-struct PassVariant {
-  static constexpr unsigned kDtypes = WB_F32 | WB_F64 | WB_F16 | WB_BF16;
-
-  static int forward(const WbReduceSumForward* a, const WbLaunch* l) {
-    return wb_dispatch_dtype<kDtypes>(a->dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      return run_passes<Rung, T>(static_cast<const T*>(a->x), static_cast<T*>(a->y), a->workspace, a->rows, a->n,
-                                 static_cast<cudaStream_t>(l->stream));
-    });
+struct Passes {
+  static constexpr bool kVectorBackward = false;
+  template <typename T>
+  static int forward(const T* x, T* y, void* workspace, int64_t rows, int64_t n, cudaStream_t stream) {
+    return run_passes<Rung, T>(x, y, workspace, rows, n, stream);
   }
-  static int backward(const WbReduceSumBackward* a, const WbLaunch* l) {
-    return wb_dispatch_dtype<kDtypes>(a->dtype, [&](auto tag) { return broadcast<typename decltype(tag)::type, 1>(a, l); });
-  }
-  static size_t workspace_bytes(int64_t rows, int64_t n, int dtype, const WbLaunch*) {
-    size_t bytes = 0;
-    wb_dispatch_dtype<kDtypes>(dtype, [&](auto tag) {
-      bytes = pass_workspace_bytes<Rung, typename decltype(tag)::type>(rows, n);
-      return WB_OK;
-    });
-    return bytes;
-  }
-  static constexpr WbReduceSumLaunchers launchers = {forward, backward, workspace_bytes};
+  template <typename T>
+  static size_t workspace_bytes(int64_t rows, int64_t n) { return pass_workspace_bytes<Rung, T>(rows, n); }
 };
+
+template <typename Rung>
+using PassVariant = Variant<Passes<Rung>>;
 
 }  // namespace reduce_sum

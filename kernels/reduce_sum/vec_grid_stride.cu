@@ -14,7 +14,7 @@
 // Its miss: short rows. At 65536 x 1024 each 256-thread block has one load per thread and meets
 // at a barrier: 86% in float32, 41% in bfloat16.
 #include "block_sum.cuh"
-#include "broadcast.cuh"
+#include "variant.cuh"
 
 namespace {
 
@@ -22,7 +22,6 @@ constexpr int kThreads = 256;
 constexpr int64_t kLoadsPerThread = 16;     // per pass over a row, the grid-stride loop's trip count
 constexpr int64_t kMaxBlocksPerRow = 4096;  // caps the partials (a 2^28-value float row: 64 loads per thread)
 
-constexpr unsigned kDtypes = WB_F32 | WB_F64 | WB_F16 | WB_BF16;
 template <typename T> constexpr int kWidth = 16 / sizeof(T);  // values per 16-byte load
 
 // Blocks per row for a row of `units` loads: a function of n only (see the opening comment).
@@ -72,34 +71,20 @@ int forward_t(const T* x, T* y, void* workspace, int64_t rows, int64_t n, cudaSt
   return wb_launch_status();
 }
 
-int forward(const WbReduceSumForward* a, const WbLaunch* l) {
-  return wb_dispatch_dtype<kDtypes>(a->dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return forward_t<T>(static_cast<const T*>(a->x), static_cast<T*>(a->y), a->workspace, a->rows, a->n,
-                        static_cast<cudaStream_t>(l->stream));
-  });
-}
-
-int backward(const WbReduceSumBackward* a, const WbLaunch* l) {
-  return wb_dispatch_dtype<kDtypes>(a->dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return reduce_sum::broadcast<T, kWidth<T>>(a, l);
-  });
-}
-
-// Sized for the larger of the two routes (the pointer's alignment is not known yet).
-size_t workspace_bytes(int64_t rows, int64_t n, int dtype, const WbLaunch*) {
-  size_t bytes = 0;
-  wb_dispatch_dtype<kDtypes>(dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+struct GridStride {
+  static constexpr bool kVectorBackward = true;
+  template <typename T>
+  static int forward(const T* x, T* y, void* workspace, int64_t rows, int64_t n, cudaStream_t stream) {
+    return forward_t<T>(x, y, workspace, rows, n, stream);
+  }
+  // Sized for the larger of the two routes (the pointer's alignment is not known yet).
+  template <typename T>
+  static size_t workspace_bytes(int64_t rows, int64_t n) {
     const int64_t bpr = blocks_per_row(n);  // the scalar route's count, never below the vector one
-    bytes = bpr > 1 ? static_cast<size_t>(rows * bpr) * sizeof(wb_acc_t<T>) : 0;
-    return WB_OK;
-  });
-  return bytes;
-}
+    return bpr > 1 ? static_cast<size_t>(rows * bpr) * sizeof(wb_acc_t<T>) : 0;
+  }
+};
 
-const WbReduceSumLaunchers launchers = {forward, backward, workspace_bytes};
 
 }  // namespace
 
@@ -107,4 +92,4 @@ WB_EXPORT_VARIANT(reduce_sum, WB_DEVICE_CUDA, WB_F32 | WB_F64 | WB_F16 | WB_BF16
                   "rung 6: many values per thread, 16-byte loads in a grid-stride loop, one block-wide "
                   "shuffle reduction per block, a fixed-order second pass; grid set by n alone; n % V != 0 or "
                   "x not 16-byte aligned -> same kernel with scalar loads",
-                  launchers, wb_cuda_status_string)
+                  reduce_sum::Variant<GridStride>::launchers, wb_cuda_status_string)
