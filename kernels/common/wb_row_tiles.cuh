@@ -173,16 +173,17 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const T* __restrict_
 
 // dbias[c] = sum over slices of partial[s][c]. A block owns 32 columns; its 8 warps-rows take
 // every 8th slice, then one row adds the 8 sums in order: parallel, and still deterministic.
+// A: the partials' type (float; double where a float64 op keeps double partials).
 constexpr int kSumCols = 32, kSumRows = 8;
 
-template <typename T>
-__global__ void __launch_bounds__(kSumCols * kSumRows) sum_slices_kernel(const float* __restrict__ partial,
+template <typename T, typename A = float>
+__global__ void __launch_bounds__(kSumCols * kSumRows) sum_slices_kernel(const A* __restrict__ partial,
                                                                          T* __restrict__ dbias, int64_t slices,
                                                                          int64_t cols) {
-  __shared__ float sums[kSumRows][kSumCols + 1];
+  __shared__ A sums[kSumRows][kSumCols + 1];
   const int lx = threadIdx.x % kSumCols, ly = threadIdx.x / kSumCols;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kSumCols + lx;
-  float s = 0.f;
+  A s = A(0);
   if (c < cols)
     for (int64_t k = ly; k < slices; k += kSumRows) s += partial[k * cols + c];
   sums[ly][lx] = s;
@@ -191,6 +192,13 @@ __global__ void __launch_bounds__(kSumCols * kSumRows) sum_slices_kernel(const f
     for (int r = 1; r < kSumRows; ++r) s += sums[r][lx];
     dbias[c] = wb_from_acc<T>(s);
   }
+}
+
+// Launch sum_slices_kernel: out[c] = the sum of partial[s][c] over `slices` rows of partials.
+template <typename T, typename A = float>
+int sum_slices(const A* partial, T* out, int64_t slices, int64_t cols, cudaStream_t stream) {
+  sum_slices_kernel<T, A><<<wb_ceil_div(cols, kSumCols), kSumCols * kSumRows, 0, stream>>>(partial, out, slices, cols);
+  return wb_launch_status();
 }
 
 // V when the vector path applies to these pointers and this row length, else 1.
@@ -249,8 +257,7 @@ int backward(const T* dy, const T* x, const T* bias, T* dx, T* dbias, void* work
                                                               t.rows_per_slice, f);
   const int status = wb_launch_status();
   if (status != WB_OK) return status;
-  sum_slices_kernel<T><<<wb_ceil_div(cols, kSumCols), kSumCols * kSumRows, 0, stream>>>(partial, dbias, t.slices, cols);
-  return wb_launch_status();
+  return sum_slices<T>(partial, dbias, t.slices, cols, stream);
 }
 
 }  // namespace wb_row_tiles

@@ -1,0 +1,395 @@
+// vectorized: what it changes over scalar: x is read once. Each thread loads its share of the row
+// as 16-byte vectors into registers (8 bf16/fp16 or 4 floats per access), the row's sum of squares
+// is reduced across the row's threads by shuffles (wb_block_sum.cuh), and y is computed from the
+// registers and stored as 16-byte vectors: one read of x, one write of y, the byte floor. Short rows
+// (up to 128 vectors: h <= 1024 bf16, 512 fp32) take a warp each, 8 rows per block, no barrier;
+// longer rows a block of up to 512 threads each, every thread holding 4 vectors (8 past 2048
+// vectors). float, half and bfloat16 from one template, float math.
+// Backward, the same layout: each row's threads load x and dy once, reduce sum(x^2) and
+// sum(dy * w * x) together (WbSum2: one barrier pair), write dx, and add dy * x * rstd into float
+// registers for their columns. Blocks are persistent (as many as fit on the GPU, each walking
+// rows grid-stride), so the weight is loaded once per block and dweight costs one float partial
+// row per block (warps of a block combine theirs in shared memory first); a fixed-order pass adds
+// the partials (wb_row_tiles::sum_slices). Deterministic; no atomics.
+// rstd is recomputed, not saved: the backward holds the whole row of x anyway, so it costs one
+// more sum in the reduction the backward does regardless, and no bytes; saving it would add an
+// output to the op (rows * 4 bytes written and read, 0.05% at 8 x 4096 x 4096) for nothing.
+// The backward keeps 4 vectors per thread at most (x, dy, weight and float dweight sums for each:
+// ~110 registers at 512 threads; 8 spilled), so rows up to 2048 vectors (h <= 16384 bf16).
+// Route: rows longer than that (4096 vectors in the forward: h > 32768 bf16), or a row length that is not a multiple of
+// the vector width, or a pointer not 16-byte aligned (an offset view): a block per row with a
+// loop over the row, x read twice (the second read mostly from L2), and the backward saves rstd for
+// the column-tile dweight of dweight.cuh. Correct for any view; not the fast path.
+// Predicted: forward at ~95-100% of the copy bandwidth (one read, one write, like bias_gelu's vec4),
+// 1.5x+ scalar in bf16; fwd+bwd near its floor (read x, write y; read dy and x, write dx).
+#include "dweight.cuh"
+#include "rmsnorm.h"
+#include "wb_block_sum.cuh"
+
+namespace {
+
+constexpr unsigned kDtypes = WB_F32 | WB_F16 | WB_BF16;
+constexpr int kWarpRowsThreads = 256;     // warp-per-row blocks: 8 rows each
+constexpr int kMaxWarpVecs = 128;         // rows up to 32 lanes x 4 vectors take a warp
+constexpr int kMaxRowThreads = 512;       // a block per row: up to 128 registers per thread
+constexpr int kForwardMaxNpt = 8, kBackwardMaxNpt = 4;  // vectors per thread that fit in registers
+constexpr int kLoopThreads = 512;         // the looped route
+
+template <typename T>
+__host__ __device__ constexpr int vec_width() { return 16 / static_cast<int>(sizeof(T)); }
+
+// Which threads share a row: a warp (WARP) or the whole block.
+template <bool WARP>
+struct RowGroup {
+  __device__ __forceinline__ static int lane() { return WARP ? threadIdx.x % 32 : threadIdx.x; }
+  __device__ __forceinline__ static int size() { return WARP ? 32 : blockDim.x; }
+  __device__ __forceinline__ static int per_block() { return WARP ? blockDim.x / 32 : 1; }
+  __device__ __forceinline__ static int index() { return WARP ? threadIdx.x / 32 : 0; }
+  template <typename A>
+  __device__ __forceinline__ static A allsum(A v, A* shared) {
+    if constexpr (WARP) return wb_reduce::warp_allsum(v);
+    else return wb_reduce::block_allsum(v, shared);
+  }
+};
+
+// ---------------------------------------------------------------- the row in registers
+
+template <bool WARP>
+__host__ __device__ constexpr int max_threads() { return WARP ? kWarpRowsThreads : kMaxRowThreads; }
+
+template <typename T, int NPT, bool WARP>
+__global__ void __launch_bounds__(max_threads<WARP>()) forward_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                                       T* __restrict__ y, int64_t rows, int nv, float inv_h,
+                                                       float eps) {
+  constexpr int V = vec_width<T>();
+  using G = RowGroup<WARP>;
+  __shared__ float shared[32];
+  const int lane = G::lane(), size = G::size();
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * G::per_block() + G::index(); row < rows;
+       row += static_cast<int64_t>(gridDim.x) * G::per_block()) {
+    const T* xr = x + row * nv * V;
+    WbVec<T, V> xv[NPT];
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < NPT; ++i) {
+      const int idx = lane + i * size;
+      if (idx < nv) {
+        xv[i] = wb_load<T, V>(xr + idx * V);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float v = wb_to_acc(xv[i].v[j]);
+          ss += v * v;
+        }
+      }
+    }
+    const float rstd = rsqrtf(G::allsum(ss, shared) * inv_h + eps);
+#pragma unroll
+    for (int i = 0; i < NPT; ++i) {
+      const int idx = lane + i * size;
+      if (idx < nv) {
+        const WbVec<T, V> wv = wb_load<T, V>(w + idx * V);
+        WbVec<T, V> out;
+#pragma unroll
+        for (int j = 0; j < V; ++j) out.v[j] = wb_from_acc<T>(wb_to_acc(xv[i].v[j]) * rstd * wb_to_acc(wv.v[j]));
+        wb_store<T, V>(y + row * nv * V + idx * V, out);
+      }
+    }
+  }
+}
+
+// Persistent: each row group walks rows gridDim.x * per_block() apart; dw holds its columns'
+// sum of dy * x * rstd. The block's partial row goes to partial[blockIdx.x * h ...].
+template <typename T, int NPT, bool WARP>
+__global__ void __launch_bounds__(max_threads<WARP>(), 1) backward_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                                        const T* __restrict__ w, T* __restrict__ dx,
+                                                        float* __restrict__ partial, int64_t rows, int nv,
+                                                        float inv_h, float eps) {
+  constexpr int V = vec_width<T>();
+  using G = RowGroup<WARP>;
+  extern __shared__ float warp_sums[];  // WARP: per_block() rows of h floats, to combine the warps' dw
+  __shared__ WbSum2<float> shared[32];
+  const int lane = G::lane(), size = G::size();
+  const int64_t h = static_cast<int64_t>(nv) * V;
+  WbVec<T, V> wv[NPT];
+  float dw[NPT][V];
+#pragma unroll
+  for (int i = 0; i < NPT; ++i) {
+    const int idx = lane + i * size;
+    if (idx < nv) wv[i] = wb_load<T, V>(w + idx * V);
+#pragma unroll
+    for (int j = 0; j < V; ++j) dw[i][j] = 0.f;
+  }
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * G::per_block() + G::index(); row < rows;
+       row += static_cast<int64_t>(gridDim.x) * G::per_block()) {
+    WbVec<T, V> xv[NPT], gv[NPT];
+    WbSum2<float> s{0.f, 0.f};  // sum x^2, sum dy * w * x
+#pragma unroll
+    for (int i = 0; i < NPT; ++i) {
+      const int idx = lane + i * size;
+      if (idx < nv) {
+        xv[i] = wb_load<T, V>(x + row * h + idx * V);
+        gv[i] = wb_load<T, V>(dy + row * h + idx * V);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float xf = wb_to_acc(xv[i].v[j]);
+          s.a += xf * xf;
+          s.b += wb_to_acc(gv[i].v[j]) * wb_to_acc(wv[i].v[j]) * xf;
+        }
+      }
+    }
+    s = G::allsum(s, shared);
+    const float rstd = rsqrtf(s.a * inv_h + eps);
+    const float coef = rstd * rstd * rstd * s.b * inv_h;
+#pragma unroll
+    for (int i = 0; i < NPT; ++i) {
+      const int idx = lane + i * size;
+      if (idx < nv) {
+        WbVec<T, V> out;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float xf = wb_to_acc(xv[i].v[j]), g = wb_to_acc(gv[i].v[j]);
+          out.v[j] = wb_from_acc<T>(rstd * g * wb_to_acc(wv[i].v[j]) - xf * coef);
+          dw[i][j] += g * xf * rstd;
+        }
+        wb_store<T, V>(dx + row * h + idx * V, out);
+      }
+    }
+  }
+  float* out = partial + static_cast<int64_t>(blockIdx.x) * h;
+  if constexpr (WARP) {  // the block's warps add their dw in warp order through shared memory
+    float* mine = warp_sums + static_cast<int64_t>(G::index()) * h;
+#pragma unroll
+    for (int i = 0; i < NPT; ++i) {
+      const int idx = lane + i * size;
+      if (idx < nv)
+#pragma unroll
+        for (int j = 0; j < V; ++j) mine[idx * V + j] = dw[i][j];
+    }
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
+      float total = warp_sums[c];
+      for (int k = 1; k < G::per_block(); ++k) total += warp_sums[k * h + c];
+      out[c] = total;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < NPT; ++i) {
+      const int idx = lane + i * size;
+      if (idx < nv)
+#pragma unroll
+        for (int j = 0; j < V; ++j) out[idx * V + j] = dw[i][j];
+    }
+  }
+}
+
+// ---------------------------------------------------------------- the looped route (any row)
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kLoopThreads) forward_loop_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                                                    T* __restrict__ y, int64_t rows, int64_t h,
+                                                                    float inv_h, float eps) {
+  __shared__ float shared[32];
+  const int64_t nv = h / V;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* xr = x + row * h;
+    float ss = 0.f;
+    for (int64_t i = threadIdx.x; i < nv; i += kLoopThreads) {
+      const WbVec<T, V> xv = wb_load<T, V>(xr + i * V);
+#pragma unroll
+      for (int j = 0; j < V; ++j) ss += wb_to_acc(xv.v[j]) * wb_to_acc(xv.v[j]);
+    }
+    const float rstd = rsqrtf(wb_reduce::block_allsum(ss, shared) * inv_h + eps);
+    for (int64_t i = threadIdx.x; i < nv; i += kLoopThreads) {
+      const WbVec<T, V> xv = wb_load<T, V>(xr + i * V), wv = wb_load<T, V>(w + i * V);
+      WbVec<T, V> out;
+#pragma unroll
+      for (int j = 0; j < V; ++j) out.v[j] = wb_from_acc<T>(wb_to_acc(xv.v[j]) * rstd * wb_to_acc(wv.v[j]));
+      wb_store<T, V>(y + row * h + i * V, out);
+    }
+  }
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kLoopThreads) backward_loop_kernel(const T* __restrict__ dy,
+                                                                     const T* __restrict__ x,
+                                                                     const T* __restrict__ w, T* __restrict__ dx,
+                                                                     float* __restrict__ rstd_out, int64_t rows,
+                                                                     int64_t h, float inv_h, float eps) {
+  __shared__ WbSum2<float> shared[32];
+  const int64_t nv = h / V;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T *xr = x + row * h, *dyr = dy + row * h;
+    WbSum2<float> s{0.f, 0.f};
+    for (int64_t i = threadIdx.x; i < nv; i += kLoopThreads) {
+      const WbVec<T, V> xv = wb_load<T, V>(xr + i * V), gv = wb_load<T, V>(dyr + i * V),
+                        wv = wb_load<T, V>(w + i * V);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float xf = wb_to_acc(xv.v[j]);
+        s.a += xf * xf;
+        s.b += wb_to_acc(gv.v[j]) * wb_to_acc(wv.v[j]) * xf;
+      }
+    }
+    s = wb_reduce::block_allsum(s, shared);
+    const float rstd = rsqrtf(s.a * inv_h + eps);
+    const float coef = rstd * rstd * rstd * s.b * inv_h;
+    for (int64_t i = threadIdx.x; i < nv; i += kLoopThreads) {
+      const WbVec<T, V> xv = wb_load<T, V>(xr + i * V), gv = wb_load<T, V>(dyr + i * V),
+                        wv = wb_load<T, V>(w + i * V);
+      WbVec<T, V> out;
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        out.v[j] = wb_from_acc<T>(rstd * wb_to_acc(gv.v[j]) * wb_to_acc(wv.v[j]) - wb_to_acc(xv.v[j]) * coef);
+      wb_store<T, V>(dx + row * h + i * V, out);
+    }
+    if (threadIdx.x == 0) rstd_out[row] = rstd;
+  }
+}
+
+// ---------------------------------------------------------------- launch plans
+
+// The register route's shape for a row of nv vectors: a warp per row, or a block of `threads`
+// with NPT (4, else 8 where max_npt allows) vectors per thread; threads = 0: the looped route.
+struct Plan {
+  bool warp;
+  int npt, threads;
+};
+
+Plan plan_for(int64_t nv, int max_npt) {
+  if (nv <= kMaxWarpVecs) return {true, 4, kWarpRowsThreads};
+  for (int npt = 4; npt <= max_npt; npt *= 2)
+    if (nv <= static_cast<int64_t>(npt) * kMaxRowThreads)
+      return {false, npt, static_cast<int>(wb_ceil_div(wb_ceil_div(nv, static_cast<int64_t>(npt)), int64_t{32}) * 32)};
+  return {false, 0, 0};
+}
+
+template <typename T>
+bool vector_route(int64_t h, int max_npt, std::initializer_list<const void*> ptrs) {
+  constexpr int V = vec_width<T>();
+  return wb_row_tiles::vector_width<T, V>(h, ptrs) == V && plan_for(h / V, max_npt).threads;
+}
+
+unsigned grid_cap(int64_t blocks) { return static_cast<unsigned>(blocks < (1 << 30) ? blocks : (1 << 30)); }
+
+template <typename T, int NPT, bool WARP>
+int launch_forward(const Plan& p, const WbRmsnormForward* a, int64_t nv, cudaStream_t stream) {
+  const int64_t blocks = WARP ? wb_ceil_div(a->rows, static_cast<int64_t>(p.threads / 32)) : a->rows;
+  forward_kernel<T, NPT, WARP><<<grid_cap(blocks), p.threads, 0, stream>>>(
+      static_cast<const T*>(a->x), static_cast<const T*>(a->weight), static_cast<T*>(a->y), a->rows,
+      static_cast<int>(nv), 1.f / static_cast<float>(a->h), static_cast<float>(a->eps));
+  return wb_launch_status();
+}
+
+template <typename T>
+int forward_t(const WbRmsnormForward* a, const WbLaunch* l) {
+  constexpr int V = vec_width<T>();
+  const auto stream = static_cast<cudaStream_t>(l->stream);
+  if (vector_route<T>(a->h, kForwardMaxNpt, {a->x, a->weight, a->y})) {
+    const int64_t nv = a->h / V;
+    const Plan p = plan_for(nv, kForwardMaxNpt);
+    if (p.warp) return launch_forward<T, 4, true>(p, a, nv, stream);
+    if (p.npt == 4) return launch_forward<T, 4, false>(p, a, nv, stream);
+    return launch_forward<T, 8, false>(p, a, nv, stream);
+  }
+  const T *x = static_cast<const T*>(a->x), *w = static_cast<const T*>(a->weight);
+  T* y = static_cast<T*>(a->y);
+  const float inv_h = 1.f / static_cast<float>(a->h), eps = static_cast<float>(a->eps);
+  if (wb_row_tiles::vector_width<T, V>(a->h, {x, w, y}) == V)
+    forward_loop_kernel<T, V><<<grid_cap(a->rows), kLoopThreads, 0, stream>>>(x, w, y, a->rows, a->h, inv_h, eps);
+  else
+    forward_loop_kernel<T, 1><<<grid_cap(a->rows), kLoopThreads, 0, stream>>>(x, w, y, a->rows, a->h, inv_h, eps);
+  return wb_launch_status();
+}
+
+// The persistent backward's grid: the blocks that fit on the GPU at once, no more than the rows need.
+template <typename T, int NPT, bool WARP>
+int64_t backward_blocks(const Plan& p, int64_t rows, int64_t h, int num_sms, size_t* shared_bytes) {
+  *shared_bytes = WARP ? static_cast<size_t>(p.threads / 32) * h * sizeof(float) : 0;
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, backward_kernel<T, NPT, WARP>, p.threads,
+                                                    *shared_bytes) != cudaSuccess || per_sm < 1)
+    per_sm = 1;
+  const int64_t resident = static_cast<int64_t>(per_sm) * (num_sms > 0 ? num_sms : 1);
+  const int64_t needed = WARP ? wb_ceil_div(rows, static_cast<int64_t>(p.threads / 32)) : rows;
+  return needed < resident ? needed : resident;
+}
+
+template <typename T>
+int64_t register_route_blocks(int64_t rows, int64_t h, int num_sms, size_t* shared_bytes) {
+  const Plan p = plan_for(h / vec_width<T>(), kBackwardMaxNpt);
+  return p.warp ? backward_blocks<T, 4, true>(p, rows, h, num_sms, shared_bytes)
+                : backward_blocks<T, 4, false>(p, rows, h, num_sms, shared_bytes);
+}
+
+template <typename T, int NPT, bool WARP>
+int launch_backward(const Plan& p, const WbRmsnormBackward* a, const WbLaunch* l) {
+  const auto stream = static_cast<cudaStream_t>(l->stream);
+  size_t shared_bytes = 0;
+  const int64_t blocks = backward_blocks<T, NPT, WARP>(p, a->rows, a->h, l->num_sms, &shared_bytes);
+  float* partial = static_cast<float*>(a->workspace);
+  backward_kernel<T, NPT, WARP><<<static_cast<unsigned>(blocks), p.threads, shared_bytes, stream>>>(
+      static_cast<const T*>(a->dy), static_cast<const T*>(a->x), static_cast<const T*>(a->weight),
+      static_cast<T*>(a->dx), partial, a->rows, static_cast<int>(a->h / vec_width<T>()),
+      1.f / static_cast<float>(a->h), static_cast<float>(a->eps));
+  const int status = wb_launch_status();
+  if (status != WB_OK) return status;
+  return wb_row_tiles::sum_slices<T>(partial, static_cast<T*>(a->dweight), blocks, a->h, stream);
+}
+
+template <typename T>
+int backward_t(const WbRmsnormBackward* a, const WbLaunch* l) {
+  constexpr int V = vec_width<T>();
+  const T *dy = static_cast<const T*>(a->dy), *x = static_cast<const T*>(a->x), *w = static_cast<const T*>(a->weight);
+  T* dx = static_cast<T*>(a->dx);
+  if (vector_route<T>(a->h, kBackwardMaxNpt, {dy, x, w, dx, a->dweight})) {
+    const Plan p = plan_for(a->h / V, kBackwardMaxNpt);
+    return p.warp ? launch_backward<T, 4, true>(p, a, l) : launch_backward<T, 4, false>(p, a, l);
+  }
+  const auto stream = static_cast<cudaStream_t>(l->stream);
+  float* rstd = static_cast<float*>(a->workspace);
+  const float inv_h = 1.f / static_cast<float>(a->h), eps = static_cast<float>(a->eps);
+  if (wb_row_tiles::vector_width<T, V>(a->h, {dy, x, w, dx}) == V)
+    backward_loop_kernel<T, V><<<grid_cap(a->rows), kLoopThreads, 0, stream>>>(dy, x, w, dx, rstd, a->rows, a->h,
+                                                                               inv_h, eps);
+  else
+    backward_loop_kernel<T, 1><<<grid_cap(a->rows), kLoopThreads, 0, stream>>>(dy, x, w, dx, rstd, a->rows, a->h,
+                                                                               inv_h, eps);
+  const int status = wb_launch_status();
+  if (status != WB_OK) return status;
+  return rmsnorm::dweight_from_rstd<T, float>(dy, x, static_cast<T*>(a->dweight), a->workspace, a->rows, a->h, l);
+}
+
+int forward(const WbRmsnormForward* a, const WbLaunch* l) {
+  return wb_dispatch_dtype<kDtypes>(a->dtype, [&](auto tag) { return forward_t<typename decltype(tag)::type>(a, l); });
+}
+
+int backward(const WbRmsnormBackward* a, const WbLaunch* l) {
+  return wb_dispatch_dtype<kDtypes>(a->dtype, [&](auto tag) { return backward_t<typename decltype(tag)::type>(a, l); });
+}
+
+// Sized before the pointers are known, so for whichever route runs.
+size_t workspace_bytes(int64_t rows, int64_t h, int dtype, const WbLaunch* l) {
+  size_t bytes = 0;
+  wb_dispatch_dtype<kDtypes>(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    bytes = rmsnorm::dweight_workspace_bytes<float>(rows, h, l->num_sms);
+    if (h % vec_width<T>() == 0 && plan_for(h / vec_width<T>(), kBackwardMaxNpt).threads) {
+      size_t shared_bytes = 0;
+      const size_t regs = static_cast<size_t>(register_route_blocks<T>(rows, h, l->num_sms, &shared_bytes) * h) *
+                          sizeof(float);
+      bytes = regs > bytes ? regs : bytes;
+    }
+    return WB_OK;
+  });
+  return bytes;
+}
+
+const WbRmsnormLaunchers launchers = {forward, backward, workspace_bytes};
+
+}  // namespace
+
+WB_EXPORT_VARIANT(rmsnorm, WB_DEVICE_CUDA, WB_F32 | WB_F16 | WB_BF16,
+                  "16-byte vectors, the row kept in registers (x read once): a warp per row up to 128 "
+                  "vectors, a block per row up to 8192; persistent backward with float dweight partials "
+                  "per block, fixed-order sum; other rows and unaligned views: a looped route",
+                  launchers, wb_cuda_status_string)
