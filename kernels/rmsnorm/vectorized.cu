@@ -26,14 +26,16 @@
 #include "rmsnorm.h"
 #include "wb_block_sum.cuh"
 
+#include <type_traits>
+
 namespace {
 
 constexpr unsigned kDtypes = WB_F32 | WB_F16 | WB_BF16;
 constexpr int kWarpRowsThreads = 256;     // warp-per-row blocks: 8 rows each
 constexpr int kMaxWarpVecs = 128;         // rows up to 32 lanes x 4 vectors take a warp
 constexpr int kMaxRowThreads = 512;       // a block per row: up to 128 registers per thread
-constexpr int kForwardMaxNpt = 8, kBackwardMaxNpt = 4;  // vectors per thread that fit in registers
 constexpr int kLoopThreads = 512;         // the looped route
+constexpr bool kPrefetch = true;          // backward: load row r + 1 while reducing row r
 
 template <typename T>
 __host__ __device__ constexpr int vec_width() { return 16 / static_cast<int>(sizeof(T)); }
@@ -119,16 +121,32 @@ __global__ void __launch_bounds__(max_threads<WARP>(), 1) backward_kernel(const 
 #pragma unroll
     for (int j = 0; j < V; ++j) dw[i][j] = 0.f;
   }
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * G::per_block() + G::index(); row < rows;
-       row += static_cast<int64_t>(gridDim.x) * G::per_block()) {
-    WbVec<T, V> xv[NPT], gv[NPT];
-    WbSum2<float> s{0.f, 0.f};  // sum x^2, sum dy * w * x
+  // The next row's x and dy are loaded before this row's sums are reduced, so that a row's
+  // loads are in flight during the previous row's barrier and arithmetic.
+  auto load_row = [&](int64_t row, WbVec<T, V>* xv, WbVec<T, V>* gv) {
 #pragma unroll
     for (int i = 0; i < NPT; ++i) {
       const int idx = lane + i * size;
       if (idx < nv) {
         xv[i] = wb_load<T, V>(x + row * h + idx * V);
         gv[i] = wb_load<T, V>(dy + row * h + idx * V);
+      }
+    }
+  };
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * G::per_block();
+  int64_t row = static_cast<int64_t>(blockIdx.x) * G::per_block() + G::index();
+  WbVec<T, V> xv[NPT], gv[NPT];
+  constexpr bool prefetch = kPrefetch && NPT <= 2;  // 4 vectors of x and dy twice over would spill
+  if (prefetch && row < rows) load_row(row, xv, gv);
+  for (; row < rows; row += stride) {
+    WbVec<T, V> xn[NPT], gn[NPT];
+    if (!prefetch) load_row(row, xv, gv);
+    else if (row + stride < rows) load_row(row + stride, xn, gn);
+    WbSum2<float> s{0.f, 0.f};  // sum x^2, sum dy * w * x
+#pragma unroll
+    for (int i = 0; i < NPT; ++i) {
+      const int idx = lane + i * size;
+      if (idx < nv) {
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const float xf = wb_to_acc(xv[i].v[j]);
@@ -154,6 +172,12 @@ __global__ void __launch_bounds__(max_threads<WARP>(), 1) backward_kernel(const 
         wb_store<T, V>(dx + row * h + idx * V, out);
       }
     }
+    if (prefetch)
+#pragma unroll
+      for (int i = 0; i < NPT; ++i) {
+        xv[i] = xn[i];
+        gv[i] = gn[i];
+      }
   }
   float* out = partial + static_cast<int64_t>(blockIdx.x) * h;
   if constexpr (WARP) {  // the block's warps add their dw in warp order through shared memory
@@ -248,106 +272,118 @@ __global__ void __launch_bounds__(kLoopThreads) backward_loop_kernel(const T* __
 
 // ---------------------------------------------------------------- launch plans
 
-// The register route's shape for a row of nv vectors: a warp per row, or a block of `threads`
-// with NPT (4, else 8 where max_npt allows) vectors per thread; threads = 0: the looped route.
+// The register route's shape for a row of nv vectors: a warp per row (NPT = the fewest vectors per
+// lane that cover it), or a block of `threads` with NPT vectors each, from the first step of the
+// direction's list whose NPT x threads covers the row; threads = 0: the looped route.
 struct Plan {
   bool warp;
   int npt, threads;
 };
 
-Plan plan_for(int64_t nv, int max_npt) {
-  if (nv <= kMaxWarpVecs) return {true, 4, kWarpRowsThreads};
-  for (int npt = 4; npt <= max_npt; npt *= 2)
-    if (nv <= static_cast<int64_t>(npt) * kMaxRowThreads)
-      return {false, npt, static_cast<int>(wb_ceil_div(wb_ceil_div(nv, static_cast<int64_t>(npt)), int64_t{32}) * 32)};
+struct Step {
+  int npt, max_threads;
+};
+// Forward: 4 vectors per thread, 8 past 2048 vectors (h > 16384 bf16).
+constexpr Step kForwardSteps[] = {{4, kMaxRowThreads}, {8, kMaxRowThreads}};
+// Backward: x, dy, weight and float dweight sums per vector, and up to 2 vectors prefetched: 1 or
+// 2 vectors per thread in blocks of up to 256 threads (up to 512 vectors: h <= 4096 bf16), then
+// 2 per thread up to 512 threads, then 4 (no prefetch; 8 would spill).
+constexpr Step kBackwardSteps[] = {{1, 256}, {2, 256}, {2, kMaxRowThreads}, {4, kMaxRowThreads}};
+constexpr int kForwardMaxNpt = 8, kBackwardMaxNpt = 4;
+
+template <size_t N>
+Plan plan_for(int64_t nv, const Step (&steps)[N]) {
+  if (nv <= kMaxWarpVecs) return {true, nv <= 32 ? 1 : nv <= 64 ? 2 : 4, kWarpRowsThreads};
+  for (const Step& s : steps)
+    if (nv <= static_cast<int64_t>(s.npt) * s.max_threads)
+      return {false, s.npt, static_cast<int>(wb_ceil_div(wb_ceil_div(nv, static_cast<int64_t>(s.npt)), int64_t{32}) * 32)};
   return {false, 0, 0};
 }
 
-template <typename T>
-bool vector_route(int64_t h, int max_npt, std::initializer_list<const void*> ptrs) {
+template <typename T, size_t N>
+bool vector_route(int64_t h, const Step (&steps)[N], std::initializer_list<const void*> ptrs) {
   constexpr int V = vec_width<T>();
-  return wb_row_tiles::vector_width<T, V>(h, ptrs) == V && plan_for(h / V, max_npt).threads;
+  return wb_row_tiles::vector_width<T, V>(h, ptrs) == V && plan_for(h / V, steps).threads;
+}
+
+// f(std::integral_constant<int, NPT>, std::bool_constant<WARP>) for the plan's NPT (up to MAX_NPT).
+template <int MAX_NPT, typename F>
+auto with_plan(const Plan& p, F&& f) {
+  auto by_npt = [&](auto warp) {
+    if (p.npt == 1) return f(std::integral_constant<int, 1>{}, warp);
+    if (p.npt == 2) return f(std::integral_constant<int, 2>{}, warp);
+    if constexpr (MAX_NPT >= 8)
+      if (p.npt == 8) return f(std::integral_constant<int, 8>{}, warp);
+    return f(std::integral_constant<int, 4>{}, warp);
+  };
+  return p.warp ? by_npt(std::true_type{}) : by_npt(std::false_type{});
 }
 
 unsigned grid_cap(int64_t blocks) { return static_cast<unsigned>(blocks < (1 << 30) ? blocks : (1 << 30)); }
-
-template <typename T, int NPT, bool WARP>
-int launch_forward(const Plan& p, const WbRmsnormForward* a, int64_t nv, cudaStream_t stream) {
-  const int64_t blocks = WARP ? wb_ceil_div(a->rows, static_cast<int64_t>(p.threads / 32)) : a->rows;
-  forward_kernel<T, NPT, WARP><<<grid_cap(blocks), p.threads, 0, stream>>>(
-      static_cast<const T*>(a->x), static_cast<const T*>(a->weight), static_cast<T*>(a->y), a->rows,
-      static_cast<int>(nv), 1.f / static_cast<float>(a->h), static_cast<float>(a->eps));
-  return wb_launch_status();
-}
 
 template <typename T>
 int forward_t(const WbRmsnormForward* a, const WbLaunch* l) {
   constexpr int V = vec_width<T>();
   const auto stream = static_cast<cudaStream_t>(l->stream);
-  if (vector_route<T>(a->h, kForwardMaxNpt, {a->x, a->weight, a->y})) {
-    const int64_t nv = a->h / V;
-    const Plan p = plan_for(nv, kForwardMaxNpt);
-    if (p.warp) return launch_forward<T, 4, true>(p, a, nv, stream);
-    if (p.npt == 4) return launch_forward<T, 4, false>(p, a, nv, stream);
-    return launch_forward<T, 8, false>(p, a, nv, stream);
-  }
   const T *x = static_cast<const T*>(a->x), *w = static_cast<const T*>(a->weight);
   T* y = static_cast<T*>(a->y);
   const float inv_h = 1.f / static_cast<float>(a->h), eps = static_cast<float>(a->eps);
-  if (wb_row_tiles::vector_width<T, V>(a->h, {x, w, y}) == V)
+  if (vector_route<T>(a->h, kForwardSteps, {x, w, y})) {
+    const int64_t nv = a->h / V;
+    const Plan p = plan_for(nv, kForwardSteps);
+    const int64_t blocks = p.warp ? wb_ceil_div(a->rows, static_cast<int64_t>(p.threads / 32)) : a->rows;
+    with_plan<kForwardMaxNpt>(p, [&](auto npt, auto warp) {
+      forward_kernel<T, decltype(npt)::value, decltype(warp)::value><<<grid_cap(blocks), p.threads, 0, stream>>>(
+          x, w, y, a->rows, static_cast<int>(nv), inv_h, eps);
+      return 0;
+    });
+  } else if (wb_row_tiles::vector_width<T, V>(a->h, {x, w, y}) == V) {
     forward_loop_kernel<T, V><<<grid_cap(a->rows), kLoopThreads, 0, stream>>>(x, w, y, a->rows, a->h, inv_h, eps);
-  else
+  } else {
     forward_loop_kernel<T, 1><<<grid_cap(a->rows), kLoopThreads, 0, stream>>>(x, w, y, a->rows, a->h, inv_h, eps);
+  }
   return wb_launch_status();
 }
 
-// The persistent backward's grid: the blocks that fit on the GPU at once, no more than the rows need.
-template <typename T, int NPT, bool WARP>
-int64_t backward_blocks(const Plan& p, int64_t rows, int64_t h, int num_sms, size_t* shared_bytes) {
-  *shared_bytes = WARP ? static_cast<size_t>(p.threads / 32) * h * sizeof(float) : 0;
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, backward_kernel<T, NPT, WARP>, p.threads,
-                                                    *shared_bytes) != cudaSuccess || per_sm < 1)
-    per_sm = 1;
-  const int64_t resident = static_cast<int64_t>(per_sm) * (num_sms > 0 ? num_sms : 1);
-  const int64_t needed = WARP ? wb_ceil_div(rows, static_cast<int64_t>(p.threads / 32)) : rows;
-  return needed < resident ? needed : resident;
-}
-
+// The persistent backward's grid: the blocks that fit on the GPU at once, no more than the rows
+// need; *shared_bytes: the warps' dweight rows (warp per row).
 template <typename T>
-int64_t register_route_blocks(int64_t rows, int64_t h, int num_sms, size_t* shared_bytes) {
-  const Plan p = plan_for(h / vec_width<T>(), kBackwardMaxNpt);
-  return p.warp ? backward_blocks<T, 4, true>(p, rows, h, num_sms, shared_bytes)
-                : backward_blocks<T, 4, false>(p, rows, h, num_sms, shared_bytes);
-}
-
-template <typename T, int NPT, bool WARP>
-int launch_backward(const Plan& p, const WbRmsnormBackward* a, const WbLaunch* l) {
-  const auto stream = static_cast<cudaStream_t>(l->stream);
-  size_t shared_bytes = 0;
-  const int64_t blocks = backward_blocks<T, NPT, WARP>(p, a->rows, a->h, l->num_sms, &shared_bytes);
-  float* partial = static_cast<float*>(a->workspace);
-  backward_kernel<T, NPT, WARP><<<static_cast<unsigned>(blocks), p.threads, shared_bytes, stream>>>(
-      static_cast<const T*>(a->dy), static_cast<const T*>(a->x), static_cast<const T*>(a->weight),
-      static_cast<T*>(a->dx), partial, a->rows, static_cast<int>(a->h / vec_width<T>()),
-      1.f / static_cast<float>(a->h), static_cast<float>(a->eps));
-  const int status = wb_launch_status();
-  if (status != WB_OK) return status;
-  return wb_row_tiles::sum_slices<T>(partial, static_cast<T*>(a->dweight), blocks, a->h, stream);
+int64_t backward_blocks(const Plan& p, int64_t rows, int64_t h, int num_sms, size_t* shared_bytes) {
+  *shared_bytes = p.warp ? static_cast<size_t>(p.threads / 32) * h * sizeof(float) : 0;
+  int per_sm = 0;
+  const cudaError_t err = with_plan<kBackwardMaxNpt>(p, [&](auto npt, auto warp) {
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, backward_kernel<T, decltype(npt)::value, decltype(warp)::value>, p.threads, *shared_bytes);
+  });
+  if (err != cudaSuccess || per_sm < 1) per_sm = 1;
+  const int64_t resident = static_cast<int64_t>(per_sm) * (num_sms > 0 ? num_sms : 1);
+  const int64_t needed = p.warp ? wb_ceil_div(rows, static_cast<int64_t>(p.threads / 32)) : rows;
+  return needed < resident ? needed : resident;
 }
 
 template <typename T>
 int backward_t(const WbRmsnormBackward* a, const WbLaunch* l) {
   constexpr int V = vec_width<T>();
+  const auto stream = static_cast<cudaStream_t>(l->stream);
   const T *dy = static_cast<const T*>(a->dy), *x = static_cast<const T*>(a->x), *w = static_cast<const T*>(a->weight);
   T* dx = static_cast<T*>(a->dx);
-  if (vector_route<T>(a->h, kBackwardMaxNpt, {dy, x, w, dx, a->dweight})) {
-    const Plan p = plan_for(a->h / V, kBackwardMaxNpt);
-    return p.warp ? launch_backward<T, 4, true>(p, a, l) : launch_backward<T, 4, false>(p, a, l);
-  }
-  const auto stream = static_cast<cudaStream_t>(l->stream);
-  float* rstd = static_cast<float*>(a->workspace);
   const float inv_h = 1.f / static_cast<float>(a->h), eps = static_cast<float>(a->eps);
+  if (vector_route<T>(a->h, kBackwardSteps, {dy, x, w, dx, a->dweight})) {
+    const Plan p = plan_for(a->h / V, kBackwardSteps);
+    size_t shared_bytes = 0;
+    const int64_t blocks = backward_blocks<T>(p, a->rows, a->h, l->num_sms, &shared_bytes);
+    float* partial = static_cast<float*>(a->workspace);
+    with_plan<kBackwardMaxNpt>(p, [&](auto npt, auto warp) {
+      backward_kernel<T, decltype(npt)::value, decltype(warp)::value>
+          <<<static_cast<unsigned>(blocks), p.threads, shared_bytes, stream>>>(
+              dy, x, w, dx, partial, a->rows, static_cast<int>(a->h / V), inv_h, eps);
+      return 0;
+    });
+    const int status = wb_launch_status();
+    if (status != WB_OK) return status;
+    return wb_row_tiles::sum_slices<T>(partial, static_cast<T*>(a->dweight), blocks, a->h, stream);
+  }
+  float* rstd = static_cast<float*>(a->workspace);
   if (wb_row_tiles::vector_width<T, V>(a->h, {dy, x, w, dx}) == V)
     backward_loop_kernel<T, V><<<grid_cap(a->rows), kLoopThreads, 0, stream>>>(dy, x, w, dx, rstd, a->rows, a->h,
                                                                                inv_h, eps);
@@ -373,10 +409,10 @@ size_t workspace_bytes(int64_t rows, int64_t h, int dtype, const WbLaunch* l) {
   wb_dispatch_dtype<kDtypes>(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     bytes = rmsnorm::dweight_workspace_bytes<float>(rows, h, l->num_sms);
-    if (h % vec_width<T>() == 0 && plan_for(h / vec_width<T>(), kBackwardMaxNpt).threads) {
+    const Plan p = plan_for(h / vec_width<T>(), kBackwardSteps);
+    if (h % vec_width<T>() == 0 && p.threads) {
       size_t shared_bytes = 0;
-      const size_t regs = static_cast<size_t>(register_route_blocks<T>(rows, h, l->num_sms, &shared_bytes) * h) *
-                          sizeof(float);
+      const size_t regs = static_cast<size_t>(backward_blocks<T>(p, rows, h, l->num_sms, &shared_bytes) * h) * sizeof(float);
       bytes = regs > bytes ? regs : bytes;
     }
     return WB_OK;
