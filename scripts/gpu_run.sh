@@ -6,6 +6,7 @@
 #   [exercises.log: every exercise checker on its solution and its starter]
 #   [exercise_timing.log: the checker's verdict time on an edited solution, check by check]
 #   [reduce_sum_accuracy.{json,log}: float32/bfloat16 sums of 2^28 values against float64 and torch.sum]
+#   [ncu/*.csv: Nsight Compute reports of rmsnorm's scalar and vectorized forward, test fixtures]
 # Usage (device tool):  bash scripts/gpu_run.sh            # everything but the notebooks
 #                       STEPS="tests" bash scripts/gpu_run.sh
 #                       STEPS="notebooks exercises" bash scripts/gpu_run.sh   # carry nbclient & co. as wheels in .whl/
@@ -71,6 +72,14 @@ for step in $STEPS; do
       done 2>&1 | grep -v "^\[bench\]" | tee "$OUT/exercise_timing.log" ;;
     accuracy)  # float32/bfloat16 sums of 2^28 values: reduce_sum's error beside torch.sum's
       timeout 300 python3 scripts/reduce_sum_accuracy.py "$OUT/reduce_sum_accuracy.json" 2>&1 | tee "$OUT/reduce_sum_accuracy.log" ;;
+    ncu_fixtures)  # raw Nsight Compute CSVs for tests/fixtures/ncu (the CPU tests parse them)
+      mkdir -p "$OUT/ncu"
+      timeout 300 python3 -c "
+from workbench import ncu
+for v in ('scalar', 'vectorized'):
+    ks = ncu.measure('rmsnorm', v, (2048, 4096), 'bfloat16', keep_csv='$OUT/ncu/rmsnorm_%s_fwd.csv' % v)
+    print(v, 'load bytes / x bytes', ncu.total(ks, ncu.LOAD_SECTORS) * 32 / (2048 * 4096 * 2))
+" 2>&1 | tee "$OUT/ncu/ncu_fixtures.log" ;;
     probe)  # scripts/probe_bandwidth.cu: access patterns for the memory-bound kernels, against a copy
       "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" -O3 -std=c++17 -arch=sm_90 -I kernels/common -I kernels/scale_bias_relu \
         scripts/probe_bandwidth.cu -o /tmp/probe_bandwidth && timeout 300 /tmp/probe_bandwidth 2>&1 | tee "$OUT/probe.log" ;;

@@ -8,6 +8,7 @@ from __future__ import annotations
 NAMES = ("float32", "float64", "float16", "bfloat16")
 # The dtype-mask macros of kernels/common/wb_variant.h, as a variant's WB_EXPORT_VARIANT writes them.
 MASKS = {"float32": "WB_F32", "float64": "WB_F64", "float16": "WB_F16", "bfloat16": "WB_BF16"}
+ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 # Relative norm error ||out - ref|| / ||ref|| and element-wise (atol, rtol), per dtype, against a
 # float64 reference; a sum of n terms gets sqrt(n) times the atol (correctness.compare).
 TOLERANCES = {
@@ -16,6 +17,13 @@ TOLERANCES = {
     "float16": (2e-3, 2e-3, 4e-3),
     "bfloat16": (1e-2, 1.6e-2, 1.6e-2),
 }
+
+
+def itemsize(name: str) -> int:
+    """Bytes per element of a dtype name, without importing torch."""
+    if name not in ITEMSIZE:
+        raise ValueError(f"dtype must be one of {list(NAMES)}; got {name!r}")
+    return ITEMSIZE[name]
 
 
 def to_torch(name: str):

@@ -27,6 +27,8 @@ def _run_job(job: dict) -> None:
         out = correctness.check(op, kernel, on_case=_announce if announce else None, **kwargs).to_dict()
     elif kind == "gradcheck":
         out = correctness.gradcheck(op, kernel, **kwargs).to_dict()
+    elif kind == "measure":  # one call inside an NVTX range, for a profiler in front of this child (ncu.py)
+        out = _measure(op, kernel, **kwargs)
     elif kind == "bench":
         from .benchmark import bench
         variants = kwargs.pop("variants", [kernel.name])
@@ -39,6 +41,36 @@ def _run_job(job: dict) -> None:
     tmp = pathlib.Path(job["result"] + ".tmp")
     tmp.write_text(json.dumps(out))
     tmp.replace(job["result"])
+
+
+def _measure(op: str, kernel, size, dtype: str, direction: str) -> dict:
+    """Warm the call up (builds, CUDA's lazy module loading, the allocator), then make it once
+    inside the NVTX range ncu.RANGE; inputs and gradients are made before the range opens."""
+    import torch
+
+    from . import ncu
+
+    spec = kernel.spec
+    gen = torch.Generator(kernel.device).manual_seed(0)
+    inputs = spec.new_inputs(tuple(size), dtype, kernel.device, gen)
+    attrs = spec.sample_attrs()[0]
+    if direction == "fwd":
+        call = lambda: kernel(*inputs, **attrs)  # noqa: E731
+    elif direction == "bwd":
+        from .opspec import as_tuple
+        grads = [torch.randn(o.shape, generator=gen, device=kernel.device).to(o.dtype)
+                 for o in as_tuple(kernel(*inputs, **attrs))]
+        call = lambda: kernel.backward(*grads, *inputs, **attrs)  # noqa: E731
+    else:
+        raise ValueError(f"direction must be 'fwd' or 'bwd'; got {direction!r}")
+    for _ in range(2):
+        call()
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push(ncu.RANGE)
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_pop()
+    return {"size": list(size), "dtype": dtype, "direction": direction}
 
 
 def child_main(job_path: str) -> int:

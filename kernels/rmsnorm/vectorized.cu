@@ -16,13 +16,13 @@
 // output to the op (rows * 4 bytes written and read, 0.05% at 8 x 4096 x 4096) for nothing.
 // The backward keeps 4 vectors per thread at most (x, dy, weight and float dweight sums for each:
 // ~110 registers at 512 threads; 8 spilled), so rows up to 2048 vectors (h <= 16384 bf16).
-// Route: rows longer than that (4096 vectors in the forward: h > 32768 bf16), or a row length that is not a multiple of
-// the vector width, or a pointer not 16-byte aligned (an offset view): a block per row with a
-// loop over the row, x read twice (the second read mostly from L2), and the backward saves rstd for
-// the column-tile dweight of dweight.cuh. Correct for any view; not the fast path.
+// Route: rows longer than that (4096 vectors in the forward: h > 32768 bf16), or a row length that
+// is not a multiple of the vector width, or a pointer not 16-byte aligned (an offset view): the
+// looped route of looped.cuh (a block per row, x read twice, the backward saves rstd for the
+// column-tile dweight of dweight.cuh). Correct for any view; not the fast path.
 // Predicted: forward at ~95-100% of the copy bandwidth (one read, one write, like bias_gelu's vec4),
 // 1.5x+ scalar in bf16; fwd+bwd near its floor (read x, write y; read dy and x, write dx).
-#include "dweight.cuh"
+#include "looped.cuh"
 #include "rmsnorm.h"
 #include "wb_block_sum.cuh"
 
@@ -34,7 +34,6 @@ constexpr unsigned kDtypes = WB_F32 | WB_F16 | WB_BF16;
 constexpr int kWarpRowsThreads = 256;     // warp-per-row blocks: 8 rows each
 constexpr int kMaxWarpVecs = 128;         // rows up to 32 lanes x 4 vectors take a warp
 constexpr int kMaxRowThreads = 512;       // a block per row: up to 128 registers per thread
-constexpr int kLoopThreads = 512;         // the looped route
 constexpr bool kPrefetch = true;          // backward: load row r + 1 while reducing row r
 
 template <typename T>
@@ -206,70 +205,6 @@ __global__ void __launch_bounds__(max_threads<WARP>(), 1) backward_kernel(const 
   }
 }
 
-// ---------------------------------------------------------------- the looped route (any row)
-
-template <typename T, int V>
-__global__ void __launch_bounds__(kLoopThreads) forward_loop_kernel(const T* __restrict__ x, const T* __restrict__ w,
-                                                                    T* __restrict__ y, int64_t rows, int64_t h,
-                                                                    float inv_h, float eps) {
-  __shared__ float shared[32];
-  const int64_t nv = h / V;
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const T* xr = x + row * h;
-    float ss = 0.f;
-    for (int64_t i = threadIdx.x; i < nv; i += kLoopThreads) {
-      const WbVec<T, V> xv = wb_load<T, V>(xr + i * V);
-#pragma unroll
-      for (int j = 0; j < V; ++j) ss += wb_to_acc(xv.v[j]) * wb_to_acc(xv.v[j]);
-    }
-    const float rstd = rsqrtf(wb_reduce::block_allsum(ss, shared) * inv_h + eps);
-    for (int64_t i = threadIdx.x; i < nv; i += kLoopThreads) {
-      const WbVec<T, V> xv = wb_load<T, V>(xr + i * V), wv = wb_load<T, V>(w + i * V);
-      WbVec<T, V> out;
-#pragma unroll
-      for (int j = 0; j < V; ++j) out.v[j] = wb_from_acc<T>(wb_to_acc(xv.v[j]) * rstd * wb_to_acc(wv.v[j]));
-      wb_store<T, V>(y + row * h + i * V, out);
-    }
-  }
-}
-
-template <typename T, int V>
-__global__ void __launch_bounds__(kLoopThreads) backward_loop_kernel(const T* __restrict__ dy,
-                                                                     const T* __restrict__ x,
-                                                                     const T* __restrict__ w, T* __restrict__ dx,
-                                                                     float* __restrict__ rstd_out, int64_t rows,
-                                                                     int64_t h, float inv_h, float eps) {
-  __shared__ WbSum2<float> shared[32];
-  const int64_t nv = h / V;
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const T *xr = x + row * h, *dyr = dy + row * h;
-    WbSum2<float> s{0.f, 0.f};
-    for (int64_t i = threadIdx.x; i < nv; i += kLoopThreads) {
-      const WbVec<T, V> xv = wb_load<T, V>(xr + i * V), gv = wb_load<T, V>(dyr + i * V),
-                        wv = wb_load<T, V>(w + i * V);
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const float xf = wb_to_acc(xv.v[j]);
-        s.a += xf * xf;
-        s.b += wb_to_acc(gv.v[j]) * wb_to_acc(wv.v[j]) * xf;
-      }
-    }
-    s = wb_reduce::block_allsum(s, shared);
-    const float rstd = rsqrtf(s.a * inv_h + eps);
-    const float coef = rstd * rstd * rstd * s.b * inv_h;
-    for (int64_t i = threadIdx.x; i < nv; i += kLoopThreads) {
-      const WbVec<T, V> xv = wb_load<T, V>(xr + i * V), gv = wb_load<T, V>(dyr + i * V),
-                        wv = wb_load<T, V>(w + i * V);
-      WbVec<T, V> out;
-#pragma unroll
-      for (int j = 0; j < V; ++j)
-        out.v[j] = wb_from_acc<T>(rstd * wb_to_acc(gv.v[j]) * wb_to_acc(wv.v[j]) - wb_to_acc(xv.v[j]) * coef);
-      wb_store<T, V>(dx + row * h + i * V, out);
-    }
-    if (threadIdx.x == 0) rstd_out[row] = rstd;
-  }
-}
-
 // ---------------------------------------------------------------- launch plans
 
 // The register route's shape for a row of nv vectors: a warp per row (NPT = the fewest vectors per
@@ -319,8 +254,6 @@ auto with_plan(const Plan& p, F&& f) {
   return p.warp ? by_npt(std::true_type{}) : by_npt(std::false_type{});
 }
 
-unsigned grid_cap(int64_t blocks) { return static_cast<unsigned>(blocks < (1 << 30) ? blocks : (1 << 30)); }
-
 template <typename T>
 int forward_t(const WbRmsnormForward* a, const WbLaunch* l) {
   constexpr int V = vec_width<T>();
@@ -333,16 +266,13 @@ int forward_t(const WbRmsnormForward* a, const WbLaunch* l) {
     const Plan p = plan_for(nv, kForwardSteps);
     const int64_t blocks = p.warp ? wb_ceil_div(a->rows, static_cast<int64_t>(p.threads / 32)) : a->rows;
     with_plan<kForwardMaxNpt>(p, [&](auto npt, auto warp) {
-      forward_kernel<T, decltype(npt)::value, decltype(warp)::value><<<grid_cap(blocks), p.threads, 0, stream>>>(
+      forward_kernel<T, decltype(npt)::value, decltype(warp)::value><<<rmsnorm::grid_cap(blocks), p.threads, 0, stream>>>(
           x, w, y, a->rows, static_cast<int>(nv), inv_h, eps);
       return 0;
     });
-  } else if (wb_row_tiles::vector_width<T, V>(a->h, {x, w, y}) == V) {
-    forward_loop_kernel<T, V><<<grid_cap(a->rows), kLoopThreads, 0, stream>>>(x, w, y, a->rows, a->h, inv_h, eps);
-  } else {
-    forward_loop_kernel<T, 1><<<grid_cap(a->rows), kLoopThreads, 0, stream>>>(x, w, y, a->rows, a->h, inv_h, eps);
+    return wb_launch_status();
   }
-  return wb_launch_status();
+  return rmsnorm::looped_forward<T>(a, l);
 }
 
 // The persistent backward's grid: the blocks that fit on the GPU at once, no more than the rows
@@ -383,16 +313,7 @@ int backward_t(const WbRmsnormBackward* a, const WbLaunch* l) {
     if (status != WB_OK) return status;
     return wb_row_tiles::sum_slices<T>(partial, static_cast<T*>(a->dweight), blocks, a->h, stream);
   }
-  float* rstd = static_cast<float*>(a->workspace);
-  if (wb_row_tiles::vector_width<T, V>(a->h, {dy, x, w, dx}) == V)
-    backward_loop_kernel<T, V><<<grid_cap(a->rows), kLoopThreads, 0, stream>>>(dy, x, w, dx, rstd, a->rows, a->h,
-                                                                               inv_h, eps);
-  else
-    backward_loop_kernel<T, 1><<<grid_cap(a->rows), kLoopThreads, 0, stream>>>(dy, x, w, dx, rstd, a->rows, a->h,
-                                                                               inv_h, eps);
-  const int status = wb_launch_status();
-  if (status != WB_OK) return status;
-  return rmsnorm::dweight_from_rstd<T, float>(dy, x, static_cast<T*>(a->dweight), a->workspace, a->rows, a->h, l);
+  return rmsnorm::looped_backward<T>(a, l);
 }
 
 int forward(const WbRmsnormForward* a, const WbLaunch* l) {
@@ -408,7 +329,7 @@ size_t workspace_bytes(int64_t rows, int64_t h, int dtype, const WbLaunch* l) {
   size_t bytes = 0;
   wb_dispatch_dtype<kDtypes>(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    bytes = rmsnorm::dweight_workspace_bytes<float>(rows, h, l->num_sms);
+    bytes = rmsnorm::looped_workspace_bytes(rows, h, l);
     const Plan p = plan_for(h / vec_width<T>(), kBackwardSteps);
     if (h % vec_width<T>() == 0 && p.threads) {
       size_t shared_bytes = 0;

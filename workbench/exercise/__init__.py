@@ -85,7 +85,7 @@ def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool
         yield add(built)
         if kernel is None:
             why = "the build failed" if built.status == "FAIL" else built.detail
-            for name in CHECKS[1:]:
+            for name in ex.checks[1:]:
                 yield add(Check(name, "skipped", why))
             return
         dtypes = add(checks.declared_dtypes(ex, kernel))
@@ -96,13 +96,18 @@ def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool
         pending = checks.correctness(ex, kernel, report.shapes, report.seed, sanitize, worker) if gpu else None
         yield add(check_sass(ex, kernel))
         if not gpu:
-            for name in CHECKS[3:]:
+            for name in ex.checks[3:]:
                 yield add(Check(name, "skipped", NEEDS_GPU))
             return
         correct = add(pending())
         yield correct
         grads = add(checks.gradcheck(ex, kernel, report.seed, sanitize, worker))
         yield grads
+        if ex.global_loads is not None:
+            if correct.status != "ok" or grads.status != "ok":
+                yield add(Check("global loads", "skipped", "fix correctness first"))
+            else:
+                yield add(checks.global_loads(ex, kernel))
         if not speed:
             yield add(Check("speed", "skipped", "not asked for (--no-speed)"))
         elif dtypes.status != "ok":

@@ -20,6 +20,11 @@ and exercise.toml, read and validated here.
                huge 1-D row; 10000+ short rows; an empty size). moduli (reduction only; default
                [32, 1024]): increasing, each dividing the next, the first at most 64 (one size
                per remainder)
+    [global_loads]  optional: a counter rule, measured on the GPU with Nsight Compute (workbench/ncu.py):
+               one `direction` call at `shape` and `dtype` may request at most `slack` times the bytes
+               of `reads` from global memory, counted at L1 (every load instruction's sectors, cached
+               or not): reads = {x = 1, weight = "rows"} is x once and the weight once per row;
+               `message` and `hint` as for a SASS rule. Skipped (said so) where ncu cannot run
     [starter]  fails_at (the check the unchanged starter fails) and reason (text its failure
                must contain); the tests hold the starter to both
 
@@ -42,7 +47,8 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, as a package (pip i
     import tomli as tomllib
 
 EXERCISES_DIR = config.REPO_ROOT / "exercises"
-CHECKS = ("build", "declared dtypes", "SASS rules", "correctness", "gradcheck", "speed")
+CHECKS = ("build", "declared dtypes", "SASS rules", "correctness", "gradcheck", "global loads", "speed")
+OPTIONAL_CHECKS = ("global loads",)  # run only where the exercise declares the rule
 _FOLDER = re.compile(r"^(\d{2})_([a-z0-9_]+)$")
 _SASS_KINDS = ("require", "forbid", "require_kernel", "fewer_than_starter")
 
@@ -69,6 +75,33 @@ class Speed:
 
 
 @dataclass(frozen=True)
+class GlobalLoads:
+    direction: str
+    dtype: str
+    shape: tuple[int, ...]
+    reads: tuple[tuple[str, object], ...]   # (input name, a count or "rows")
+    slack: float
+    message: str
+    hint: str = ""
+
+    def allowed_bytes(self, spec) -> int:
+        """The bytes the rule allows: each named input's bytes times its count, times the slack."""
+        import math
+
+        from .. import dtypes as dtypes_
+
+        item = dtypes_.itemsize(self.dtype)
+        shapes = dict(zip((t.name for t in spec.inputs), spec.input_shapes(self.shape)))
+        rows = math.prod(self.shape[:-1])
+        total = sum(math.prod(shapes[name]) * item * (rows if count == "rows" else count) for name, count in self.reads)
+        return int(total * self.slack)
+
+    def reads_text(self) -> str:
+        return " + ".join(f"{name}" if c == 1 else f"{name} once per row" if c == "rows" else f"{c} x {name}"
+                          for name, c in self.reads)
+
+
+@dataclass(frozen=True)
 class Sizes:
     kind: str = "elementwise"            # a name from sizes.KINDS
     moduli: tuple[int, ...] = ()         # "reduction" only: see sizes.reduction_sizes
@@ -91,6 +124,12 @@ class Exercise:
     starter_fails_at: str        # a name from CHECKS
     starter_reason: str
     sizes: Sizes = Sizes()
+    global_loads: GlobalLoads | None = None
+
+    @property
+    def checks(self) -> tuple[str, ...]:
+        """The checks this exercise runs, in order (an optional check only where it is declared)."""
+        return tuple(c for c in CHECKS if c not in OPTIONAL_CHECKS or (c == "global loads" and self.global_loads))
 
     @property
     def slug(self) -> str:
@@ -160,12 +199,47 @@ def load_exercise(folder: pathlib.Path) -> Exercise:
     rules = [_sass_rule(rule, f"{where} [[sass]] #{i + 1}") for i, rule in enumerate(data.get("sass", []))]
     starter = _field(data, "starter", dict, where)
     fails_at = _field(starter, "fails_at", str, where + " [starter]")
-    if fails_at not in CHECKS:
-        raise ExerciseConfigError(f"{where} [starter]: fails_at must be one of {list(CHECKS)}; got {fails_at!r}")
-    return Exercise(number=int(m.group(1)), name=m.group(2), folder=folder, title=title, op=op, dtypes=dtypes,
-                    reference=reference, speed=speed, sass=tuple(rules), starter_fails_at=fails_at,
-                    starter_reason=_field(starter, "reason", str, where + " [starter]"),
-                    sizes=_sizes(data.get("sizes", {}), where + " [sizes]"))
+    loads = _global_loads(data["global_loads"], op, where + " [global_loads]") if "global_loads" in data else None
+    ex = Exercise(number=int(m.group(1)), name=m.group(2), folder=folder, title=title, op=op, dtypes=dtypes,
+                  reference=reference, speed=speed, sass=tuple(rules), starter_fails_at=fails_at,
+                  starter_reason=_field(starter, "reason", str, where + " [starter]"),
+                  sizes=_sizes(data.get("sizes", {}), where + " [sizes]"), global_loads=loads)
+    if fails_at not in ex.checks:
+        raise ExerciseConfigError(f"{where} [starter]: fails_at must be one of {list(ex.checks)}; got {fails_at!r}")
+    return ex
+
+
+def _global_loads(data, op: str, where: str) -> GlobalLoads:
+    if not isinstance(data, dict):
+        raise ExerciseConfigError(f"{where}: must be a table; got {data!r}")
+    known = {"direction", "dtype", "shape", "reads", "slack", "message", "hint"}
+    unknown = set(data) - known
+    if unknown:
+        raise ExerciseConfigError(f"{where}: unknown field {sorted(unknown)[0]!r} (known: {', '.join(sorted(known))})")
+    direction = _field(data, "direction", str, where)
+    if direction not in ("fwd", "bwd"):
+        raise ExerciseConfigError(f"{where}: direction must be 'fwd' or 'bwd'; got {direction!r}")
+    dtype = _field(data, "dtype", str, where)
+    if dtype not in _DTYPES:
+        raise ExerciseConfigError(f"{where}: dtype must be one of {list(_DTYPES)}; got {dtype!r}")
+    shape = _field(data, "shape", list, where)
+    spec = registry.spec(op)
+    try:
+        spec.dims(shape)
+    except (ValueError, TypeError) as e:
+        raise ExerciseConfigError(f"{where}: shape {shape!r} is not a size of {op}: {e}") from None
+    reads = _field(data, "reads", dict, where)
+    names = [t.name for t in spec.inputs]
+    for name, count in reads.items():
+        if name not in names or not (count == "rows" or (isinstance(count, (int, float)) and not isinstance(count, bool)
+                                                           and count > 0)):
+            raise ExerciseConfigError(f"{where}: reads maps inputs of {op} ({', '.join(names)}) to a positive "
+                                      f"count or \"rows\"; got {name} = {count!r}")
+    slack = _field(data, "slack", float, where)
+    if not 1.0 <= slack < 2.0:
+        raise ExerciseConfigError(f"{where}: slack must be in [1, 2); got {slack!r}")
+    return GlobalLoads(direction, dtype, tuple(shape), tuple(reads.items()), slack, _field(data, "message", str, where),
+                       _field(data, "hint", str, where) if "hint" in data else "")
 
 
 def _regex(rule: dict, key: str, where: str) -> str:
