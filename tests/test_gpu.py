@@ -1,6 +1,7 @@
-"""GPU tests, for every CUDA variant of every op: the check matrix and gradcheck, opcheck,
+"""GPU tests, for every CUDA C++ variant of every op: the check matrix and gradcheck, opcheck,
 torch.compile, bad input on CUDA, streams and device guards, >2^31 elements. Skipped where no GPU
-is visible."""
+is visible. Python variants (PyTorch, Triton) have theirs in test_python_variants.py: they are not
+served by the harness's torch.ops.workbench.<op>, which these tests call by variant name."""
 from __future__ import annotations
 
 import pytest
@@ -12,7 +13,8 @@ from workbench.opspec import as_tuple
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")]
 
-GPU_VARIANTS = [(op, v.name) for op in registry.ops() for v in registry.variants(op) if v.device == "cuda"]
+GPU_VARIANTS = [(op, v.name) for op in registry.ops() for v in registry.variants(op)
+                if v.device == "cuda" and not v.python]
 
 
 @pytest.fixture(scope="module", params=GPU_VARIANTS, ids=[f"{o}/{v}" for o, v in GPU_VARIANTS])

@@ -15,7 +15,8 @@ pytest.importorskip("nbclient", reason="the notebook tests need nbclient (pip in
 pytest.importorskip("ipykernel", reason="the notebook tests need a python3 kernel (pip install ipykernel)")
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
-NAMES = ["01_quickstart.ipynb", "02_edit_loop.ipynb", "03_your_own_op.ipynb", "04_reduction_ladder.ipynb"]
+NAMES = ["01_quickstart.ipynb", "02_edit_loop.ipynb", "03_your_own_op.ipynb", "04_reduction_ladder.ipynb",
+         "05_rmsnorm_three_ways.ipynb"]
 CPU_LABEL = "No GPU visible: CPU path"
 GPU_LABEL = "GPU path: "
 # What the deliberate typo in 02_edit_loop's compile-error cells makes each compiler say.
@@ -117,6 +118,17 @@ def test_edit_loop_tells_the_story(executed):
     assert "first.stale = True, mine.stale = False" in text
     assert re.search(r"bias_gelu/mine on cpu\S*: (\d+)/\1 cases passed", text) or HAS_GPU, text
     assert "torch.autograd.gradcheck in float64" in text
+
+
+@pytest.mark.slow
+def test_rmsnorm_notebook_answers_the_lab(executed):
+    """Each way compiles fullgraph with no graph break, passes the edge sizes with zero rows and a
+    repeatable dweight, and the lab's ratios are printed."""
+    text = "\n".join(_cell_text(c) for c in executed["05_rmsnorm_three_ways.ipynb"].cells if c.cell_type == "code")
+    ways = 4 if HAS_GPU else 2  # pytorch, triton, scalar, vectorized; or pytorch and cpu
+    assert len(re.findall(r"graph breaks 0, fullgraph compile matches eager", text)) == ways, text
+    assert len(re.findall(r"row of zeros -> zeros; dweight twice: same bits", text)) == ways, text
+    assert re.search(r"fwd\+bwd +best C\+\+ \(\w+\) .* of it; torch.compile", text), text
 
 
 def test_runner_fails_loudly_and_never_writes_in_place_by_default(tmp_path):

@@ -138,7 +138,7 @@ def _providers(op: str, spec, names: list[str], baselines, device: torch.device,
             raise ValueError(f"baselines must be among {list(baselines_of(spec))}; got {b!r}")
     for name in names:
         k = loader.get(op, name)
-        if k.device != device.type or dname not in k.dtypes:
+        if not k.runs_on(device.type) or dname not in k.dtypes:
             continue
         out[name] = ("variant", k)
     return out
@@ -195,7 +195,7 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=B
     attrs = spec.attr_dict(attr_values)
     all_names = [v.name for v in registry.variants(op)]
     if variants == "all":
-        names = [v.name for v in registry.variants(op) if v.device == device.type]
+        names = [v.name for v in registry.variants(op) if v.runs_on(device.type)]
     else:
         names = [variants] if isinstance(variants, str) else list(variants)
         unknown = [n for n in names if n not in all_names]
@@ -268,7 +268,7 @@ def _bench_isolated(op, variants, kwargs, *, save, results_path) -> BenchResult:
 
     if variants == "all":
         device = kwargs["device"] or ("cuda" if toolchain.gpu_available() else "cpu")
-        variants = [v.name for v in registry.variants(op) if v.device == device]
+        variants = [v.name for v in registry.variants(op) if v.runs_on(device)]
     items = variants if isinstance(variants, (list, tuple)) else [variants]
     result = BenchResult()
     for i, v in enumerate(items):

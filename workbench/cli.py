@@ -16,10 +16,11 @@ def _variants_for(op: str, names: list[str], *, runnable_only: bool) -> list[str
     if names:
         return names
     all_v = registry.variants(op)
-    if not runnable_only:
-        return [v.name for v in all_v if v.device == "cpu" or toolchain.can_build_cuda()]
+    if not runnable_only:  # a CUDA C++ variant needs nvcc; a Python one, torch with CUDA (and Triton)
+        return [v.name for v in all_v if v.runs_on("cpu") or (toolchain.torch_has_cuda() if v.python
+                                                                else toolchain.can_build_cuda())]
     gpu = toolchain.gpu_available()
-    chosen = [v.name for v in all_v if v.device == "cpu" or gpu]
+    chosen = [v.name for v in all_v if v.runs_on("cpu") or gpu]
     if not gpu:
         print(f"no GPU visible: running the CPU variants of {op} ({', '.join(chosen)})", file=sys.stderr)
     return chosen

@@ -7,11 +7,15 @@ under the key's lock and publishes it. The library is registered with the harnes
 `name@build_id`; the returned Kernel calls its exact build, so a handle to an older build keeps
 working after an edit. Each piece is its own library: editing one op's binding or one variant
 rebuilds that piece alone, never the harness.
+
+A Python variant (kernels/<op>/<name>.py: a PyTorch formula or Triton kernels) needs neither the
+harness nor a compiler: it is imported per content (pyvariant.py) and served by a PythonKernel,
+the same interface with the same checks.
 """
 from __future__ import annotations
 
 import ctypes
-import functools
+import dataclasses
 import hashlib
 import json
 import os
@@ -21,7 +25,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from . import build, cache, config, registry, toolchain, torchops
+from . import build, cache, config, pyvariant, registry, toolchain, torchops
 from .errors import BuildError, WorkbenchError
 
 _lock = threading.RLock()
@@ -57,6 +61,11 @@ class Kernel:
     built: bool                 # compiled by this load (False: loaded from the cache)
     seconds: float              # time this load took
     info: dict = field(default_factory=dict, repr=False)
+    kind = "c++"                # a class attribute; a PythonKernel's is "torch" or "triton"
+
+    def runs_on(self, device_type: str) -> bool:
+        """Whether this build takes tensors on `device_type` ("cuda" or "cpu")."""
+        return self.info.get("device", self.device) in (device_type, "any")
 
     @property
     def qualified(self) -> str:
@@ -78,28 +87,31 @@ class Kernel:
         """The op's spec as registered in this process (no look into the tree: calls stay cheap)."""
         return torchops.current_spec(self.op) or registry.spec(self.op)
 
-    @functools.cached_property
-    def op_overload(self):
+    def __post_init__(self):
+        # Resolved now, not on first use: torch.compile traces __call__, and dynamo cannot trace
+        # functools.cached_property (it takes a lock on Python 3.11): a graph break.
         import torch
-        return getattr(torch.ops.workbench, self.op).default
 
-    @functools.cached_property
-    def _backward_overload(self):
-        import torch
-        if not self.spec.differentiable:
-            raise WorkbenchError(f"{self.op} has no differentiable inputs, so no backward")
-        return getattr(torch.ops.workbench, f"{self.op}_backward").default
+        ns = torch.ops.workbench
+        self._ops = (getattr(ns, self.op).default,
+                     getattr(ns, f"{self.op}_backward").default if self.spec.differentiable else None)
+
+    @property
+    def op_overload(self):
+        return self._ops[0]
 
     def __call__(self, *args, **attrs):
         tensors, values = self.spec.call_args(args, attrs)
-        return self.op_overload(*tensors, *values, self.qualified)
+        return self._ops[0](*tensors, *values, self.qualified)
 
     def backward(self, *args, **attrs):
         """The backward step: gradients of the outputs, then the inputs (and attributes); returns
         the gradients of the differentiable inputs (a tuple when there are several)."""
         spec = self.spec
+        if self._ops[1] is None:
+            raise WorkbenchError(f"{self.op} has no differentiable inputs, so no backward")
         tensors, values = spec.call_args(args, attrs, grads=len(spec.outputs))
-        return self._backward_overload(*tensors, *values, self.qualified)
+        return self._ops[1](*tensors, *values, self.qualified)
 
     def __repr__(self) -> str:
         state = "built" if self.built else "cached"
@@ -107,6 +119,38 @@ class Kernel:
         steps = "" if "backward" in self.steps else ", forward only"
         return (f"<Kernel {self.op}/{self.qualified} on {self.device} [{', '.join(self.dtypes)}] "
                 f"{state} in {self.seconds:.2f} s{steps}{stale}>")
+
+
+@dataclass(repr=False)
+class PythonKernel(Kernel):
+    """A loaded build of a Python variant (kernels/<op>/<name>.py). `library` is its source file;
+    `kind` is "torch" (tensor ops: autograd and torch.compile trace through them) or "triton"
+    (two torch.ops.workbench ops of its own, `build.ops`). Checked like a C++ variant's calls."""
+    kind: str = "torch"
+    build: pyvariant.Build | None = None
+
+    def __post_init__(self):
+        pass  # no harness ops: the build's own entry points
+
+    @property
+    def spec(self):
+        return self.build.spec_of()
+
+    @property
+    def op_overload(self):
+        """The forward's custom op (kind triton); None for kind torch, which is plain Python."""
+        return self.build.forward if self.kind == "triton" else None
+
+    def __call__(self, *args, **attrs):
+        tensors, values = self.spec.call_args(args, attrs)
+        return self.build.forward(*tensors, *values)
+
+    def backward(self, *args, **attrs):
+        spec = self.spec
+        if self.build.backward is None or not spec.differentiable:
+            raise WorkbenchError(f"{self.op} has no differentiable inputs, so no backward")
+        tensors, values = spec.call_args(args, attrs, grads=len(spec.outputs))
+        return self.build.backward(*tensors, *values)
 
 
 def _get_or_build(*, label: str, kind: str, sources: list[pathlib.Path], include_dirs: list[pathlib.Path],
@@ -240,8 +284,34 @@ def ensure_op(op: str, *, python: bool = True) -> None:
             _bindings[op] = (key, digest)
 
 
+def _register_python(op: str, name: str, source: pathlib.Path) -> Kernel:
+    """Import (once per content) and serve a Python variant; the C++ harness is not involved."""
+    start = time.perf_counter()
+    spec = registry.spec(op)
+    build_, imported = pyvariant.load(op, name, source, lambda: torchops.current_spec(op) or spec,
+                                      last_good=_last_good.get((op, name)))
+    v = build_.info
+    import torch
+
+    device = v.device if v.device != "any" else ("cuda" if torch.cuda.is_available() else "cpu")
+    steps = ("forward", "backward") if spec.differentiable else ("forward",)
+    info = {"name": name, "build_id": build_.build_id, "path": str(source), "kind": v.kind, "device": v.device,
+            "dtypes": list(v.dtypes), "description": v.description, "steps": steps, "ops": list(build_.ops)}
+    with _lock:
+        kernel = PythonKernel(op=op, name=name, build_id=build_.build_id, device=device, dtypes=v.dtypes,
+                              description=v.description, library=source, source=source, built=imported,
+                              seconds=time.perf_counter() - start, info=info, kind=v.kind, build=build_)
+        _current[(op, name)] = kernel
+        _last_good[(op, name)] = f"{op}/{kernel.qualified} ({source})"
+        if registry.variant_sources(op).get(name) != source:
+            registry.record_inline_variant(dataclasses.replace(v, description=v.description + " (inline)"))
+    return kernel
+
+
 def _register(op: str, name: str, source: pathlib.Path, *, inline_label: str | None = None,
               python: bool = True) -> Kernel:
+    if source.suffix == ".py":
+        return _register_python(op, name, source)
     start = time.perf_counter()
     ensure_op(op, python=python)
     import torch
@@ -251,7 +321,7 @@ def _register(op: str, name: str, source: pathlib.Path, *, inline_label: str | N
         raise WorkbenchError(
             f"{op}/{name} is a CUDA variant, and this machine cannot build CUDA code "
             f"(torch {torch.__version__} {'has no CUDA' if not toolchain.torch_has_cuda() else 'found no nvcc'}); "
-            f"CPU variants here: {', '.join(v.name for v in registry.variants(op) if v.device == 'cpu')}")
+            f"CPU variants here: {', '.join(v.name for v in registry.variants(op) if v.runs_on('cpu'))}")
     src = registry.sources(op)
     label = f"{op}/{name}"
     with_cuda = source.suffix == ".cu"
@@ -283,11 +353,12 @@ def load(op: str, variant: str) -> Kernel:
 
 def load_source(op: str, path, name: str | None = None, *, python: bool = True) -> Kernel:
     """Build and load a variant of `op` from a source file anywhere (an exercise, a planted test
-    kernel); `name` defaults to the file's stem. python=False: see ensure_op."""
+    kernel, a copy of a Python variant); `name` defaults to the file's stem. python=False: see
+    ensure_op (a C++ variant only)."""
     registry.check_op(op)
     path = pathlib.Path(path).resolve()
-    if not path.is_file() or path.suffix not in (".cu", ".cpp"):
-        raise ValueError(f"load_source: path must be an existing .cu or .cpp file; got {str(path)!r}")
+    if not path.is_file() or path.suffix not in registry.SUFFIXES:
+        raise ValueError(f"load_source: path must be an existing .cu, .cpp or .py file; got {str(path)!r}")
     name = name or path.stem
     registry.check_variant_name(name)
     return _register(op, name, path, python=python)

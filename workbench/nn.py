@@ -72,9 +72,12 @@ class OpLayer(torch.nn.Module):
     def _resolve(self) -> None:
         p = next(self.parameters())
         self._variant = self.variant or default_variant(self.op, p.device, p.dtype)
-        if (self.op, self._variant) not in loader._current:
-            loader.load(self.op, self._variant)
-        self._op = getattr(torch.ops.workbench, self.op)
+        kernel = loader._current.get((self.op, self._variant)) or loader.load(self.op, self._variant)
+        # A C++ variant is called through the harness's op by name (its newest build serves); a
+        # Python variant has no harness entry: its Kernel, the build current now, is called.
+        python = isinstance(kernel, loader.PythonKernel)
+        self._kernel = kernel if python else None
+        self._op = None if python else getattr(torch.ops.workbench, self.op)
 
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)
@@ -83,6 +86,8 @@ class OpLayer(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         params = [getattr(self, name) for name in self._params]
+        if self._kernel is not None:
+            return self._kernel(x, *params, *self._attr_values)
         return self._op(x, *params, *self._attr_values, self._variant)
 
     def extra_repr(self) -> str:

@@ -79,6 +79,8 @@ def nvcc_flags(source: pathlib.Path, arch: str) -> list[str]:
 
 def compile_report(source: pathlib.Path, arch: str = "sm_90", *, cubin: pathlib.Path | None = None) -> Report:
     """Compile one variant source with nvcc for `arch`, returning ptxas's report, parsed."""
+    if source.suffix != ".cu":  # a Python variant's Triton kernels are compiled by Triton, not nvcc
+        raise ValueError(f"ptxas reports are for CUDA C++ sources (.cu); got {source}")
     nvcc = toolchain.nvcc_path()
     if nvcc is None:
         raise RuntimeError("nvcc not found (set CUDA_HOME)")

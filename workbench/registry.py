@@ -5,11 +5,14 @@ parameter structs and launcher table) and its variants, a binding bindings/<op>.
 structs from a checked call), and a spec workbench/specs/<op>.py (the declaration everything else
 derives from). An op can also be given as the same three pieces from a notebook
 (workbench.define_op); those are listed here once defined. A variant is a source file beside the
-op's header, kernels/<op>/<variant>.cu (CUDA) or .cpp (CPU); its name, device and dtypes are read
-from its WB_EXPORT_VARIANT(...) call, so listing needs no build.
+op's header: kernels/<op>/<variant>.cu (CUDA) or .cpp (CPU), whose name, device and dtypes are read
+from its WB_EXPORT_VARIANT(...) call, or kernels/<op>/<variant>.py (a PyTorch formula or Triton
+kernels), whose module-level WB_VARIANT = {...} literal is read with `ast`; listing builds and
+imports nothing (no triton import to list a Triton variant).
 """
 from __future__ import annotations
 
+import ast
 import importlib
 import pathlib
 import re
@@ -19,19 +22,35 @@ from . import config, dtypes
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DTYPE_BITS = {mask: name for name, mask in dtypes.MASKS.items()}
+SUFFIXES = (".cu", ".cpp", ".py")
+# A Python variant's kinds: plain tensor ops (autograd flows through them), or Triton kernels
+# registered with torch.library.triton_op (torch.compile sees into them).
+PYTHON_KINDS = ("torch", "triton")
+PYTHON_DEVICES = ("cuda", "cpu", "any")   # "any": whatever device the tensors are on
+_DECLARATION_KEYS = ("op", "device", "dtypes", "description", "kind")
 
 
 @dataclass(frozen=True)
 class VariantInfo:
     op: str
     name: str
-    device: str              # "cuda" or "cpu"
+    device: str              # "cuda" or "cpu"; a Python variant may say "any"
     dtypes: tuple[str, ...]
     description: str
     source: pathlib.Path
+    kind: str = "c++"        # "c++" (.cu/.cpp), or a Python variant's "torch" / "triton"
+
+    @property
+    def python(self) -> bool:
+        return self.kind in PYTHON_KINDS
+
+    def runs_on(self, device_type: str) -> bool:
+        """Whether the variant takes tensors on this device type ("cuda" or "cpu")."""
+        return self.device in (device_type, "any")
 
     def __repr__(self) -> str:
-        return f"{self.name} ({self.device}: {', '.join(self.dtypes)}) - {self.description}"
+        kind = f", {self.kind}" if self.python else ""
+        return f"{self.name} ({self.device}{kind}: {', '.join(self.dtypes)}) - {self.description}"
 
 
 @dataclass(frozen=True)
@@ -132,7 +151,9 @@ def _export_args(text: str) -> list[str] | None:
 
 
 def static_variant(op: str, source: pathlib.Path, name: str | None = None) -> VariantInfo:
-    """Read a variant's declaration from its source without building it."""
+    """Read a variant's declaration from its source without building (or importing) it."""
+    if source.suffix == ".py":
+        return python_variant(op, source, name)
     text = source.read_text(errors="replace")
     args = _export_args(text)
     if not args or len(args) != 6:
@@ -147,10 +168,82 @@ def static_variant(op: str, source: pathlib.Path, name: str | None = None) -> Va
                        dtypes=names, description=description, source=source)
 
 
+_PY_EXPECTED = ('a Python variant declares itself in a module-level literal, e.g.\n'
+                '    WB_VARIANT = {"op": "OP", "device": "cuda", "dtypes": ("float32", "bfloat16"),\n'
+                '                  "description": "what it adds", "kind": "triton"}\n'
+                f'with device one of {PYTHON_DEVICES}, kind one of {PYTHON_KINDS}, dtypes a non-empty '
+                f'tuple of {dtypes.NAMES}')
+
+
+def python_declaration(text: str, source) -> dict:
+    """The WB_VARIANT literal of a Python variant's text, validated (ValueError naming the file and
+    what is expected). A syntax error propagates as SyntaxError (the loader reports it as a
+    BuildError; listing as a ValueError)."""
+    tree = ast.parse(text, filename=str(source))
+    found = [n for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+             and any(isinstance(t, ast.Name) and t.id == "WB_VARIANT"
+                     for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))]
+    if len(found) != 1 or found[0].value is None:
+        raise ValueError(f"{source}: {'no' if not found else 'more than one'} module-level WB_VARIANT = {{...}}; "
+                         f"{_PY_EXPECTED}")
+    node = found[0].value
+    try:
+        decl = ast.literal_eval(node)
+    except ValueError:
+        raise ValueError(f"{source}:{node.lineno}: WB_VARIANT must be a literal dict (no names or calls: it is "
+                         f"read without importing the file); {_PY_EXPECTED}") from None
+
+    def bad(what: str):
+        return ValueError(f"{source}:{node.lineno}: WB_VARIANT {what}; {_PY_EXPECTED}")
+
+    if not isinstance(decl, dict):
+        raise bad(f"must be a dict; got {type(decl).__name__}")
+    missing = [k for k in _DECLARATION_KEYS if k not in decl]
+    unknown = sorted(set(map(str, decl)) - set(_DECLARATION_KEYS))
+    if missing or unknown:
+        raise bad(f"needs exactly the keys {list(_DECLARATION_KEYS)}"
+                  + (f"; missing {missing}" if missing else "") + (f"; unknown {unknown}" if unknown else ""))
+    if not isinstance(decl["op"], str):
+        raise bad(f"op must be a string; got {decl['op']!r}")
+    if decl["device"] not in PYTHON_DEVICES:
+        raise bad(f"device must be one of {PYTHON_DEVICES}; got {decl['device']!r}")
+    if decl["kind"] not in PYTHON_KINDS:
+        raise bad(f"kind must be one of {PYTHON_KINDS}; got {decl['kind']!r}")
+    names = decl["dtypes"]
+    if (not isinstance(names, (tuple, list)) or not names or len(set(names)) != len(names)
+            or not all(n in dtypes.NAMES for n in names)):
+        raise bad(f"dtypes must be a non-empty tuple of distinct names among {dtypes.NAMES}; got {names!r}")
+    if not isinstance(decl["description"], str):
+        raise bad(f"description must be a string; got {decl['description']!r}")
+    # The harness's order (its messages list dtypes this way), whatever order the file uses.
+    return dict(decl, dtypes=tuple(n for n in dtypes.NAMES if n in names))
+
+
+def python_variant(op: str, source: pathlib.Path, name: str | None = None, text: str | None = None) -> VariantInfo:
+    """A Python variant's declaration, read with `ast` (the file is not imported)."""
+    try:
+        decl = python_declaration(source.read_text() if text is None else text, source)
+    except SyntaxError as e:
+        raise ValueError(f"{source}:{e.lineno}: cannot read the variant's declaration: SyntaxError: {e.msg}") from None
+    if decl["op"] != op:
+        raise ValueError(f"{source}: declares a variant of op '{decl['op']}', expected '{op}'")
+    return VariantInfo(op=op, name=name or source.stem, device=decl["device"], dtypes=decl["dtypes"],
+                       description=decl["description"], source=source, kind=decl["kind"])
+
+
 def variant_sources(op: str) -> dict[str, pathlib.Path]:
-    """The op's variant files: every .cu and .cpp beside its header."""
+    """The op's variant files: every .cu, .cpp and .py beside its header (a .py whose name starts
+    with '_' is a helper, not a variant)."""
     d = sources(op).kernel_dir
-    return {p.stem: p for p in sorted([*d.glob("*.cu"), *d.glob("*.cpp")])}
+    found = [p for suffix in SUFFIXES for p in d.glob(f"*{suffix}")
+             if p.suffix != ".py" or (_NAME.match(p.stem) and not p.stem.startswith("_"))]
+    by_name: dict[str, pathlib.Path] = {}
+    for p in sorted(found):
+        if p.stem in by_name:
+            raise ValueError(f"{op}: two variant files named {p.stem!r}: {by_name[p.stem].name} and {p.name}; "
+                             f"rename one")
+        by_name[p.stem] = p
+    return by_name
 
 
 def variant_source(op: str, variant: str) -> pathlib.Path:

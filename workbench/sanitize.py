@@ -67,21 +67,24 @@ def summary_errors(text: str) -> int | None:
 
 
 def run(op: str, variant, tools=TOOLS, *, timeout_s: float = 900) -> list[ToolResult]:
-    exe = find()
-    if exe is None:
-        raise WorkbenchError(
-            "compute-sanitizer not found: it ships with the CUDA toolkit (bin/compute-sanitizer under "
-            "CUDA_HOME); put it on PATH or set WORKBENCH_COMPUTE_SANITIZER to its path")
     for t in tools:
         if t not in TOOLS:
             raise ValueError(f"tools must be among {TOOLS}; got {t!r}")
     from . import loader, registry
 
-    device = variant.device if isinstance(variant, loader.Kernel) else \
-        registry.static_variant(op, registry.variant_source(op, variant)).device
-    if device != "cuda":
-        raise ValueError(f"sanitize runs CUDA variants under compute-sanitizer; {op}/{getattr(variant, 'name', variant)} "
+    static = registry.static_variant(op, variant.source, variant.name) if isinstance(variant, loader.Kernel) else \
+        registry.static_variant(op, registry.variant_source(op, variant))
+    if static.kind == "torch":  # its kernels are PyTorch's own: nothing of the variant's to sanitize
+        raise ValueError(f"sanitize runs a variant's own CUDA kernels under compute-sanitizer; {op}/{static.name} "
+                         f"is a PyTorch-formula variant (kind 'torch'), whose kernels are PyTorch's")
+    if static.device != "cuda":
+        raise ValueError(f"sanitize runs CUDA variants under compute-sanitizer; {op}/{static.name} "
                          f"runs on the CPU")
+    exe = find()
+    if exe is None:
+        raise WorkbenchError(
+            "compute-sanitizer not found: it ships with the CUDA toolkit (bin/compute-sanitizer under "
+            "CUDA_HOME); put it on PATH or set WORKBENCH_COMPUTE_SANITIZER to its path")
     spec = isolate.variant_spec(op, variant)
     out = []
     for tool in tools:

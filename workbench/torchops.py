@@ -4,7 +4,8 @@ The C++ harness defines the schemas and serves real calls; this module registers
 process, what PyTorch needs besides: a fake (meta) implementation that checks a call as the
 harness would and returns outputs of the declared shapes (torch.compile, opcheck), and the autograd
 formula, which calls <op>_backward with the same variant. Both look the spec up at call time, so
-declaring an op again with an edited spec (same schema) takes effect without a restart.
+declaring an op again with an edited spec (same schema) takes effect without a restart. A Triton
+variant's own ops (pyvariant.py) take the same fake (fake_outputs) and autograd (register_autograd).
 """
 from __future__ import annotations
 
@@ -38,21 +39,29 @@ def eager_double_backward(spec: OpSpec, upstream, grads, inputs, attrs: dict) ->
 
 
 def _split(spec: OpSpec, args: tuple, n_tensors: int):
-    return args[:n_tensors], args[n_tensors:n_tensors + len(spec.attrs)], args[-1]
+    """(tensors, attributes, what follows them: the variant's name for the harness's ops, nothing
+    for a Python variant's own ops)."""
+    k = n_tensors + len(spec.attrs)
+    return args[:n_tensors], args[n_tensors:k], args[k:]
+
+
+def fake_outputs(spec: OpSpec, step: str, tensors, attrs):
+    """What a step ("fwd" or "bwd") returns, as empty tensors of the declared shapes, after the
+    harness's checks (same order, same words): the fake implementation of every workbench op."""
+    binder = spec.check_call(step, tensors, attrs)
+    inputs = tensors[len(tensors) - len(spec.inputs):]
+    if step == "fwd":
+        outs = [inputs[0].new_empty(binder.shape_of(o.pattern)) for o in spec.outputs]
+    else:
+        outs = [t.new_empty(t.shape) for s, t in zip(spec.inputs, inputs) if s.differentiable]
+    return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 def _fake(op: str, step: str, *args):
     spec = _specs[op]
     n = len(spec.inputs) + (len(spec.outputs) if step == "bwd" else 0)
     tensors, attrs, _ = _split(spec, args, n)
-    binder = spec.check_call(step, tensors, attrs)
-    ref = tensors[n - len(spec.inputs)]
-    if step == "fwd":
-        outs = [ref.new_empty(binder.shape_of(o.pattern)) for o in spec.outputs]
-    else:
-        inputs = tensors[n - len(spec.inputs):]
-        outs = [t.new_empty(t.shape) for s, t in zip(spec.inputs, inputs) if s.differentiable]
-    return outs[0] if len(outs) == 1 else tuple(outs)
+    return fake_outputs(spec, step, tensors, attrs)
 
 
 def register(spec: OpSpec) -> None:
@@ -67,25 +76,34 @@ def register(spec: OpSpec) -> None:
     torch.library.register_fake(f"workbench::{op}")(lambda *a: _fake(op, "fwd", *a))
     if not spec.differentiable:
         return
-    # The backward op is differentiable too (create_graph=True): by the spec's double_backward, or
-    # else by autograd through the eager math.
     torch.library.register_fake(f"workbench::{op}_backward")(lambda *a: _fake(op, "bwd", *a))
-    backward_op = getattr(torch.ops.workbench, f"{op}_backward").default
+    register_autograd(op, lambda: _specs[op])
+
+
+def register_autograd(name: str, spec_of) -> None:
+    """Autograd for workbench::<name>, an op of the spec spec_of() returns (looked up at call time):
+    its backward calls workbench::<name>_backward with the saved inputs, the same attributes and
+    whatever follows them (the harness's ops: the variant's name). The backward op is
+    differentiable too (create_graph=True): by the spec's double_backward, or else by autograd
+    through the eager math."""
+    import torch
+
+    backward_op = getattr(torch.ops.workbench, f"{name}_backward").default
 
     def setup_context(ctx, inputs, output):
-        s = _specs[op]
-        tensors, attrs, variant = _split(s, inputs, len(s.inputs))
+        s = spec_of()
+        tensors, attrs, rest = _split(s, inputs, len(s.inputs))
         ctx.save_for_backward(*tensors)
-        ctx.attrs, ctx.variant = attrs, variant
+        ctx.attrs, ctx.rest = attrs, rest
 
     def backward(ctx, *grads):
-        s = _specs[op]
+        s = spec_of()
         tensors = ctx.saved_tensors
         if any(g is None for g in grads):  # an output nobody used: its gradient is zero
             binder = s.check_call("fwd", tensors, ctx.attrs)
             grads = tuple(torch.zeros(binder.shape_of(o.pattern), dtype=tensors[0].dtype, device=tensors[0].device)
                           if g is None else g for o, g in zip(s.outputs, grads))
-        got = as_tuple(backward_op(*grads, *tensors, *ctx.attrs, ctx.variant))
+        got = as_tuple(backward_op(*grads, *tensors, *ctx.attrs, *ctx.rest))
         out, k = [], 0
         for i, t in enumerate(s.inputs):
             if t.differentiable:
@@ -93,25 +111,24 @@ def register(spec: OpSpec) -> None:
                 k += 1
             else:
                 out.append(None)
-        return (*out, *([None] * len(s.attrs)), None)
+        return (*out, *([None] * (len(s.attrs) + len(ctx.rest))))
 
-    torch.library.register_autograd(f"workbench::{op}", backward, setup_context=setup_context)
+    torch.library.register_autograd(f"workbench::{name}", backward, setup_context=setup_context)
 
     def setup_backward_context(ctx, inputs, output):
-        s = _specs[op]
-        n = len(s.outputs) + len(s.inputs)
-        tensors, attrs, _ = _split(s, inputs, n)
+        s = spec_of()
+        tensors, attrs, rest = _split(s, inputs, len(s.outputs) + len(s.inputs))
         ctx.save_for_backward(*tensors)
-        ctx.attrs = attrs
+        ctx.attrs, ctx.n_rest = attrs, len(rest)
 
     def backward_of_backward(ctx, *upstream):
-        s = _specs[op]
+        s = spec_of()
         saved = ctx.saved_tensors
         grads, inputs = saved[:len(s.outputs)], saved[len(s.outputs):]
         attrs = s.attr_dict(ctx.attrs)
         got = s.double_backward(upstream, grads, inputs, attrs) if s.double_backward else \
             eager_double_backward(s, upstream, grads, inputs, attrs)
-        return (*got, *([None] * len(s.attrs)), None)
+        return (*got, *([None] * (len(s.attrs) + ctx.n_rest)))
 
-    torch.library.register_autograd(f"workbench::{op}_backward", backward_of_backward,
+    torch.library.register_autograd(f"workbench::{name}_backward", backward_of_backward,
                                     setup_context=setup_backward_context)

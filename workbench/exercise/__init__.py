@@ -4,11 +4,12 @@
     sizes.py         the sizes a check draws from its seed, for any op (an elementwise or a reduction draw)
     checks.py        build, declared dtypes, correctness, gradcheck, speed
     sass.py          the SASS rules
+    loads.py         the optional counter rule: bytes of global loads, counted by Nsight Compute
     report.py        the report the checks fill, and how it prints
 
 check_exercise(n, path) builds the file as a variant of the exercise's op and runs, in order:
     build, declared dtypes, SASS rules        on any machine that can build CUDA
-    correctness, gradcheck, speed             on a GPU (skipped, with the reason, elsewhere)
+    correctness, gradcheck, [global loads,] speed   on a GPU (skipped, with the reason, elsewhere)
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import time
 from collections.abc import Iterator
 
 from .. import registry
-from . import checks
+from . import checks, loads
 from .registration import (CHECKS, EXERCISES_DIR, Exercise, ExerciseConfigError, SassRule, Sizes, Speed, exercises,
                            get, load_exercise, tomllib)
 from .report import LAYOUTS, NEEDS_GPU, Check, ExerciseReport
@@ -107,7 +108,7 @@ def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool
             if correct.status != "ok" or grads.status != "ok":
                 yield add(Check("global loads", "skipped", "fix correctness first"))
             else:
-                yield add(checks.global_loads(ex, kernel))
+                yield add(loads.check(ex, kernel))
         if not speed:
             yield add(Check("speed", "skipped", "not asked for (--no-speed)"))
         elif dtypes.status != "ok":

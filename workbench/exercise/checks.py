@@ -1,5 +1,5 @@
 """The checks of an exercise, each returning a Check: build, declared dtypes, correctness,
-gradcheck, global loads (hardware counters, where the exercise declares the rule), speed (the SASS rules are in sass.py). Correctness and gradcheck run in a child process
+gradcheck, speed (the SASS rules are in sass.py). Correctness and gradcheck run in a child process
 (a kernel that faults or hangs cannot take the checker down), and the child says which case it was
 running, so a crash names its case."""
 from __future__ import annotations
@@ -233,35 +233,6 @@ def gradcheck(ex: Exercise, kernel, seed: int, sanitize: str, worker=None) -> Ch
     lines = [f"method: {rep.method}"] + case_lines(first, ex.op) + [c.line() for c in rep.failures[1:6]]
     return Check("gradcheck", "FAIL", f"{first.what}, {'x'.join(map(str, first.shape))} {first.dtype}"
                  + (f": {first.note}" if first.note else ""), lines)
-
-
-def global_loads(ex: Exercise, kernel) -> Check:
-    """The bytes the kernels' global load instructions request in one call, counted by Nsight
-    Compute at L1 (every load, hit or miss), against what the rule allows."""
-    from .. import ncu
-    from ..errors import IsolatedRunError, WorkbenchError
-
-    rule = ex.global_loads
-    shape = "x".join(map(str, rule.shape))
-    try:
-        kernels = ncu.measure(ex.op, kernel, rule.shape, rule.dtype, rule.direction)
-    except ncu.NcuUnavailable as e:
-        return Check("global loads", "skipped", str(e).splitlines()[0])
-    except (IsolatedRunError, WorkbenchError, subprocess.TimeoutExpired) as e:
-        return Check("global loads", "FAIL", f"the profiled run stopped: {str(e).splitlines()[0]}", str(e).splitlines())
-    loaded = ncu.total(kernels, ncu.LOAD_SECTORS) * 32
-    allowed = rule.allowed_bytes(registry.spec(ex.op))
-    unit = allowed / rule.slack
-    lines = [f"{rule.direction} {rule.dtype} {shape}: your kernels' global loads asked for {loaded / 1e6:.1f} MB "
-             f"({loaded / unit:.2f}x {rule.reads_text()}); allowed {allowed / 1e6:.1f} MB ({rule.slack:.2f}x)",
-             f"from DRAM: {ncu.total(kernels, ncu.DRAM_READ) / 1e6:.1f} MB read (loads that hit in L2 never reach it)"]
-    for k in kernels:
-        lines.append(f"  {ptxas.kernel_label(str(k.get('Kernel Name', '?')))}: {k.get(ncu.LOAD_SECTORS, 0) * 32 / 1e6:.1f} MB "
-                     f"loaded, {k.get(ncu.DURATION, 0) / 1e3:.1f} us")
-    if loaded <= allowed:
-        return Check("global loads", "ok", f"{loaded / unit:.2f}x {rule.reads_text()} (allowed {rule.slack:.2f}x)",
-                     lines, show=True)
-    return Check("global loads", "FAIL", rule.message, lines + ([f"hint: {rule.hint}"] if rule.hint else []))
 
 
 def speed(ex: Exercise, kernel, worker=None) -> Check:

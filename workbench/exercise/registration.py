@@ -40,6 +40,7 @@ from .. import config, registry
 from ..dtypes import NAMES as _DTYPES
 from ..opspec import DIRECTIONS as _DIRECTIONS
 from . import sizes as sizes_
+from .loads import GlobalLoads
 
 try:
     import tomllib
@@ -75,33 +76,6 @@ class Speed:
 
 
 @dataclass(frozen=True)
-class GlobalLoads:
-    direction: str
-    dtype: str
-    shape: tuple[int, ...]
-    reads: tuple[tuple[str, object], ...]   # (input name, a count or "rows")
-    slack: float
-    message: str
-    hint: str = ""
-
-    def allowed_bytes(self, spec) -> int:
-        """The bytes the rule allows: each named input's bytes times its count, times the slack."""
-        import math
-
-        from .. import dtypes as dtypes_
-
-        item = dtypes_.itemsize(self.dtype)
-        shapes = dict(zip((t.name for t in spec.inputs), spec.input_shapes(self.shape)))
-        rows = math.prod(self.shape[:-1])
-        total = sum(math.prod(shapes[name]) * item * (rows if count == "rows" else count) for name, count in self.reads)
-        return int(total * self.slack)
-
-    def reads_text(self) -> str:
-        return " + ".join(f"{name}" if c == 1 else f"{name} once per row" if c == "rows" else f"{c} x {name}"
-                          for name, c in self.reads)
-
-
-@dataclass(frozen=True)
 class Sizes:
     kind: str = "elementwise"            # a name from sizes.KINDS
     moduli: tuple[int, ...] = ()         # "reduction" only: see sizes.reduction_sizes
@@ -124,7 +98,7 @@ class Exercise:
     starter_fails_at: str        # a name from CHECKS
     starter_reason: str
     sizes: Sizes = Sizes()
-    global_loads: GlobalLoads | None = None
+    global_loads: "GlobalLoads | None" = None   # loads.py
 
     @property
     def checks(self) -> tuple[str, ...]:
@@ -199,7 +173,7 @@ def load_exercise(folder: pathlib.Path) -> Exercise:
     rules = [_sass_rule(rule, f"{where} [[sass]] #{i + 1}") for i, rule in enumerate(data.get("sass", []))]
     starter = _field(data, "starter", dict, where)
     fails_at = _field(starter, "fails_at", str, where + " [starter]")
-    loads = _global_loads(data["global_loads"], op, where + " [global_loads]") if "global_loads" in data else None
+    loads = parse_global_loads(data["global_loads"], op, where + " [global_loads]") if "global_loads" in data else None
     ex = Exercise(number=int(m.group(1)), name=m.group(2), folder=folder, title=title, op=op, dtypes=dtypes,
                   reference=reference, speed=speed, sass=tuple(rules), starter_fails_at=fails_at,
                   starter_reason=_field(starter, "reason", str, where + " [starter]"),
@@ -209,7 +183,7 @@ def load_exercise(folder: pathlib.Path) -> Exercise:
     return ex
 
 
-def _global_loads(data, op: str, where: str) -> GlobalLoads:
+def parse_global_loads(data, op: str, where: str) -> GlobalLoads:
     if not isinstance(data, dict):
         raise ExerciseConfigError(f"{where}: must be a table; got {data!r}")
     known = {"direction", "dtype", "shape", "reads", "slack", "message", "hint"}

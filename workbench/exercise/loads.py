@@ -1,0 +1,67 @@
+"""The exercise's optional counter rule, [global_loads] in exercise.toml: how many bytes one call's
+global load instructions may ask for, measured on the GPU by Nsight Compute (workbench/ncu.py) and
+counted at L1, so a second read that hits in L2 still counts. Parsed by registration.py, checked by check()."""
+from __future__ import annotations
+
+import math
+import subprocess
+from dataclasses import dataclass
+
+from .. import dtypes as dtypes_
+from .. import ptxas, registry
+from .report import Check
+
+
+@dataclass(frozen=True)
+class GlobalLoads:
+    direction: str
+    dtype: str
+    shape: tuple[int, ...]
+    reads: tuple[tuple[str, object], ...]   # (input name, a count or "rows")
+    slack: float
+    message: str
+    hint: str = ""
+
+    def allowed_bytes(self, spec) -> int:
+        """The bytes the rule allows: each named input's bytes times its count, times the slack."""
+        item = dtypes_.itemsize(self.dtype)
+        shapes = dict(zip((t.name for t in spec.inputs), spec.input_shapes(self.shape)))
+        rows = math.prod(self.shape[:-1])
+        total = sum(math.prod(shapes[name]) * item * (rows if count == "rows" else count) for name, count in self.reads)
+        return int(total * self.slack)
+
+    def reads_text(self) -> str:
+        return " + ".join(f"{name}" if c == 1 else f"{name} once per row" if c == "rows" else f"{c} x {name}"
+                          for name, c in self.reads)
+
+
+
+def check(ex, kernel) -> Check:
+    """The bytes the kernels' global load instructions request in one call, counted by Nsight
+    Compute at L1 (every load, hit or miss), against what the rule allows."""
+    from .. import ncu
+    from ..errors import IsolatedRunError, WorkbenchError
+
+    rule = ex.global_loads
+    shape = "x".join(map(str, rule.shape))
+    try:
+        kernels = ncu.measure(ex.op, kernel, rule.shape, rule.dtype, rule.direction)
+    except ncu.NcuUnavailable as e:
+        return Check("global loads", "skipped", str(e).splitlines()[0])
+    except (IsolatedRunError, WorkbenchError, subprocess.TimeoutExpired) as e:
+        return Check("global loads", "FAIL", f"the profiled run stopped: {str(e).splitlines()[0]}", str(e).splitlines())
+    loaded = ncu.total(kernels, ncu.LOAD_SECTORS) * 32
+    allowed = rule.allowed_bytes(registry.spec(ex.op))
+    unit = allowed / rule.slack
+    lines = [f"{rule.direction} {rule.dtype} {shape}: your kernels' global loads asked for {loaded / 1e6:.1f} MB "
+             f"({loaded / unit:.2f}x {rule.reads_text()}); allowed {allowed / 1e6:.1f} MB ({rule.slack:.2f}x)",
+             f"from DRAM: {ncu.total(kernels, ncu.DRAM_READ) / 1e6:.1f} MB read (loads that hit in L2 never reach it)"]
+    for k in kernels:
+        lines.append(f"  {ptxas.kernel_label(str(k.get('Kernel Name', '?')))}: {k.get(ncu.LOAD_SECTORS, 0) * 32 / 1e6:.1f} MB "
+                     f"loaded, {k.get(ncu.DURATION, 0) / 1e3:.1f} us")
+    if loaded <= allowed:
+        return Check("global loads", "ok", f"{loaded / unit:.2f}x {rule.reads_text()} (allowed {rule.slack:.2f}x)",
+                     lines, show=True)
+    return Check("global loads", "FAIL", rule.message, lines + ([f"hint: {rule.hint}"] if rule.hint else []))
+
+
