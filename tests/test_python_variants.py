@@ -505,8 +505,9 @@ def test_gpu_compile_fullgraph_no_graph_break(variant, dtype):
     full(*leaves).float().sum().backward()
     again = [t.detach().requires_grad_() for t in (x, w)]
     f(*again).float().sum().backward()
-    for a, b in zip(leaves, again):
-        torch.testing.assert_close(a.grad, b.grad, rtol=2e-2, atol=2e-2)
+    for a, b in zip(leaves, again):  # by norm: inductor fuses silu's backward into other roundings in bf16
+        err = (a.grad.float() - b.grad.float()).norm() / b.grad.float().norm()
+        assert err < (2e-2 if dtype == torch.bfloat16 else 1e-5), (variant, err.item())
 
 
 @gpu

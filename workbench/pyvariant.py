@@ -225,21 +225,38 @@ def _autograd_function(build: Build):
     return Function
 
 
+def _typed(run, params: list, n_out: int):
+    """A fresh function `impl(<params>) -> Tensor | tuple` calling run(*params), with the parameter
+    names and annotations the op's schema is inferred from (torch.library.triton_op infers it from
+    the signature; torch 2.11 takes no schema string there)."""
+    import typing
+
+    import torch
+
+    names = ", ".join(n for n, _ in params)
+    scope = {"_run": run}
+    exec(f"def impl({names}):\n    return _run({names})\n", scope)  # noqa: S102 - names are identifiers
+    impl = scope["impl"]
+    impl.__annotations__ = {n: k for n, k in params}
+    impl.__annotations__["return"] = torch.Tensor if n_out == 1 else typing.Tuple[(torch.Tensor,) * n_out]
+    return impl
+
+
 def _register_triton_ops(build: Build, spec) -> None:
     """workbench::<op>__<name>_<build_id> and its _backward: triton_ops (torch.compile traces into
     their bodies and sees the Triton kernels), fakes from the spec, autograd from torchops."""
     import torch
 
     qual = f"{build.info.op}__{build.info.name}_{build.build_id}"
-    steps = [(qual, "fwd", spec.schema(name="", variant=False), build.run_forward)]
+    kinds = {float: float, int: int, bool: bool}
+    attrs = [(a.name, kinds[a.kind]) for a in spec.attrs]
+    tensors = [(t.name, torch.Tensor) for t in spec.inputs]
+    steps = [(qual, "fwd", tensors + attrs, len(spec.outputs), build.run_forward)]
     if spec.differentiable:
-        steps.append((f"{qual}_backward", "bwd", spec.backward_schema(name="", variant=False), build.run_backward))
-    for op_name, step, schema, run in steps:
-        # A fresh function per op: triton_op registers the function object it is given.
-        def impl(*args, _run=run):
-            return _run(*args)
-
-        opdef = torch.library.triton_op(f"workbench::{op_name}", impl, mutates_args=(), schema=schema)
+        grads = [(f"grad_{o.name}", torch.Tensor) for o in spec.outputs]
+        steps.append((f"{qual}_backward", "bwd", grads + tensors + attrs, len(spec.differentiable), build.run_backward))
+    for op_name, step, params, n_out, run in steps:
+        opdef = torch.library.triton_op(f"workbench::{op_name}", _typed(run, params, n_out), mutates_args=())
         # The spec's fake (the harness's checks, the declared shapes) instead of running the body on
         # fake tensors: meta tensors get the same errors as real ones, and no kernel is traced.
         opdef.register_fake(lambda *args, _step=step: _fake(build, _step, args))
