@@ -141,7 +141,7 @@ def _rows(x):
 
 
 def forward(x, weight, eps):
-    y = torch.empty_like(x)
+    y = x.new_empty(x.shape)  # row-major, whatever strides x's size-1 dims carry (empty_like keeps them)
     h, rows = x.shape[-1], _rows(x)
     if h == 0 or rows == 0:
         return y
@@ -158,7 +158,7 @@ def _programs(rows, warps, device):
 
 def backward(grad_y, x, weight, eps):
     h, rows = x.shape[-1], _rows(x)
-    dx = torch.empty_like(x)
+    dx = x.new_empty(x.shape)
     if h == 0 or rows == 0:
         return dx, torch.zeros_like(weight)  # a sum over no rows
     block, loop, warps = _plan(h, BACKWARD_ROW_CAP)
@@ -167,7 +167,7 @@ def backward(grad_y, x, weight, eps):
     stats = torch.empty((2 * rows if loop else 1,), dtype=torch.float32, device=x.device)
     torch.library.wrap_triton(_backward_kernel)[(programs,)](
         grad_y, x, weight, dx, partial, stats, rows, h, eps, programs, BLOCK=block, LOOP=loop, num_warps=warps)
-    dweight = torch.empty_like(weight)
+    dweight = weight.new_empty(weight.shape)
     torch.library.wrap_triton(_sum_partials_kernel)[(triton.cdiv(h, SUM_BLOCK),)](
         partial, dweight, programs, h, BLOCK=SUM_BLOCK, num_warps=4)
     return dx, dweight
