@@ -513,7 +513,7 @@ def test_gpu_compile_fullgraph_no_graph_break(variant, dtype):
 @gpu
 def test_gpu_opcheck_the_triton_ops():
     k = wb.load(OP, "triton")
-    fwd, bwd = (getattr(torch.ops.workbench, name).default for name in k.info["ops"])
+    fwd, bwd = (getattr(torch.ops.workbench_py, name).default for name in k.info["ops"])
     for size in [(5, 127), (3, 4097), (2, 3, 8), (2, 1 << 15)]:
         x, w = _inputs(size, torch.float32, "cuda", seed=6)
         torch.library.opcheck(fwd, (x, w, 1e-6))

@@ -16,7 +16,7 @@ Every call is checked as the C++ harness checks it (spec.check_call: the same or
 then against the variant's device and dtypes (the harness's words again), and its tensors are made
 contiguous before forward/backward see them. Kind "torch" runs in Python: autograd and
 torch.compile trace straight through it. Kind "triton" becomes two custom ops per build,
-workbench::<op>__<name>_<build_id> and its _backward, registered with torch.library.triton_op so
+workbench_py::<op>__<name>_<build_id> and its _backward, registered with torch.library.triton_op so
 torch.compile sees the Triton kernels inside; their fake implementations come from the spec and
 their autograd is torchops.register_autograd's (the backward op's own derivative: the spec's
 double_backward, else autograd through the eager math, as for the harness's ops).
@@ -37,6 +37,9 @@ from . import config, registry, torchops
 from .errors import BuildError
 from .opspec import as_tuple
 
+# Not torch.ops.workbench: the harness treats that namespace as its own (a second harness build in
+# one process is refused by looking for it).
+NAMESPACE = "workbench_py"
 _lock = threading.RLock()
 _builds: dict[tuple[str, str, str], "Build"] = {}   # (op, name, content hash) -> the build, imported once
 
@@ -51,7 +54,7 @@ class Build:
     forward: Callable = None            # (tensors..., attr values...) -> outputs
     backward: Callable = None           # (grads..., tensors..., attr values...) -> grads of differentiable inputs
     torch_dtypes: tuple = ()
-    ops: tuple[str, ...] = field(default=())   # kind triton: the names of its two torch.ops.workbench ops
+    ops: tuple[str, ...] = field(default=())   # kind triton: the names of its two torch.ops.workbench_py ops
     function: Any = None                # kind torch with a backward: the autograd.Function that uses it
 
     def checked(self, step: str, args: tuple) -> tuple[list, tuple]:
@@ -243,7 +246,7 @@ def _typed(run, params: list, n_out: int):
 
 
 def _register_triton_ops(build: Build, spec) -> None:
-    """workbench::<op>__<name>_<build_id> and its _backward: triton_ops (torch.compile traces into
+    """workbench_py::<op>__<name>_<build_id> and its _backward: triton_ops (torch.compile traces into
     their bodies and sees the Triton kernels), fakes from the spec, autograd from torchops."""
     import torch
 
@@ -256,14 +259,14 @@ def _register_triton_ops(build: Build, spec) -> None:
         grads = [(f"grad_{o.name}", torch.Tensor) for o in spec.outputs]
         steps.append((f"{qual}_backward", "bwd", grads + tensors + attrs, len(spec.differentiable), build.run_backward))
     for op_name, step, params, n_out, run in steps:
-        opdef = torch.library.triton_op(f"workbench::{op_name}", _typed(run, params, n_out), mutates_args=())
+        opdef = torch.library.triton_op(f"{NAMESPACE}::{op_name}", _typed(run, params, n_out), mutates_args=())
         # The spec's fake (the harness's checks, the declared shapes) instead of running the body on
         # fake tensors: meta tensors get the same errors as real ones, and no kernel is traced.
         opdef.register_fake(lambda *args, _step=step: _fake(build, _step, args))
     if spec.differentiable:
-        torchops.register_autograd(qual, build.spec_of)
-        build.backward = getattr(torch.ops.workbench, f"{qual}_backward").default
-    build.forward = getattr(torch.ops.workbench, qual).default
+        torchops.register_autograd(qual, build.spec_of, NAMESPACE)
+        build.backward = getattr(getattr(torch.ops, NAMESPACE), f"{qual}_backward").default
+    build.forward = getattr(getattr(torch.ops, NAMESPACE), qual).default
     build.ops = tuple(name for name, *_ in steps)
 
 

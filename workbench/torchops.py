@@ -80,15 +80,15 @@ def register(spec: OpSpec) -> None:
     register_autograd(op, lambda: _specs[op])
 
 
-def register_autograd(name: str, spec_of) -> None:
-    """Autograd for workbench::<name>, an op of the spec spec_of() returns (looked up at call time):
-    its backward calls workbench::<name>_backward with the saved inputs, the same attributes and
+def register_autograd(name: str, spec_of, namespace: str = "workbench") -> None:
+    """Autograd for <namespace>::<name>, an op of the spec spec_of() returns (looked up at call
+    time): its backward calls <namespace>::<name>_backward with the saved inputs, the same attributes and
     whatever follows them (the harness's ops: the variant's name). The backward op is
     differentiable too (create_graph=True): by the spec's double_backward, or else by autograd
     through the eager math."""
     import torch
 
-    backward_op = getattr(torch.ops.workbench, f"{name}_backward").default
+    backward_op = getattr(getattr(torch.ops, namespace), f"{name}_backward").default
 
     def setup_context(ctx, inputs, output):
         s = spec_of()
@@ -113,7 +113,7 @@ def register_autograd(name: str, spec_of) -> None:
                 out.append(None)
         return (*out, *([None] * (len(s.attrs) + len(ctx.rest))))
 
-    torch.library.register_autograd(f"workbench::{name}", backward, setup_context=setup_context)
+    torch.library.register_autograd(f"{namespace}::{name}", backward, setup_context=setup_context)
 
     def setup_backward_context(ctx, inputs, output):
         s = spec_of()
@@ -130,5 +130,5 @@ def register_autograd(name: str, spec_of) -> None:
             eager_double_backward(s, upstream, grads, inputs, attrs)
         return (*got, *([None] * (len(s.attrs) + ctx.n_rest)))
 
-    torch.library.register_autograd(f"workbench::{name}_backward", backward_of_backward,
+    torch.library.register_autograd(f"{namespace}::{name}_backward", backward_of_backward,
                                     setup_context=setup_backward_context)

@@ -13,7 +13,9 @@
 # bit-identical run to run. Long rows: a first pass stores each of the program's rows' r and
 # mean(g * x), then chunk by chunk it writes dx and its partials (x and dy read twice).
 # The workbench registers forward and backward with torch.library.triton_op: torch.compile sees
-# these kernels (no graph break) and autograd calls the backward.
+# these kernels (no graph break) and autograd calls the backward. rstd is cast to float32 where it
+# is computed: under torch.compile, inductor passes eps as a float64 scalar, which would otherwise
+# promote the row math (and the dweight registers) to float64.
 import math
 
 import torch
@@ -49,7 +51,7 @@ def _forward_kernel(x_ptr, w_ptr, y_ptr, h, eps, BLOCK: tl.constexpr, LOOP: tl.c
         for start in range(0, h, BLOCK):
             x = tl.load(x_row + start + cols, mask=start + cols < h, other=0.0).to(tl.float32)
             sq += x * x
-        r = tl.rsqrt(tl.sum(sq, axis=0) / h + eps)
+        r = tl.rsqrt(tl.sum(sq, axis=0) / h + eps).to(tl.float32)
         for start in range(0, h, BLOCK):
             mask = start + cols < h
             x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
@@ -59,7 +61,7 @@ def _forward_kernel(x_ptr, w_ptr, y_ptr, h, eps, BLOCK: tl.constexpr, LOOP: tl.c
         mask = cols < h
         x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
         w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        r = tl.rsqrt(tl.sum(x * x, axis=0) / h + eps)
+        r = tl.rsqrt(tl.sum(x * x, axis=0) / h + eps).to(tl.float32)
         tl.store(y_row + cols, (x * r * w).to(y_ptr.dtype.element_ty), mask=mask)
 
 
@@ -82,7 +84,7 @@ def _backward_kernel(dy_ptr, x_ptr, w_ptr, dx_ptr, partial_ptr, stats_ptr, rows,
                 w = tl.load(w_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
                 sq += x * x
                 gx += dy * w * x
-            tl.store(stats_ptr + 2 * row, tl.rsqrt(tl.sum(sq, axis=0) / h + eps))
+            tl.store(stats_ptr + 2 * row, tl.rsqrt(tl.sum(sq, axis=0) / h + eps).to(tl.float32))
             tl.store(stats_ptr + 2 * row + 1, tl.sum(gx, axis=0) / h)
         # Pass 2, chunk by chunk: dx of every row of this program, and their dweight partial sums.
         for start in range(0, h, BLOCK):
@@ -107,7 +109,7 @@ def _backward_kernel(dy_ptr, x_ptr, w_ptr, dx_ptr, partial_ptr, stats_ptr, rows,
             base = tl.cast(row, tl.int64) * h
             x = tl.load(x_ptr + base + cols, mask=mask, other=0.0).to(tl.float32)
             dy = tl.load(dy_ptr + base + cols, mask=mask, other=0.0).to(tl.float32)
-            r = tl.rsqrt(tl.sum(x * x, axis=0) / h + eps)
+            r = tl.rsqrt(tl.sum(x * x, axis=0) / h + eps).to(tl.float32)
             g = dy * w
             c = tl.sum(g * x, axis=0) / h
             dx = r * g - x * (r * r * r) * c
