@@ -161,7 +161,7 @@ def _timed_call(kind_fn, spec, inputs, attrs: dict, direction: str, gen: torch.G
     return lambda: torch.autograd.grad(as_tuple(fn(*leaves, **attrs)), wanted, grads)
 
 
-def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=BASELINES,
+def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=None,
           directions=("fwd",), *, attrs: dict | None = None, device=None, budget_s: float = 1.0,
           target_rse: float = 0.01, save: bool = False, results_path=None, isolate: bool = False) -> BenchResult:
     """Time variants of `op` against its baselines (eager, torch.compile, and the spec's own) over a
@@ -172,7 +172,9 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=B
     op's attributes (default: the spec's first sample). device: "cuda" if a GPU is visible, else
     "cpu" (CPU variants, CPU timers). isolate=True runs the sweep in a child process (a faulting
     kernel cannot take this one down). Returns a BenchResult (.table() .frame() .figure() .plot()
-    .save())."""
+    .save()). baselines: names (default: every baseline the op has, baselines_of(spec))."""
+    if baselines is None:
+        baselines = baselines_of(registry.spec(op))
     if isolate:
         return _bench_isolated(op, variants, dict(
             dtypes=list(dtypes), shapes=[list(s) for s in shapes] if shapes else None, baselines=list(baselines),

@@ -217,8 +217,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--variants", nargs="+", help="default: every variant that runs on this device")
     s.add_argument("--dtypes", nargs="+", choices=DTYPE_NAMES)
     s.add_argument("--shapes", nargs="+", type=_shape, help="e.g. 4096x4096 16384x16384")
-    s.add_argument("--baselines", nargs="*", default=["eager", "compile"],
-                   help="eager, compile, and any the op's spec adds (default: eager compile)")
+    s.add_argument("--baselines", nargs="*", default=None,
+                   help="eager, compile, and any the op's spec adds (default: all of them)")
     s.add_argument("--directions", nargs="+", default=["fwd"], choices=["fwd", "bwd", "fwd+bwd"])
     s.add_argument("--budget", type=float, default=1.0, help="seconds of sampling per row at most")
     s.add_argument("--results", help="JSONL file to append to (default results/bench.jsonl)")
