@@ -5,6 +5,7 @@ provenance and go to results/ (workbench.results); plots come from workbench.plo
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 from dataclasses import dataclass, field
@@ -37,8 +38,12 @@ class BenchResult:
     def table(self) -> str:
         """Medians, spread, GB/s, % of the copy ceiling and speedups, one line per row."""
         w = max([10] + [len(str(r["variant"])) for r in self.rows])  # ladder rungs have long names
+        # Compute-bound rows (matmul) show TFLOP/s and % of the matmul ceiling in those columns.
+        compute = any("pct_of_matmul_ceiling" in r for r in self.rows)
+        rate, pct = ("TFLOPs", "pct_of_matmul_ceiling") if compute else ("GBps", "pct_of_ceiling")
         head = (f"{'direction':9s} {'dtype':9s} {'shape':>12s} {'provider':{w}s} {'median ms':>10s} "
-                f"{'p20-p80 ms':>17s} {'GB/s':>8s} {'%ceil':>6s} {'x eager':>8s} {'x compile':>9s}")
+                f"{'p20-p80 ms':>17s} {'TFLOP/s' if compute else 'GB/s':>8s} {'%peak' if compute else '%ceil':>6s} "
+                f"{'x eager':>8s} {'x compile':>9s}")
         lines = [head, "-" * len(head)]
         for r in self.rows:
             def f(v, spec):
@@ -46,7 +51,7 @@ class BenchResult:
             lines.append(
                 f"{r['direction']:9s} {r['dtype']:9s} {r['shape']:>12s} {r['variant']:{w}s} "
                 f"{f(r['median_ms'], '10.4f')} {f(r['p20_ms'], '8.4f')}-{f(r['p80_ms'], '<8.4f')} "
-                f"{f(r['GBps'], '8.1f')} {f(r['pct_of_ceiling'], '6.1f')} "
+                f"{f(r.get(rate, math.nan), '8.1f')} {f(r.get(pct, math.nan), '6.1f')} "
                 f"{f(r['speedup_vs_eager'], '8.2f')} {f(r['speedup_vs_compile'], '9.2f')}")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -144,6 +149,18 @@ def _providers(op: str, spec, names: list[str], baselines, device: torch.device,
     return out
 
 
+@contextlib.contextmanager
+def _tf32_off(active: bool):
+    """float32 matmuls on CUDA cores inside (cuBLAS may not use TF32 tensor cores), restored after."""
+    was = torch.backends.cuda.matmul.allow_tf32
+    if active:
+        torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = was
+
+
 def _timed_call(kind_fn, spec, inputs, attrs: dict, direction: str, gen: torch.Generator):
     """A zero-argument callable doing one `direction` step, with its inputs prepared outside."""
     _, fn = kind_fn
@@ -211,6 +228,14 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
         result.notes.append("no GPU visible: CPU variants timed on the CPU; no copy ceiling")
     ceiling = timing.copy_bandwidth_gbps(device, cache_dir=config.cache_dir())["copy_GBps"] \
         if device.type == "cuda" else math.nan
+    # A compute-bound op is measured in TFLOP/s against the device's own cuBLAS matmul rate for
+    # the dtype, with TF32 off (float32 on CUDA cores, for kernels and cuBLAS alike).
+    compute = spec.compute_bound and device.type == "cuda"
+    peaks = {d: timing.matmul_ceiling_tflops(device, d, cache_dir=config.cache_dir())["TFLOPs"]
+             for d in dtypes} if compute else {}
+    if compute:
+        result.notes.append("compute-bound: TFLOP/s against cuBLAS's own rate at 8192^3 per dtype (%peak); "
+                            "float32 with TF32 off (torch.backends.cuda.matmul.allow_tf32 = False)")
     prov = results.provenance(config.REPO_ROOT, __version__)
     gen = torch.Generator(device=device)
     gen.manual_seed(0)
@@ -219,46 +244,50 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     providers = {dname: _providers(op, spec, names, baselines, device, dname) for dname in dtypes}
     total = sum(len(p) for p in providers.values()) * len(shapes) * len(directions)
     done = 0
-    for dname, provs in providers.items():
-        skipped = [n for n in names if n not in provs]
-        if skipped:
-            result.notes.append(f"{dname}: skipped {', '.join(skipped)} (not for {device.type} {dname})")
-        for shape in shapes:
-            inputs = spec.new_inputs(shape, dname, device, gen)
-            numel = inputs[0].numel()
-            for direction in directions:
-                group = []
-                for name, kind_fn in provs.items():
-                    done += 1
-                    if direction != "fwd" and kind_fn[0] == "variant" and "backward" not in kind_fn[1].steps:
-                        note = f"{dname} {direction}: skipped {name} (a forward-only variant)"
-                        if note not in result.notes:
-                            result.notes.append(note)
-                        continue
-                    _progress(done, total, f"{op} {direction} {dname} {spec.label(shape)} {name}")
-                    call = _timed_call(kind_fn, spec, inputs, attrs, direction, gen)
-                    if device.type == "cuda":
-                        m = timing.time_cuda(call, **stop)
-                        peak = timing.peak_memory_bytes(call, device)
-                    else:
-                        m = timing.time_cpu(call, **stop)
-                        peak = -1
-                    nbytes = spec.bytes(shape, dname, direction)
-                    flops = spec.flop_count(shape, direction)
-                    gbps = nbytes / (m.median_ms * 1e-3) / 1e9
-                    group.append(dict(prov, op=op, variant=name, kind=kind_fn[0], dtype=dname,
-                                      shape=spec.label(shape), numel=numel, direction=direction,
-                                      median_ms=m.median_ms, p20_ms=m.p20_ms, p80_ms=m.p80_ms,
-                                      n_samples=m.n_samples, rel_std_err=m.rel_std_err, method=m.method,
-                                      bytes=nbytes, flops=flops, GBps=gbps,
-                                      TFLOPs=flops / (m.median_ms * 1e-3) / 1e12,
-                                      pct_of_ceiling=100 * gbps / ceiling, ceiling_GBps=ceiling,
-                                      peak_mem_bytes=peak, attrs=dict(attrs)))
-                base = {r["variant"]: r["median_ms"] for r in group}
-                for r in group:
-                    r["speedup_vs_eager"] = base["eager"] / r["median_ms"] if "eager" in base else math.nan
-                    r["speedup_vs_compile"] = base["compile"] / r["median_ms"] if "compile" in base else math.nan
-                result.rows.extend(group)
+    with _tf32_off(compute):
+        for dname, provs in providers.items():
+            skipped = [n for n in names if n not in provs]
+            if skipped:
+                result.notes.append(f"{dname}: skipped {', '.join(skipped)} (not for {device.type} {dname})")
+            for shape in shapes:
+                inputs = spec.new_inputs(shape, dname, device, gen)
+                numel = inputs[0].numel()
+                for direction in directions:
+                    group = []
+                    for name, kind_fn in provs.items():
+                        done += 1
+                        if direction != "fwd" and kind_fn[0] == "variant" and "backward" not in kind_fn[1].steps:
+                            note = f"{dname} {direction}: skipped {name} (a forward-only variant)"
+                            if note not in result.notes:
+                                result.notes.append(note)
+                            continue
+                        _progress(done, total, f"{op} {direction} {dname} {spec.label(shape)} {name}")
+                        call = _timed_call(kind_fn, spec, inputs, attrs, direction, gen)
+                        if device.type == "cuda":
+                            m = timing.time_cuda(call, **stop)
+                            peak = timing.peak_memory_bytes(call, device)
+                        else:
+                            m = timing.time_cpu(call, **stop)
+                            peak = -1
+                        nbytes = spec.bytes(shape, dname, direction)
+                        flops = spec.flop_count(shape, direction)
+                        gbps = nbytes / (m.median_ms * 1e-3) / 1e9
+                        group.append(dict(prov, op=op, variant=name, kind=kind_fn[0], dtype=dname,
+                                          shape=spec.label(shape), numel=numel, direction=direction,
+                                          median_ms=m.median_ms, p20_ms=m.p20_ms, p80_ms=m.p80_ms,
+                                          n_samples=m.n_samples, rel_std_err=m.rel_std_err, method=m.method,
+                                          bytes=nbytes, flops=flops, GBps=gbps,
+                                          TFLOPs=flops / (m.median_ms * 1e-3) / 1e12,
+                                          pct_of_ceiling=100 * gbps / ceiling, ceiling_GBps=ceiling,
+                                          peak_mem_bytes=peak, attrs=dict(attrs)))
+                        if compute:
+                            group[-1].update(matmul_ceiling_TFLOPs=peaks[dname],
+                                             pct_of_matmul_ceiling=100 * group[-1]["TFLOPs"] / peaks[dname])
+                    base = {r["variant"]: r["median_ms"] for r in group}
+                    for r in group:
+                        r["speedup_vs_eager"] = base["eager"] / r["median_ms"] if "eager" in base else math.nan
+                        r["speedup_vs_compile"] = base["compile"] / r["median_ms"] if "compile" in base else math.nan
+                    result.rows.extend(group)
     if save:
         result.save(results_path)
     return result

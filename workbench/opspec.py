@@ -176,6 +176,9 @@ class OpSpec:
     # directions the GPU script benchmarks (default: fwd, and bwd where the op has one); an op whose
     # eager backward is a view (reduce_sum's: dy expanded, no kernel) leaves bwd out: nothing to time
     bench_directions: tuple[str, ...] | None = None
+    # True for an op whose FLOPs, not bytes, decide its speed (matmul): the benchmark reports
+    # TFLOP/s against the device's cuBLAS rate per dtype (TF32 off) beside GB/s
+    compute_bound: bool = False
 
     def __post_init__(self):
         names = [t.name for t in self.inputs] + [a.name for a in self.attrs]

@@ -478,3 +478,50 @@ def copy_bandwidth_gbps(
     tmp.write_text(json.dumps(result, indent=2) + "\n")
     os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new, never half
     return result
+
+
+MATMUL_CEILING_SIZE = 8192
+
+
+def matmul_ceiling_tflops(
+    device: Any = None, dtype: str = "float32", *, cache_dir: pathlib.Path, refresh: bool = False
+) -> dict[str, Any]:
+    """The device's own matmul throughput (TFLOP/s) for `dtype`: cuBLAS (torch.matmul) on square
+    MATMUL_CEILING_SIZE^3 operands, float32 with TF32 off (CUDA cores, the ceiling a float32
+    kernel on CUDA cores is measured against). Measured once per GPU model and dtype, cached in
+    ``cache_dir/ceilings/<device name>-matmul-<dtype>.json`` like the copy ceiling."""
+    torch = _require_cuda("matmul_ceiling_tflops")
+    dev = _resolve_cuda_device(torch, device)
+    name = torch.cuda.get_device_name(dev)
+    path = pathlib.Path(cache_dir) / "ceilings" / f"{_sanitize(name)}-matmul-{dtype}.json"
+    if not refresh and path.is_file():
+        try:
+            cached = json.loads(path.read_text())
+            if cached.get("device_name") == name and isinstance(cached.get("TFLOPs"), (int, float)):
+                return cached
+        except (OSError, ValueError, AttributeError):
+            pass
+    n = MATMUL_CEILING_SIZE
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        with torch.cuda.device(dev):
+            a = torch.randn(n, n, device=dev).to(getattr(torch, dtype))
+            b = torch.randn(n, n, device=dev).to(getattr(torch, dtype))
+            m = time_cuda(lambda: torch.matmul(a, b), flush_l2=False, use_graph=False)
+            a = b = None
+            torch.cuda.empty_cache()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    result: dict[str, Any] = {
+        "device_name": name, "dtype": dtype, "size": n, "tf32": False,
+        "TFLOPs": 2 * n**3 / (m.median_ms * 1e-3) / 1e12,
+        "driver_version": driver_version(), "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda or "", "measurement": m.to_dict(),
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    os.replace(tmp, path)
+    return result
