@@ -313,7 +313,8 @@ def plot_all(rows: list[Row], out_dir: pathlib.Path) -> list[pathlib.Path]:
     ``..._speedup_vs_compile.png`` when that baseline was run, and ``..._bandwidth.png`` when
     bandwidth is known; ``..._ladder.png`` when the op's spec declares a ladder and two or more of
     its rungs have rows at some size (drawn at the largest such size). "fwd+bwd" is written
-    "fwdbwd" in file names.
+    "fwdbwd" in file names. ``roofline_fwd.png`` (and ``roofline_fwdbwd.png``): every op's best
+    variant per dtype by arithmetic intensity and TFLOP/s (workbench/roofline.py).
     """
     out_dir = pathlib.Path(out_dir)
     paths: list[pathlib.Path] = []
@@ -330,6 +331,12 @@ def plot_all(rows: list[Row], out_dir: pathlib.Path) -> list[pathlib.Path]:
             fig, ax = _new_figure(_LADDER_SIZE)
             _draw_ladder(ax, sel, op=op, dtype=dtype, direction=direction, ladder=ladders[op])
             paths.append(_save(fig, out_dir / f"{stem}_ladder.png"))
+    from . import roofline
+    for direction in ("fwd", "fwd+bwd"):  # every op's best variant per dtype under the measured roofs
+        if roofline.points(rows, direction=direction):
+            fig, ax = _new_figure((9.0, 6.0))
+            roofline.draw(ax, rows, direction=direction)
+            paths.append(_save(fig, out_dir / f"roofline_{_token(direction)}.png"))
     return paths
 
 
