@@ -1,0 +1,141 @@
+// tensor_core: rung 8, fp16 and bf16 on the tensor cores. Over warptile (a block tile cut into
+// warp tiles, each thread holding a piece of its warp's outputs in registers): the products are
+// done by mma.sync.m16n8k16 (a warp multiplies a 16 x 16 tile of A by a 16 x 8 tile of B in one
+// instruction, products summed in float), with the operands in 16 bits:
+// - a 128 x 128 block tile, BK = 32, 8 warps as 2 x 4 warp tiles of 64 x 32 (4 x 4 mma tiles, 64
+//   float accumulators per thread); outputs rounded once to fp16/bf16 at the end;
+// - tiles kept in shared memory as they lie in global memory (rows padded by 16 bytes, so the 8
+//   row addresses of each ldmatrix phase fall in 8 different bank groups); ldmatrix loads the
+//   mma fragments, with .trans where the tile runs the other way (a transposed A, a B as stored):
+//   no transposition in the copy, so the backward's N/T and T/N GEMMs cost what the forward does;
+// - global -> shared by cp.async, 16 bytes (8 values) per copy, two stages: tile t + 1 is in
+//   flight while tile t is multiplied; the copies of a tile past the matrix's edge read nothing
+//   and fill zeros;
+// - blocks ordered in groups of 8 tile rows (matmul::block_tile), so the blocks resident at once
+//   share their rows of A and columns of B in L2.
+// Route: cp.async needs every row of A, B and C to be whole, aligned 16-byte vectors (leading
+// dimensions and contiguous extents multiples of 8: matmul::vector_route<8>); otherwise the same
+// kernel stages its tiles one value at a time through registers. Tails past m, n, k are zeros in
+// and nothing out in both routes: any size. Float accumulation in a fixed order: deterministic.
+// Needs sm_80+ (ptx.cuh).
+// Predicted: siboehm's ladder stops at warptile (93.7% of cuBLAS's float32 GEMM on an A6000);
+// tensor cores give the H100 ~15x the float32 CUDA-core peak in bf16, but mma.sync reaches about
+// two thirds of what Hopper's wgmma (cuBLAS's path) does and this kernel has neither its deeper
+// pipeline nor TMA: expect ~40-60% of cuBLAS's bf16 GEMM at 4096^3, several times warptile.
+// Measured: (pending the GPU run)
+#include "gemm.cuh"
+#include "ptx.cuh"
+
+namespace {
+
+constexpr int BM = 128, BN = 128, BK = 32;   // block tile
+constexpr int WM = 64, WN = 32;              // warp tile
+constexpr int MT = WM / 16, NT = WN / 8;     // mma tiles per warp: 4 x 4
+constexpr int kThreads = 32 * (BM / WM) * (BN / WN);  // 256
+constexpr int kPad = 8;                      // 16 bytes of 16-bit values per row
+constexpr int kGroup = 8;                    // tile rows per group of blocks
+
+// An operand's tile in shared memory: laid out as in global memory (element (kk, x) at
+// kk * SK + x * SX, contiguous along x when X_CONTIG), rows padded.
+template <int BX, bool X_CONTIG>
+struct Smem {
+  static constexpr int SK = X_CONTIG ? BX + kPad : 1, SX = X_CONTIG ? 1 : BK + kPad;
+  static constexpr int kSize = X_CONTIG ? BK * (BX + kPad) : BX * (BK + kPad);
+};
+
+// The row address this lane gives ldmatrix_x4 for the 16 x 16 (k x x) block at (kk, x) of a tile:
+// matrix i of the four is the 8 x 8 quarter at k + 8 * (i / 2) (A's order: a0..a3 of mma.sync) or
+// k + 8 * (i % 2) (B's order: b0, b1 of two 8-wide tiles), x + 8 * (the other bit of i). A tile
+// contiguous along x is read in transposed rows (ldmatrix .trans).
+template <int BX, bool X_CONTIG, bool A_ORDER, typename T>
+__device__ __forceinline__ const T* fragment_row(const T* s, int kk, int x, int lane) {
+  using S = Smem<BX, X_CONTIG>;
+  const int i = lane / 8, r = lane % 8;
+  const int k_half = A_ORDER ? i / 2 : i % 2, x_half = A_ORDER ? i % 2 : i / 2;
+  // a lane names a row of its matrix: along x for a tile contiguous in k, along k otherwise
+  return X_CONTIG ? s + (kk + 8 * k_half + r) * S::SK + (x + 8 * x_half) * S::SX
+                  : s + (kk + 8 * k_half) * S::SK + (x + 8 * x_half + r) * S::SX;
+}
+
+template <typename T, bool TA, bool TB, bool ASYNC>
+__global__ void __launch_bounds__(kThreads) tensor_core_kernel(matmul::Gemm<T> g, int64_t tiles_m, int64_t tiles_n) {
+  using SA = Smem<BM, TA>;   // A: x along m, contiguous along m when transposed
+  using SB = Smem<BN, !TB>;  // B: x along n, contiguous along n as stored
+  constexpr int V = ASYNC ? 8 : 1;
+  __shared__ __align__(16) T sa[2][SA::kSize];
+  __shared__ __align__(16) T sb[2][SB::kSize];
+  int64_t row0, col0;
+  matmul::block_tile<BM, BN, kGroup>(tiles_m, tiles_n, &row0, &col0);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int wm0 = warp / (BN / WN) * WM, wn0 = warp % (BN / WN) * WN;  // the warp tile in the block tile
+  const matmul::TileLoader<T, BK, BM, kThreads, V, TA, SA::SK, SA::SX> load_a(g.a, g.lda, row0, g.m, tid);
+  const matmul::TileLoader<T, BK, BN, kThreads, V, !TB, SB::SK, SB::SX> load_b(g.b, g.ldb, col0, g.n, tid);
+  auto stage = [&](int64_t k0, int s) {
+    if constexpr (ASYNC) {
+      const auto copy = [](T* dst, const T* src, bool in) { matmul::ptx::cp_async_16(dst, src, in ? 16 : 0); };
+      load_a.for_each(k0, g.k, sa[s], copy);
+      load_b.for_each(k0, g.k, sb[s], copy);
+    } else {
+      load_a.load(k0, g.k, sa[s]);
+      load_b.load(k0, g.k, sb[s]);
+    }
+    matmul::ptx::cp_async_commit();
+  };
+
+  float acc[MT][NT][4] = {};
+  const int64_t k_tiles = (g.k + BK - 1) / BK;
+  stage(0, 0);
+  for (int64_t t = 0; t < k_tiles; ++t) {
+    const int s = static_cast<int>(t & 1);
+    if (t + 1 < k_tiles) stage((t + 1) * BK, s ^ 1);
+    else matmul::ptx::cp_async_commit();  // an empty group keeps the count below uniform
+    matmul::ptx::cp_async_wait<1>();      // all but the newest group have landed: tile t
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      uint32_t af[MT][4], bf[NT][2];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        matmul::ptx::ldmatrix_x4<TA>(af[mt], fragment_row<BM, TA, true>(sa[s], kk, wm0 + mt * 16, lane));
+#pragma unroll
+      for (int nt = 0; nt < NT; nt += 2) {
+        uint32_t r[4];
+        matmul::ptx::ldmatrix_x4<!TB>(r, fragment_row<BN, !TB, false>(sb[s], kk, wn0 + nt * 8, lane));
+        bf[nt][0] = r[0], bf[nt][1] = r[1], bf[nt + 1][0] = r[2], bf[nt + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) matmul::ptx::mma_16816<T>(acc[mt][nt], af[mt], bf[nt]);
+    }
+    __syncthreads();  // everyone is done with stage s before tile t + 2 is copied into it
+  }
+  // Lane (g, t) holds D[g][2t, 2t + 1] and D[g + 8][2t, 2t + 1] of each 16 x 8 mma tile.
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        matmul::store_run<2, ASYNC ? 2 : 1>(g, row0 + wm0 + mt * 16 + lane / 4 + 8 * h,
+                                            col0 + wn0 + nt * 8 + lane % 4 * 2, &acc[mt][nt][2 * h]);
+}
+
+struct Rung {
+  static constexpr unsigned kDtypes = WB_F16 | WB_BF16;
+  template <typename T, bool TA, bool TB>
+  static int gemm(const matmul::Gemm<T>& g, cudaStream_t s) {
+    const int64_t tm = matmul::tiles(g.m, BM), tn = matmul::tiles(g.n, BN);
+    return matmul::vector_route<8, TA, TB>(g)
+               ? matmul::launch(tensor_core_kernel<T, TA, TB, true>, tm * tn, dim3(kThreads), s, g, tm, tn)
+               : matmul::launch(tensor_core_kernel<T, TA, TB, false>, tm * tn, dim3(kThreads), s, g, tm, tn);
+  }
+};
+
+}  // namespace
+
+WB_EXPORT_VARIANT(matmul, WB_DEVICE_CUDA, WB_F16 | WB_BF16,
+                  "rung 8: tensor cores (mma.sync m16n8k16, float accumulation), 128 x 128 x 32 block tile, "
+                  "64 x 32 warp tiles, ldmatrix fragments, two-stage cp.async; one value at a time through "
+                  "registers where rows are not whole aligned 16-byte vectors; fp16 and bf16",
+                  matmul::Variant<Rung>::launchers, wb_cuda_status_string)
