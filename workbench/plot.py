@@ -334,7 +334,7 @@ def plot_all(rows: list[Row], out_dir: pathlib.Path) -> list[pathlib.Path]:
     from . import roofline
     for direction in ("fwd", "fwd+bwd"):  # every op's best variant per dtype under the measured roofs
         if roofline.points(rows, direction=direction):
-            fig, ax = _new_figure((9.0, 6.0))
+            fig, ax = _new_figure((12.0, 6.0))
             roofline.draw(ax, rows, direction=direction)
             paths.append(_save(fig, out_dir / f"roofline_{_token(direction)}.png"))
     return paths

@@ -82,7 +82,7 @@ def draw(ax, rows: list[Row], *, ops=None, direction: str = "fwd", every: bool =
     ax.set_ylabel("achieved TFLOP/s")
     ax.set_title(f"roofline ({direction})")
     ax.grid(True, which="both", alpha=0.25)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: no point hidden
     return pts
 
 
@@ -90,7 +90,7 @@ def figure(rows: list[Row], **kw):
     """The roofline as a Figure (displayed inline by a notebook cell that ends with it)."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(9, 6), layout="constrained")
+    fig = Figure(figsize=(12, 6), layout="constrained")
     draw(fig.add_subplot(), rows, **kw)
     return fig
 
