@@ -235,7 +235,7 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
              for d in dtypes} if compute else {}
     if compute:
         result.notes.append("compute-bound: TFLOP/s against cuBLAS's own rate at 8192^3 per dtype (%peak); "
-                            "float32 with TF32 off (torch.backends.cuda.matmul.allow_tf32 = False)")
+                            "float32 with TF32 off (allow_tf32 = False)")
     prov = results.provenance(config.REPO_ROOT, __version__)
     gen = torch.Generator(device=device)
     gen.manual_seed(0)

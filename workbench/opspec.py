@@ -215,24 +215,19 @@ class OpSpec:
     def size_pattern(self) -> DimPattern:
         return DimPattern.parse(self.size or self.inputs[0].dims)
 
-    def schema(self, *, name: str | None = None, variant: bool = True) -> str:
-        """The forward's schema. name: the op's name in it ("" leaves it out: torch.library.custom_op's
-        form); variant=False leaves out `str variant` (a Python variant's own ops serve one build)."""
+    def schema(self) -> str:
         args = [f"Tensor {t.name}" for t in self.inputs] + [f"{_KINDS[a.kind]} {a.name}" for a in self.attrs]
         rets = "Tensor" if len(self.outputs) == 1 else "(" + ", ".join("Tensor" for _ in self.outputs) + ")"
-        args += ["str variant"] if variant else []
-        return f"{self.name if name is None else name}({', '.join(args)}) -> {rets}"
+        return f"{self.name}({', '.join(args + ['str variant'])}) -> {rets}"
 
-    def backward_schema(self, *, name: str | None = None, variant: bool = True) -> str | None:
-        """The backward's schema (None: nothing is differentiable); name and variant as for schema()."""
+    def backward_schema(self) -> str | None:
         diff = self.differentiable
         if not diff:
             return None
         args = ([f"Tensor grad_{o.name}" for o in self.outputs] + [f"Tensor {t.name}" for t in self.inputs]
                 + [f"{_KINDS[a.kind]} {a.name}" for a in self.attrs])
         rets = "Tensor" if len(diff) == 1 else "(" + ", ".join("Tensor" for _ in diff) + ")"
-        args += ["str variant"] if variant else []
-        return f"{self.name + '_backward' if name is None else name}({', '.join(args)}) -> {rets}"
+        return f"{self.name}_backward({', '.join(args + ['str variant'])}) -> {rets}"
 
     def declaration(self) -> str:
         """What the C++ harness is told (bindings/harness/op_decl.h): tab-separated lines."""

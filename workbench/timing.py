@@ -489,11 +489,11 @@ def matmul_ceiling_tflops(
     """The device's own matmul throughput (TFLOP/s) for `dtype`: cuBLAS (torch.matmul) on square
     MATMUL_CEILING_SIZE^3 operands, float32 with TF32 off (CUDA cores, the ceiling a float32
     kernel on CUDA cores is measured against). Measured once per GPU model and dtype, cached in
-    ``cache_dir/ceilings/<device name>-matmul-<dtype>.json`` like the copy ceiling."""
+    ``cache_dir/ceilings/<device name>-gemm-<dtype>.json`` like the copy ceiling."""
     torch = _require_cuda("matmul_ceiling_tflops")
     dev = _resolve_cuda_device(torch, device)
     name = torch.cuda.get_device_name(dev)
-    path = pathlib.Path(cache_dir) / "ceilings" / f"{_sanitize(name)}-matmul-{dtype}.json"
+    path = pathlib.Path(cache_dir) / "ceilings" / f"{_sanitize(name)}-gemm-{dtype}.json"
     if not refresh and path.is_file():
         try:
             cached = json.loads(path.read_text())
