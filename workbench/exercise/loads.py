@@ -1,6 +1,7 @@
 """The exercise's optional counter rule, [global_loads] in exercise.toml: how many bytes one call's
 global load instructions may ask for, measured on the GPU by Nsight Compute (workbench/ncu.py) and
-counted at L1, so a second read that hits in L2 still counts. Parsed by registration.py, checked by check()."""
+counted at L1, so a second read that hits in L2 still counts. Parsed by registration.py, checked
+by check()."""
 from __future__ import annotations
 
 import math
@@ -33,7 +34,6 @@ class GlobalLoads:
     def reads_text(self) -> str:
         return " + ".join(f"{name}" if c == 1 else f"{name} once per row" if c == "rows" else f"{c} x {name}"
                           for name, c in self.reads)
-
 
 
 def check(ex, kernel) -> Check:
