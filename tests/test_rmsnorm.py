@@ -154,3 +154,12 @@ def test_gpu_dweight_is_bitwise_repeatable(variant):
         for _ in range(3):
             again = k.backward(dy, x, w)
             assert all(torch.equal(a, b) for a, b in zip(first, again)), (variant, rows, h)
+
+
+def test_the_compiled_formula_backward_is_timed_on_cpu():
+    """torch.compile's backward donates its buffers on CPU, which refuses the repeated backward the
+    bwd timing replays; the benchmark turns donation off (it raised before)."""
+    r = wb.bench("rmsnorm", variants=["cpu"], shapes=[(64, 256)], directions=["bwd"], baselines=["compile"],
+                 budget_s=0.05)
+    compiled = [row for row in r.rows if row["variant"] == "compile"]
+    assert compiled and all(row["median_ms"] > 0 for row in compiled)

@@ -161,6 +161,16 @@ def _tf32_off(active: bool):
         torch.backends.cuda.matmul.allow_tf32 = was
 
 
+def _no_donated_buffers():
+    """torch.compile's backward may donate its saved buffers, which forbids retain_graph=True; the
+    bwd timing replays one graph's backward many times (retain_graph=True), so donation is off
+    inside the benchmark (CPU inductor donated them for rmsnorm's formula and refused)."""
+    config = getattr(torch._functorch, "config", None)
+    if config is None or not hasattr(config, "donated_buffer"):
+        return contextlib.nullcontext()
+    return config.patch(donated_buffer=False)
+
+
 def _timed_call(kind_fn, spec, inputs, attrs: dict, direction: str, gen: torch.Generator):
     """A zero-argument callable doing one `direction` step, with its inputs prepared outside."""
     _, fn = kind_fn
@@ -244,7 +254,7 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     providers = {dname: _providers(op, spec, names, baselines, device, dname) for dname in dtypes}
     total = sum(len(p) for p in providers.values()) * len(shapes) * len(directions)
     done = 0
-    with _tf32_off(compute):
+    with _tf32_off(compute), _no_donated_buffers():
         for dname, provs in providers.items():
             skipped = [n for n in names if n not in provs]
             if skipped:
