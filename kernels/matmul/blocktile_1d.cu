@@ -8,7 +8,8 @@
 // Tails: zeros past m, n, k; outputs past m or n are not stored; any size.
 // Predicted: siboehm measured 8474.7 GFLOP/s, 36.5% of cuBLAS (from 12.8%) on an A6000 at 4096^3,
 // 2.8x over smem_tiling. Expect ~2-3x.
-// Measured: (pending the GPU run)
+// Measured (results/gpu/2b4b1ce, H100, fp32 fwd, cuBLAS with TF32 off): 4096^3 11.35 ms, 12.1 TFLOP/s,
+// 0.24x cuBLAS, 1.87x smem_tiling; 8192^3 90.11 ms, 12.2 TFLOP/s, 0.24x cuBLAS, 1.86x smem_tiling.
 #include "gemm.cuh"
 
 namespace {

@@ -8,7 +8,8 @@
 // there the warp's loads of B are the strided ones: this rung coalesces the forward's layout.
 // Predicted: siboehm measured 1986.5 GFLOP/s, 8.5% of cuBLAS (from 1.3%) on an A6000 at 4096^3,
 // 6.4x over naive; expect ~5-7x over naive on the forward.
-// Measured: (pending the GPU run)
+// Measured (results/gpu/2b4b1ce, H100, fp32 fwd, cuBLAS with TF32 off): 4096^3 26.01 ms, 5.3 TFLOP/s,
+// 0.10x cuBLAS, 10.57x naive; 8192^3 227.08 ms, 4.8 TFLOP/s, 0.09x cuBLAS, 9.56x naive.
 #include "gemm.cuh"
 
 namespace {

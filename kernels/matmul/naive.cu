@@ -9,7 +9,8 @@
 // the same addressing (matmul::op_at), no copies.
 // Predicted: siboehm measured 309 GFLOP/s, 1.3% of cuBLAS, on an A6000 at 4096^3; expect about
 // the same share of cuBLAS's float32 GEMM here: the memory system, not arithmetic, limits it.
-// Measured: (pending the GPU run)
+// Measured (results/gpu/2b4b1ce, H100, fp32 fwd, cuBLAS with TF32 off): 4096^3 275.01 ms, 0.5 TFLOP/s,
+// 0.01x cuBLAS; 8192^3 2170.17 ms, 0.5 TFLOP/s, 0.01x cuBLAS.
 #include "gemm.cuh"
 
 namespace {

@@ -9,7 +9,8 @@
 // Predicted: siboehm measured 2980.3 GFLOP/s, 12.8% of cuBLAS (from 8.5%) on an A6000 at 4096^3,
 // 1.5x over coalesced: a thread still issues two shared loads per multiply-add, so shared-memory
 // bandwidth now caps it. Expect ~1.3-2x over coalesced.
-// Measured: (pending the GPU run)
+// Measured (results/gpu/2b4b1ce, H100, fp32 fwd, cuBLAS with TF32 off): 4096^3 21.22 ms, 6.5 TFLOP/s,
+// 0.13x cuBLAS, 1.23x coalesced; 8192^3 167.20 ms, 6.6 TFLOP/s, 0.13x cuBLAS, 1.36x coalesced.
 #include "gemm.cuh"
 
 namespace {

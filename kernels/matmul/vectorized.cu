@@ -16,7 +16,8 @@
 // predicated (zeros in, nothing out) in both routes: any size.
 // Predicted: siboehm measured 18237.3 GFLOP/s, 78.4% of cuBLAS (from 68.7%) on an A6000 at
 // 4096^3, 1.14x over blocktile_2d. Expect ~1.1-1.2x.
-// Measured: (pending the GPU run)
+// Measured (results/gpu/2b4b1ce, H100, fp32 fwd, cuBLAS with TF32 off): 4096^3 4.42 ms, 31.1 TFLOP/s,
+// 0.61x cuBLAS, 1.08x blocktile_2d; 8192^3 34.55 ms, 31.8 TFLOP/s, 0.62x cuBLAS, 1.09x blocktile_2d.
 #include "gemm.cuh"
 
 namespace {
