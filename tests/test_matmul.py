@@ -51,7 +51,8 @@ def test_the_ladder_is_declared_in_order_and_every_rung_is_a_variant():
 @pytest.mark.parametrize("rung", LADDER)
 def test_every_rung_opens_with_its_change_and_prediction(rung):
     """Each rung's file opens with what it changes over the rung before, the gain siboehm/SGEMM_CUDA
-    measured for that step (a figure), and a line for the measurement on our GPU."""
+    measured for that step (a figure), and what the committed GPU run measured (x cuBLAS, naming
+    its results/gpu/<commit>)."""
     opening = _opening(rung)
     i = LADDER.index(rung)
     if i:
@@ -60,7 +61,9 @@ def test_every_rung_opens_with_its_change_and_prediction(rung):
     assert re.search(r"Predicted:.*\d", opening), f"{rung}: no prediction"
     if rung != "tensor_core":  # siboehm's ladder stops at warp tiling
         assert "siboehm" in opening and re.search(r"\d+\.\d% of cuBLAS", opening), f"{rung}: cite the measured step"
-    assert "Measured:" in opening, f"{rung}: a line for the GPU measurement"
+    measured = opening[opening.find("Measured"):]
+    assert re.search(r"results/gpu/[0-9a-f]{7}", measured), f"{rung}: the measurement must name its results"
+    assert re.search(r"\d+\.\d+x cuBLAS", measured), f"{rung}: the measured share of cuBLAS, as a figure"
 
 
 def test_the_contract_states_the_transposed_gemms():
