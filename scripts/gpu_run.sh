@@ -6,6 +6,7 @@
 #   [exercises.log: every exercise checker on its solution and its starter]
 #   [exercise_timing.log: the checker's verdict time on an edited solution, check by check]
 #   [reduce_sum_accuracy.{json,log}: float32/bfloat16 sums of 2^28 values against float64 and torch.sum]
+#   [matmul_tune.log: warptile's and tensor_core's tile plans against cuBLAS]
 #   [ncu/*.csv: Nsight Compute reports of rmsnorm's scalar and vectorized forward, test fixtures]
 # Usage (device tool):  bash scripts/gpu_run.sh            # everything but the notebooks
 #                       STEPS="tests" bash scripts/gpu_run.sh
@@ -70,6 +71,8 @@ for step in $STEPS; do
           time timeout 300 python3 -m workbench exercise check "$(basename "$ex")" "$f" --seed 2
         done
       done 2>&1 | grep -v "^\[bench\]" | tee "$OUT/exercise_timing.log" ;;
+    matmul_tune)  # the tile-plan sweep of warptile and tensor_core against cuBLAS (scripts/matmul_tune.cu)
+      timeout 400 bash scripts/matmul_tune.sh 2>&1 | tee "$OUT/matmul_tune.log" ;;
     accuracy)  # float32/bfloat16 sums of 2^28 values: reduce_sum's error beside torch.sum's
       timeout 300 python3 scripts/reduce_sum_accuracy.py "$OUT/reduce_sum_accuracy.json" 2>&1 | tee "$OUT/reduce_sum_accuracy.log" ;;
     ncu_fixtures)  # raw Nsight Compute CSVs for tests/fixtures/ncu (the CPU tests parse them)

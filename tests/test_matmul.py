@@ -189,8 +189,9 @@ def test_the_vector_rungs_move_16_bytes_per_access(rung):
     """The V = 4 route loads float4s from global memory and every route reads its tiles as float4s
     from shared memory; the V = 1 route (rows that are not whole aligned float4s) loads one float."""
     kernels = _sass(rung)
-    vec = [c for k, c in kernels.items() if "Li4E" in k]
-    scalar = [c for k, c in kernels.items() if "Li1E" in k]
+    width = {k: re.search(r"Li([0-9]+)EE+vN6matmul", k).group(1) for k in kernels}  # the last parameter, V
+    vec = [c for k, c in kernels.items() if width[k] == "4"]
+    scalar = [c for k, c in kernels.items() if width[k] == "1"]
     assert len(vec) == 3 and len(scalar) == 3, list(kernels)  # N/N, N/T, T/N
     assert all(c.get("LDG.E.128", 0) > 0 and c.get("STG.E.128", 0) > 0 for c in vec)
     assert all(not _has(c, "LDG.E.128") for c in scalar)

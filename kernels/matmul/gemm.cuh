@@ -13,6 +13,8 @@
 
 #include <stdint.h>
 
+#include <atomic>
+
 #include "matmul.h"
 #include "wb_vec.cuh"
 
@@ -89,39 +91,66 @@ class TileLoader {
   __device__ __forceinline__ void for_each(int64_t k0, int64_t k_end, T* s, Copy copy) const {
     const T* src = p_ + (X_CONTIG ? k0 * ld_ : k0);
     const int k_left = clamp(k_end - k0 - kk_, BK);
-    const int64_t pass_step = kLines * ld_;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) copy(dst(s, i), src + i * kLines * ld_, inside(i, k_left));
+  }
+
+  // A thread's vectors of one tile, held in registers between fetch and put: a rung that
+  // double-buffers fetches tile t + 1 from global memory before it multiplies tile t, and puts it
+  // into shared memory after, so the loads' latency hides behind the arithmetic.
+  struct Staged {
+    WbVec<T, V> v[kPasses];
+  };
+
+  // The tile at k0 from global memory into registers (zeros past the matrix's edges).
+  __device__ __forceinline__ void fetch(int64_t k0, int64_t k_end, Staged& r) const {
+    const T* src = p_ + (X_CONTIG ? k0 * ld_ : k0);
+    const int k_left = clamp(k_end - k0 - kk_, BK);
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
-      const int across = i * kLines;  // lines past the thread's first vector
-      const bool in = X_CONTIG ? x_left_ > 0 && k_left > across : k_left > 0 && x_left_ > across;
-      T* dst = s + (X_CONTIG ? (kk_ + across) * SK + x_ * SX : kk_ * SK + (x_ + across) * SX);
-      copy(dst, src + i * pass_step, in);
+      if (inside(i, k_left)) {
+        r.v[i] = wb_load<T, V>(src + i * kLines * ld_);
+      } else {
+#pragma unroll
+        for (int t = 0; t < V; ++t) r.v[i].v[t] = T{};
+      }
     }
   }
 
-  // The tile at k0 into s, through registers. Where the destination is contiguous along the
+  // Fetched registers into the shared tile s. Where the destination is contiguous along the
   // vector too, its V elements go as one store.
-  __device__ __forceinline__ void load(int64_t k0, int64_t k_end, T* s) const {
+  __device__ __forceinline__ void put(const Staged& r, T* s) const {
     constexpr int kStep = X_CONTIG ? SX : SK;  // shared-memory stride between a vector's elements
     static_assert(V == 1 || kStep != 1 || (X_CONTIG ? SK : SX) % V == 0, "aligned vector stores");
-    for_each(k0, k_end, s, [](T* dst, const T* src, bool in) {
-      WbVec<T, V> data;
-      if (in) {
-        data = wb_load<T, V>(src);
-      } else {
 #pragma unroll
-        for (int t = 0; t < V; ++t) data.v[t] = T{};
-      }
+    for (int i = 0; i < kPasses; ++i) {
       if constexpr (kStep == 1) {
-        wb_store<T, V>(dst, data);
+        wb_store<T, V>(dst(s, i), r.v[i]);
       } else {
 #pragma unroll
-        for (int t = 0; t < V; ++t) dst[t * kStep] = data.v[t];
+        for (int t = 0; t < V; ++t) dst(s, i)[t * kStep] = r.v[i].v[t];
       }
-    });
+    }
+  }
+
+  // The tile at k0 into s, through registers.
+  __device__ __forceinline__ void load(int64_t k0, int64_t k_end, T* s) const {
+    Staged r;
+    fetch(k0, k_end, r);
+    put(r, s);
   }
 
  private:
+  // Pass i's vector: where it goes in the shared tile s, and whether it lies inside the matrix
+  // (k_left: elements of k left from the thread's first line, clamped to BK).
+  __device__ __forceinline__ T* dst(T* s, int i) const {
+    const int across = i * kLines;  // lines past the thread's first vector
+    return s + (X_CONTIG ? (kk_ + across) * SK + x_ * SX : kk_ * SK + (x_ + across) * SX);
+  }
+  __device__ __forceinline__ bool inside(int i, int k_left) const {
+    const int across = i * kLines;
+    return X_CONTIG ? x_left_ > 0 && k_left > across : k_left > 0 && x_left_ > across;
+  }
   // How much of a length-`limit` line is left, in [0, limit]: fits an int, whatever the matrix.
   __device__ static int clamp(int64_t left, int limit) {
     return static_cast<int>(left < 0 ? 0 : left > limit ? limit : left);
@@ -165,6 +194,30 @@ template <typename... Params, typename... Args>
 int launch(void (*kernel)(Params...), int64_t blocks, dim3 threads, cudaStream_t stream, Args... args) {
   if (blocks < 1 || blocks > 0x7fffffff) return WB_ERR_ARGUMENT;
   kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(args...);
+  return wb_launch_status();
+}
+
+// launch with `smem_bytes` of dynamic shared memory: beyond 48 KiB a kernel must opt in, once
+// per device (the opt-in is per kernel and device; a process may drive several GPUs).
+template <typename... Params, typename... Args>
+int launch_smem(void (*kernel)(Params...), int64_t blocks, dim3 threads, int smem_bytes, cudaStream_t stream,
+                Args... args) {
+  if (blocks < 1 || blocks > 0x7fffffff) return WB_ERR_ARGUMENT;
+  if (smem_bytes > 48 * 1024) {
+    int device = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    static std::atomic<uint64_t> opted{0};  // bit d: done on device d (devices past 63 opt in every time)
+    const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+    if (e == cudaSuccess && (!bit || !(opted.load() & bit))) {
+      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+      if (e == cudaSuccess) opted.fetch_or(bit);
+    }
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();  // returned here: not left behind for the next launch to report
+      return static_cast<int>(e);
+    }
+  }
+  kernel<<<static_cast<unsigned>(blocks), threads, smem_bytes, stream>>>(args...);
   return wb_launch_status();
 }
 

@@ -30,16 +30,22 @@
 
 namespace {
 
-constexpr int BM = 128, BN = 128, BK = 32;   // block tile
-constexpr int WM = 64, WN = 32;              // warp tile
-constexpr int MT = WM / 16, NT = WN / 8;     // mma tiles per warp: 4 x 4
-constexpr int kThreads = 32 * (BM / WM) * (BN / WN);  // 256
-constexpr int kPad = 8;                      // 16 bytes of 16-bit values per row
-constexpr int kGroup = 8;                    // tile rows per group of blocks
+constexpr int kPad = 8;  // 16 bytes of 16-bit values per shared row
+
+// A tensor-core plan: the BM x BN block tile (BK deep) cut into WM x WN warp tiles of 16 x 8 mma
+// tiles; STAGES tiles of A and B in flight through cp.async; GROUP tile rows per group of blocks
+// (matmul::block_tile).
+template <int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_, int GROUP_ = 8>
+struct Plan {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, kStages = STAGES_, kGroup = GROUP_;
+  static constexpr int MT = WM / 16, NT = WN / 8;  // mma tiles per warp
+  static constexpr int kThreads = 32 * (BM / WM) * (BN / WN);
+  static_assert(WM % 16 == 0 && WN % 16 == 0 && BK % 16 == 0 && kStages >= 2, "whole ldmatrix_x4 blocks, two stages or more");
+};
 
 // An operand's tile in shared memory: laid out as in global memory (element (kk, x) at
 // kk * SK + x * SX, contiguous along x when X_CONTIG), rows padded.
-template <int BX, bool X_CONTIG>
+template <int BK, int BX, bool X_CONTIG>
 struct Smem {
   static constexpr int SK = X_CONTIG ? BX + kPad : 1, SX = X_CONTIG ? 1 : BK + kPad;
   static constexpr int kSize = X_CONTIG ? BK * (BX + kPad) : BX * (BK + kPad);
@@ -49,9 +55,8 @@ struct Smem {
 // matrix i of the four is the 8 x 8 quarter at k + 8 * (i / 2) (A's order: a0..a3 of mma.sync) or
 // k + 8 * (i % 2) (B's order: b0, b1 of two 8-wide tiles), x + 8 * (the other bit of i). A tile
 // contiguous along x is read in transposed rows (ldmatrix .trans).
-template <int BX, bool X_CONTIG, bool A_ORDER, typename T>
+template <class S, bool X_CONTIG, bool A_ORDER, typename T>
 __device__ __forceinline__ const T* fragment_row(const T* s, int kk, int x, int lane) {
-  using S = Smem<BX, X_CONTIG>;
   const int i = lane / 8, r = lane % 8;
   const int k_half = A_ORDER ? i / 2 : i % 2, x_half = A_ORDER ? i % 2 : i / 2;
   // a lane names a row of its matrix: along x for a tile contiguous in k, along k otherwise
@@ -59,50 +64,64 @@ __device__ __forceinline__ const T* fragment_row(const T* s, int kk, int x, int 
                   : s + (kk + 8 * k_half) * S::SK + (x + 8 * x_half + r) * S::SX;
 }
 
-template <typename T, bool TA, bool TB, bool ASYNC>
-__global__ void __launch_bounds__(kThreads) tensor_core_kernel(matmul::Gemm<T> g, int64_t tiles_m, int64_t tiles_n) {
-  using SA = Smem<BM, TA>;   // A: x along m, contiguous along m when transposed
-  using SB = Smem<BN, !TB>;  // B: x along n, contiguous along n as stored
+// The shared memory a plan's kernel needs (dynamic: beyond the 48 KiB of static shared memory).
+template <class P, bool TA, bool TB>
+constexpr int smem_bytes() {
+  return P::kStages * (Smem<P::BK, P::BM, TA>::kSize + Smem<P::BK, P::BN, !TB>::kSize) * 2;
+}
+
+template <class P, typename T, bool TA, bool TB, bool ASYNC>
+__global__ void __launch_bounds__(P::kThreads) tensor_core_kernel(matmul::Gemm<T> g, int64_t tiles_m, int64_t tiles_n) {
+  constexpr int BM = P::BM, BN = P::BN, BK = P::BK, MT = P::MT, NT = P::NT, kStages = P::kStages;
+  using SA = Smem<BK, BM, TA>;   // A: x along m, contiguous along m when transposed
+  using SB = Smem<BK, BN, !TB>;  // B: x along n, contiguous along n as stored
   constexpr int V = ASYNC ? 8 : 1;
-  __shared__ __align__(16) T sa[2][SA::kSize];
-  __shared__ __align__(16) T sb[2][SB::kSize];
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* const sa = reinterpret_cast<T*>(smem);     // kStages tiles of A, then kStages of B
+  T* const sb = sa + kStages * SA::kSize;
   int64_t row0, col0;
-  matmul::block_tile<BM, BN, kGroup>(tiles_m, tiles_n, &row0, &col0);
+  matmul::block_tile<BM, BN, P::kGroup>(tiles_m, tiles_n, &row0, &col0);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int wm0 = warp / (BN / WN) * WM, wn0 = warp % (BN / WN) * WN;  // the warp tile in the block tile
-  const matmul::TileLoader<T, BK, BM, kThreads, V, TA, SA::SK, SA::SX> load_a(g.a, g.lda, row0, g.m, tid);
-  const matmul::TileLoader<T, BK, BN, kThreads, V, !TB, SB::SK, SB::SX> load_b(g.b, g.ldb, col0, g.n, tid);
-  auto stage = [&](int64_t k0, int s) {
-    if constexpr (ASYNC) {
-      const auto copy = [](T* dst, const T* src, bool in) { matmul::ptx::cp_async_16(dst, src, in ? 16 : 0); };
-      load_a.for_each(k0, g.k, sa[s], copy);
-      load_b.for_each(k0, g.k, sb[s], copy);
-    } else {
-      load_a.load(k0, g.k, sa[s]);
-      load_b.load(k0, g.k, sb[s]);
+  const int wm0 = warp / (BN / P::WN) * P::WM, wn0 = warp % (BN / P::WN) * P::WN;  // the warp tile in the block tile
+  const matmul::TileLoader<T, BK, BM, P::kThreads, V, TA, SA::SK, SA::SX> load_a(g.a, g.lda, row0, g.m, tid);
+  const matmul::TileLoader<T, BK, BN, P::kThreads, V, !TB, SB::SK, SB::SX> load_b(g.b, g.ldb, col0, g.n, tid);
+  const int64_t k_tiles = (g.k + BK - 1) / BK;
+  // Tile t into stage t % kStages, as one cp.async group (an empty group past the last tile keeps
+  // the count of groups uniform for cp_async_wait).
+  auto stage = [&](int64_t t) {
+    if (t < k_tiles) {
+      const int s = static_cast<int>(t % kStages);
+      if constexpr (ASYNC) {
+        const auto copy = [](T* dst, const T* src, bool in) { matmul::ptx::cp_async_16(dst, src, in ? 16 : 0); };
+        load_a.for_each(t * BK, g.k, sa + s * SA::kSize, copy);
+        load_b.for_each(t * BK, g.k, sb + s * SB::kSize, copy);
+      } else {
+        load_a.load(t * BK, g.k, sa + s * SA::kSize);
+        load_b.load(t * BK, g.k, sb + s * SB::kSize);
+      }
     }
     matmul::ptx::cp_async_commit();
   };
 
   float acc[MT][NT][4] = {};
-  const int64_t k_tiles = (g.k + BK - 1) / BK;
-  stage(0, 0);
+#pragma unroll
+  for (int t = 0; t < kStages - 1; ++t) stage(t);
   for (int64_t t = 0; t < k_tiles; ++t) {
-    const int s = static_cast<int>(t & 1);
-    if (t + 1 < k_tiles) stage((t + 1) * BK, s ^ 1);
-    else matmul::ptx::cp_async_commit();  // an empty group keeps the count below uniform
-    matmul::ptx::cp_async_wait<1>();      // all but the newest group have landed: tile t
-    __syncthreads();
+    matmul::ptx::cp_async_wait<kStages - 2>();  // tiles up to t have landed (this thread's copies)
+    __syncthreads();  // ... everyone's; and everyone is done with tile t - 1, whose stage is refilled next
+    stage(t + kStages - 1);
+    const T* a = sa + static_cast<int>(t % kStages) * SA::kSize;
+    const T* b = sb + static_cast<int>(t % kStages) * SB::kSize;
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 16) {
       uint32_t af[MT][4], bf[NT][2];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
-        matmul::ptx::ldmatrix_x4<TA>(af[mt], fragment_row<BM, TA, true>(sa[s], kk, wm0 + mt * 16, lane));
+        matmul::ptx::ldmatrix_x4<TA>(af[mt], fragment_row<SA, TA, true>(a, kk, wm0 + mt * 16, lane));
 #pragma unroll
       for (int nt = 0; nt < NT; nt += 2) {
         uint32_t r[4];
-        matmul::ptx::ldmatrix_x4<!TB>(r, fragment_row<BN, !TB, false>(sb[s], kk, wn0 + nt * 8, lane));
+        matmul::ptx::ldmatrix_x4<!TB>(r, fragment_row<SB, !TB, false>(b, kk, wn0 + nt * 8, lane));
         bf[nt][0] = r[0], bf[nt][1] = r[1], bf[nt + 1][0] = r[2], bf[nt + 1][1] = r[3];
       }
 #pragma unroll
@@ -110,7 +129,6 @@ __global__ void __launch_bounds__(kThreads) tensor_core_kernel(matmul::Gemm<T> g
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) matmul::ptx::mma_16816<T>(acc[mt][nt], af[mt], bf[nt]);
     }
-    __syncthreads();  // everyone is done with stage s before tile t + 2 is copied into it
   }
   // Lane (g, t) holds D[g][2t, 2t + 1] and D[g + 8][2t, 2t + 1] of each 16 x 8 mma tile.
 #pragma unroll
@@ -123,21 +141,28 @@ __global__ void __launch_bounds__(kThreads) tensor_core_kernel(matmul::Gemm<T> g
                                             col0 + wn0 + nt * 8 + lane % 4 * 2, &acc[mt][nt][2 * h]);
 }
 
-struct Rung {
+// The rung's GEMM with plan P (scripts/matmul_tune.cu times other plans through it).
+template <class P>
+struct Tiled {
   static constexpr unsigned kDtypes = WB_F16 | WB_BF16;
   template <typename T, bool TA, bool TB>
   static int gemm(const matmul::Gemm<T>& g, cudaStream_t s) {
-    const int64_t tm = matmul::tiles(g.m, BM), tn = matmul::tiles(g.n, BN);
+    const int64_t tm = matmul::tiles(g.m, P::BM), tn = matmul::tiles(g.n, P::BN);
+    constexpr int bytes = smem_bytes<P, TA, TB>();
     return matmul::vector_route<8, TA, TB>(g)
-               ? matmul::launch(tensor_core_kernel<T, TA, TB, true>, tm * tn, dim3(kThreads), s, g, tm, tn)
-               : matmul::launch(tensor_core_kernel<T, TA, TB, false>, tm * tn, dim3(kThreads), s, g, tm, tn);
+               ? matmul::launch_smem(tensor_core_kernel<P, T, TA, TB, true>, tm * tn, dim3(P::kThreads), bytes, s, g, tm, tn)
+               : matmul::launch_smem(tensor_core_kernel<P, T, TA, TB, false>, tm * tn, dim3(P::kThreads), bytes, s, g, tm, tn);
   }
 };
 
+using Rung = Tiled<Plan<128, 128, 32, 64, 32, 2>>;
+
 }  // namespace
 
+#ifndef WB_MATMUL_TUNING
 WB_EXPORT_VARIANT(matmul, WB_DEVICE_CUDA, WB_F16 | WB_BF16,
                   "rung 8: tensor cores (mma.sync m16n8k16, float accumulation), 128 x 128 x 32 block tile, "
                   "64 x 32 warp tiles, ldmatrix fragments, two-stage cp.async; one value at a time through "
                   "registers where rows are not whole aligned 16-byte vectors; fp16 and bf16",
                   matmul::Variant<Rung>::launchers, wb_cuda_status_string)
+#endif
