@@ -197,19 +197,18 @@ int launch(void (*kernel)(Params...), int64_t blocks, dim3 threads, cudaStream_t
   return wb_launch_status();
 }
 
-// launch with `smem_bytes` of dynamic shared memory: beyond 48 KiB a kernel must opt in, once
-// per device (the opt-in is per kernel and device; a process may drive several GPUs).
-template <typename... Params, typename... Args>
-int launch_smem(void (*kernel)(Params...), int64_t blocks, dim3 threads, int smem_bytes, cudaStream_t stream,
-                Args... args) {
+// launch, for KERNEL with `smem_bytes` of dynamic shared memory: beyond 48 KiB a kernel must opt
+// in, once per kernel and device (a process may drive several GPUs).
+template <auto KERNEL, typename... Args>
+int launch_smem(int64_t blocks, dim3 threads, int smem_bytes, cudaStream_t stream, Args... args) {
   if (blocks < 1 || blocks > 0x7fffffff) return WB_ERR_ARGUMENT;
   if (smem_bytes > 48 * 1024) {
     int device = 0;
     cudaError_t e = cudaGetDevice(&device);
-    static std::atomic<uint64_t> opted{0};  // bit d: done on device d (devices past 63 opt in every time)
+    static std::atomic<uint64_t> opted{0};  // this KERNEL's: bit d, done on device d (past 63: every time)
     const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
     if (e == cudaSuccess && (!bit || !(opted.load() & bit))) {
-      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+      e = cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
       if (e == cudaSuccess) opted.fetch_or(bit);
     }
     if (e != cudaSuccess) {
@@ -217,7 +216,7 @@ int launch_smem(void (*kernel)(Params...), int64_t blocks, dim3 threads, int sme
       return static_cast<int>(e);
     }
   }
-  kernel<<<static_cast<unsigned>(blocks), threads, smem_bytes, stream>>>(args...);
+  KERNEL<<<static_cast<unsigned>(blocks), threads, smem_bytes, stream>>>(args...);
   return wb_launch_status();
 }
 

@@ -150,8 +150,8 @@ struct Tiled {
     const int64_t tm = matmul::tiles(g.m, P::BM), tn = matmul::tiles(g.n, P::BN);
     constexpr int bytes = smem_bytes<P, TA, TB>();
     return matmul::vector_route<8, TA, TB>(g)
-               ? matmul::launch_smem(tensor_core_kernel<P, T, TA, TB, true>, tm * tn, dim3(P::kThreads), bytes, s, g, tm, tn)
-               : matmul::launch_smem(tensor_core_kernel<P, T, TA, TB, false>, tm * tn, dim3(P::kThreads), bytes, s, g, tm, tn);
+               ? matmul::launch_smem<tensor_core_kernel<P, T, TA, TB, true>>(tm * tn, dim3(P::kThreads), bytes, s, g, tm, tn)
+               : matmul::launch_smem<tensor_core_kernel<P, T, TA, TB, false>>(tm * tn, dim3(P::kThreads), bytes, s, g, tm, tn);
   }
 };
 
