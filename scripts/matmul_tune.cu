@@ -25,20 +25,20 @@ namespace {
 #ifdef TUNE_TENSOR_CORE
 using Elem = wb_bf16_t;
 const char* const kDtype = "bfloat16";
-// (BM, BN, BK, WM, WN, STAGES[, GROUP])
+// (BM, BN, BK, WM, WN, STAGES[, GROUP[, PREFETCH]])
 #define WB_TUNE_PLANS(X)                   \
-  X(Plan<128, 128, 32, 64, 32, 2>)         \
+  X(Plan<128, 128, 64, 64, 64, 3, 8, false>) \
+  X(Plan<128, 256, 64, 64, 64, 3, 8, false>) \
   X(Plan<128, 128, 32, 64, 32, 3>)         \
+  X(Plan<128, 128, 64, 64, 32, 3>)         \
   X(Plan<128, 128, 32, 64, 64, 3>)         \
   X(Plan<128, 128, 32, 64, 64, 4>)         \
   X(Plan<128, 128, 64, 64, 64, 3>)         \
+  X(Plan<128, 128, 64, 64, 64, 4>)         \
   X(Plan<128, 256, 32, 64, 64, 3>)         \
   X(Plan<128, 256, 32, 64, 64, 4>)         \
-  X(Plan<256, 128, 32, 64, 64, 3>)         \
-  X(Plan<256, 128, 32, 64, 64, 4>)         \
   X(Plan<128, 256, 64, 64, 64, 3>)         \
-  X(Plan<128, 128, 32, 32, 64, 3>)         \
-  X(Plan<128, 128, 32, 64, 64, 3, 16>)
+  X(Plan<256, 128, 64, 64, 64, 3>)
 #else
 using Elem = float;
 const char* const kDtype = "float32";

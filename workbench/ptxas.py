@@ -17,8 +17,10 @@ _ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\w+)'")
 _PROPS = re.compile(r"Function properties for (\S+)")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers")
-# A SASS instruction line: "/*0070*/   @!P0 LDG.E.128 R4, desc[UR4][R2.64] ;" -> "LDG.E.128"
-_SASS_OP = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)")
+# A SASS instruction line: "/*0070*/   @!P0 LDG.E.128 R4, desc[UR4][R2.64] ;" -> 0x70, "LDG.E.128",
+# its operands. A branch's operands end with its target's address: "@P0 BRA 0x5d0 ;", "BRA.U !UP0, 0x1d0 ;".
+_SASS_OP = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)([^;]*)")
+_BRANCH_TARGET = re.compile(r"\b0x([0-9a-f]+)\s*$")
 
 
 @dataclass
@@ -123,7 +125,20 @@ def sass_opcodes(text: str) -> dict[tuple[str, str], set[str]]:
 def sass_counts(text: str) -> dict[tuple[str, str], Counter]:
     """(arch, kernel) -> how many instructions of each opcode (with its modifiers) the kernel's
     machine code holds, as written: a loop's body counts once however often it runs."""
-    ops: dict[tuple[str, str], Counter] = {}
+    return {key: Counter(i.opcode for i in code) for key, code in sass_instructions(text).items()}
+
+
+@dataclass(frozen=True)
+class Instruction:
+    address: int               # its offset in the kernel's code, in bytes
+    opcode: str                # with its modifiers: "LDG.E.128"
+    target: int | None = None  # a branch (BRA...) to a written address: where it goes
+
+
+def sass_instructions(text: str) -> dict[tuple[str, str], list[Instruction]]:
+    """(arch, kernel) -> the kernel's instructions in the order of its machine code (a
+    cuobjdump -sass listing: arch is '' where the listing does not say)."""
+    code: dict[tuple[str, str], list[Instruction]] = {}
     arch, key = "", None
     for line in text.splitlines():
         m = re.search(r"\barch = (sm_\w+)", line)
@@ -133,12 +148,30 @@ def sass_counts(text: str) -> dict[tuple[str, str], Counter]:
         m = re.search(r"Function : (\S+)", line)
         if m:
             key = (arch, m.group(1))
-            ops.setdefault(key, Counter())
+            code.setdefault(key, [])
             continue
         m = _SASS_OP.search(line)
         if m and key:
-            ops[key][m.group(1)] += 1
-    return ops
+            target = _BRANCH_TARGET.search(m.group(3)) if re.match(r"BRA\b", m.group(2)) else None
+            code[key].append(Instruction(int(m.group(1), 16), m.group(2), int(target.group(1), 16) if target else None))
+    return code
+
+
+def loops(code: list[Instruction]) -> list[tuple[int, int]]:
+    """The loops of one kernel's machine code, as (first, last) addresses: a branch back to an
+    address before it closes a loop that starts there (the loop's header) and ends at the branch. Branches back to one header (a loop's `continue`s) make one loop, to its last branch.
+    A branch to itself (the trap after a kernel's last EXIT) has no body: not a loop."""
+    ends: dict[int, int] = {}
+    for i in code:
+        if i.target is not None and i.target < i.address:
+            ends[i.target] = max(ends.get(i.target, i.address), i.address)
+    return sorted(ends.items())
+
+
+def inner_loops(code: list[Instruction]) -> list[tuple[int, int]]:
+    """The innermost loops of one kernel's machine code (loops(): those that hold no other loop)."""
+    found = loops(code)
+    return [s for s in found if not any(o != s and s[0] <= o[0] and o[1] <= s[1] for o in found)]
 
 
 def global_memory_ops(source: pathlib.Path, arch: str = "sm_90") -> dict[str, set[str]]:

@@ -34,10 +34,11 @@ constexpr int kPad = 8;  // 16 bytes of 16-bit values per shared row
 
 // A tensor-core plan: the BM x BN block tile (BK deep) cut into WM x WN warp tiles of 16 x 8 mma
 // tiles; STAGES tiles of A and B in flight through cp.async; GROUP tile rows per group of blocks
-// (matmul::block_tile).
-template <int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_, int GROUP_ = 8>
+// (matmul::block_tile); PREFETCH: the fragments double-buffered in registers (the kernel says how).
+template <int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_, int GROUP_ = 8, bool PREFETCH_ = true>
 struct Plan {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, kStages = STAGES_, kGroup = GROUP_;
+  static constexpr bool kPrefetch = PREFETCH_;
   static constexpr int MT = WM / 16, NT = WN / 8;  // mma tiles per warp
   static constexpr int kThreads = 32 * (BM / WM) * (BN / WN);
   static_assert(WM % 16 == 0 && WN % 16 == 0 && BK % 16 == 0 && kStages >= 2, "whole ldmatrix_x4 blocks, two stages or more");
@@ -103,31 +104,71 @@ __global__ void __launch_bounds__(P::kThreads) tensor_core_kernel(matmul::Gemm<T
     matmul::ptx::cp_async_commit();
   };
 
-  float acc[MT][NT][4] = {};
-#pragma unroll
-  for (int t = 0; t < kStages - 1; ++t) stage(t);
-  for (int64_t t = 0; t < k_tiles; ++t) {
-    matmul::ptx::cp_async_wait<kStages - 2>();  // tiles up to t have landed (this thread's copies)
-    __syncthreads();  // ... everyone's; and everyone is done with tile t - 1, whose stage is refilled next
-    stage(t + kStages - 1);
+  // The fragments of the 16-deep slice kk of a stage: MT 16 x 16 blocks of A, NT 16 x 8 of B.
+  struct Fragments {
+    uint32_t a[MT][4], b[NT][2];
+  };
+  auto load_fragments = [&](Fragments& f, int64_t t, int kk) {
     const T* a = sa + static_cast<int>(t % kStages) * SA::kSize;
     const T* b = sb + static_cast<int>(t % kStages) * SB::kSize;
 #pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
-      uint32_t af[MT][4], bf[NT][2];
+    for (int mt = 0; mt < MT; ++mt)
+      matmul::ptx::ldmatrix_x4<TA>(f.a[mt], fragment_row<SA, TA, true>(a, kk, wm0 + mt * 16, lane));
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-        matmul::ptx::ldmatrix_x4<TA>(af[mt], fragment_row<SA, TA, true>(a, kk, wm0 + mt * 16, lane));
+    for (int nt = 0; nt < NT; nt += 2) {
+      uint32_t r[4];
+      matmul::ptx::ldmatrix_x4<!TB>(r, fragment_row<SB, !TB, false>(b, kk, wn0 + nt * 8, lane));
+      f.b[nt][0] = r[0], f.b[nt][1] = r[1], f.b[nt + 1][0] = r[2], f.b[nt + 1][1] = r[3];
+    }
+  };
+
+  float acc[MT][NT][4] = {};
 #pragma unroll
-      for (int nt = 0; nt < NT; nt += 2) {
-        uint32_t r[4];
-        matmul::ptx::ldmatrix_x4<!TB>(r, fragment_row<SB, !TB, false>(b, kk, wn0 + nt * 8, lane));
-        bf[nt][0] = r[0], bf[nt][1] = r[1], bf[nt + 1][0] = r[2], bf[nt + 1][1] = r[3];
+  for (int t = 0; t < kStages - 1; ++t) stage(t);
+  // The one-value route holds its tile copies in registers too: no room for a second set of fragments.
+  if constexpr (!(P::kPrefetch && ASYNC)) {
+    for (int64_t t = 0; t < k_tiles; ++t) {
+      matmul::ptx::cp_async_wait<kStages - 2>();  // tiles up to t have landed (this thread's copies)
+      __syncthreads();  // ... everyone's; and everyone is done with tile t - 1, whose stage is refilled next
+      stage(t + kStages - 1);
+#pragma unroll
+      for (int kk = 0; kk < BK; kk += 16) {
+        Fragments f;
+        load_fragments(f, t, kk);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) matmul::ptx::mma_16816<T>(acc[mt][nt], f.a[mt], f.b[nt]);
       }
+    }
+  } else {
+    // Fragments double-buffered: slice kk + 1 (or the next tile's first) is read from shared
+    // memory while slice kk is multiplied, so no mma waits on an ldmatrix, not even after the
+    // barrier. The barrier moves into the last slice of a tile: by then every warp has read that
+    // tile's fragments, so the stage the next tile's copies refill is free; those copies are
+    // issued after the first slice's reads, behind which they would otherwise sit (the compiler
+    // keeps shared-memory writes and reads in program order).
+    constexpr int kSlices = BK / 16;
+    static_assert(kSlices >= 2, "the prefetching loop needs BK >= 32");
+    Fragments f[2];
+    matmul::ptx::cp_async_wait<kStages - 2>();
+    __syncthreads();
+    load_fragments(f[0], 0, 0);
+    for (int64_t t = 0; t < k_tiles; ++t) {
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+      for (int s = 0; s < kSlices; ++s) {
+        if (s == kSlices - 1) {
+          matmul::ptx::cp_async_wait<kStages - 2>();  // tile t + 1 has landed (this thread's copies)
+          __syncthreads();  // ... everyone's; everyone has read tile t's fragments
+        }
+        if (s < kSlices - 1) load_fragments(f[(s + 1) % 2], t, (s + 1) * 16);
+        else if (t + 1 < k_tiles) load_fragments(f[(s + 1) % 2], t + 1, 0);
+        if (s == 0) stage(t + kStages - 1);  // into tile t - 1's stage: read before the last barrier
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) matmul::ptx::mma_16816<T>(acc[mt][nt], af[mt], bf[nt]);
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) matmul::ptx::mma_16816<T>(acc[mt][nt], f[s % 2].a[mt], f[s % 2].b[nt]);
+      }
     }
   }
   // Lane (g, t) holds D[g][2t, 2t + 1] and D[g + 8][2t, 2t + 1] of each 16 x 8 mma tile.

@@ -1,9 +1,9 @@
 """Course exercises: find them, and check a student's kernel against one.
 
     registration.py  exercises/NN_name/exercise.toml: what an exercise asks (and its validation)
-    sizes.py         the sizes a check draws from its seed, for any op (an elementwise or a reduction draw)
+    sizes.py         the sizes a check draws from its seed, for any op (an elementwise, reduction or tiled draw)
     checks.py        build, declared dtypes, correctness, gradcheck, speed
-    sass.py          the SASS rules
+    sass.py          the SASS rules (opcodes anywhere in a kernel, or in its innermost loops)
     loads.py         the optional counter rule: bytes of global loads, counted by Nsight Compute
     report.py        the report the checks fill, and how it prints
 
@@ -26,11 +26,12 @@ from .registration import (CHECKS, EXERCISES_DIR, Exercise, ExerciseConfigError,
                            get, load_exercise, tomllib)
 from .report import LAYOUTS, NEEDS_GPU, Check, ExerciseReport
 from .sass import check_sass
-from .sizes import new_seed, random_sizes, reduction_sizes
+from .sizes import new_seed, random_sizes, reduction_sizes, tiled_sizes
 
 __all__ = ["CHECKS", "EXERCISES_DIR", "LAYOUTS", "NEEDS_GPU", "Check", "Exercise", "ExerciseConfigError",
            "ExerciseReport", "SassRule", "Sizes", "Speed", "check_exercise", "cli_check", "cli_list", "exercises",
-           "get", "load_exercise", "new_seed", "random_sizes", "reduction_sizes", "tomllib", "variant_name"]
+           "get", "load_exercise", "new_seed", "random_sizes", "reduction_sizes", "tiled_sizes", "tomllib",
+           "variant_name"]
 
 
 def _student_path(ex: Exercise, path) -> pathlib.Path:

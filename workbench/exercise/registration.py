@@ -12,14 +12,19 @@ and exercise.toml, read and validated here.
                the starter's, counted in the machine code, summed over the kernels, per GPU
                architecture; the starter is built, once and cached, to count them); each with a
                one-line `message` and a `hint`; an optional `kernels` regex (on the readable
-               kernel names, e.g. 'reduce_kernel<float') limits an opcode rule to some kernels
+               kernel names, e.g. 'reduce_kernel<float') limits an opcode rule to some kernels;
+               an optional `scope` of an opcode rule: "kernel" (the default: anywhere in a kernel)
+               or "inner_loop" (only the instructions of a kernel's innermost loops count: the
+               code from a backward branch's target to the branch, holding no other such loop)
     [sizes]    optional: the sizes a check draws (sizes.py). kind = "elementwise" (the default:
-               eight sizes whose innermost dim takes every remainder mod 8, and an empty one) or
+               eight sizes whose innermost dim takes every remainder mod 8, and an empty one),
                "reduction" (the innermost dim is reduced: one size per remainder of its length
                modulo moduli[0]; 0, 1, m/2, m/2 + 1 and m - 1 modulo each further modulus; one
-               huge 1-D row; 10000+ short rows; an empty size). moduli (reduction only; default
-               [32, 1024]): increasing, each dividing the next, the first at most 64 (one size
-               per remainder)
+               huge 1-D row; 10000+ short rows; an empty size) or "tiled" (every dim is tiled, as
+               a GEMM's: each takes in turn 1, a few, a tile less one, a tile, a tile and one, a
+               few tiles and a remainder, and ~1000; an empty size per dim). moduli (reduction:
+               default [32, 1024]; tiled: the tiles, default [32]): increasing, each dividing the
+               next, the first at most 64
     [global_loads]  optional: a counter rule, measured on the GPU with Nsight Compute (workbench/ncu.py):
                one `direction` call at `shape` and `dtype` may request at most `slack` times the bytes
                of `reads` from global memory, counted at L1 (every load instruction's sectors, cached
@@ -52,6 +57,7 @@ CHECKS = ("build", "declared dtypes", "SASS rules", "correctness", "gradcheck", 
 OPTIONAL_CHECKS = ("global loads",)  # run only where the exercise declares the rule
 _FOLDER = re.compile(r"^(\d{2})_([a-z0-9_]+)$")
 _SASS_KINDS = ("require", "forbid", "require_kernel", "fewer_than_starter")
+_SASS_SCOPES = ("kernel", "inner_loop")
 
 
 class ExerciseConfigError(ValueError):
@@ -65,6 +71,7 @@ class SassRule:
     message: str         # one line: what is wrong when the rule does not hold
     hint: str = ""
     kernels: str = ""    # opcode rules: only the kernels whose readable name matches ("" = all)
+    scope: str = "kernel"  # opcode rules: "kernel" (anywhere) or "inner_loop" (in innermost loops only)
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,7 @@ class Speed:
 @dataclass(frozen=True)
 class Sizes:
     kind: str = "elementwise"            # a name from sizes.KINDS
-    moduli: tuple[int, ...] = ()         # "reduction" only: see sizes.reduction_sizes
+    moduli: tuple[int, ...] = ()         # "reduction", "tiled": see sizes.reduction_sizes, sizes.tiled_sizes
 
     def draw(self, seed: int, spec) -> list[tuple[int, ...]]:
         return sizes_.draw(seed, spec, self.kind, self.moduli)
@@ -231,12 +238,16 @@ def _sass_rule(rule, where: str) -> SassRule:
     kinds = [k for k in _SASS_KINDS if k in rule]
     if len(kinds) != 1:
         raise ExerciseConfigError(f"{where}: give exactly one of {list(_SASS_KINDS)}")
-    unknown = set(rule) - {*_SASS_KINDS, "message", "hint", "kernels"}
+    unknown = set(rule) - {*_SASS_KINDS, "message", "hint", "kernels", "scope"}
     if unknown:
         raise ExerciseConfigError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+    scope = _field(rule, "scope", str, where) if "scope" in rule else "kernel"
+    if scope not in _SASS_SCOPES or (scope != "kernel" and kinds[0] == "require_kernel"):
+        raise ExerciseConfigError(f"{where}: scope (of an opcode rule) must be one of {list(_SASS_SCOPES)}; "
+                                  f"got {scope!r}")
     return SassRule(kinds[0], _regex(rule, kinds[0], where), _field(rule, "message", str, where),
                     _field(rule, "hint", str, where) if "hint" in rule else "",
-                    _regex(rule, "kernels", where) if "kernels" in rule else "")
+                    _regex(rule, "kernels", where) if "kernels" in rule else "", scope)
 
 
 def _sizes(data, where: str) -> Sizes:
@@ -249,10 +260,11 @@ def _sizes(data, where: str) -> Sizes:
     if kind not in sizes_.KINDS:
         raise ExerciseConfigError(f"{where}: kind must be one of {list(sizes_.KINDS)}; got {kind!r}")
     if "moduli" not in data:
-        return Sizes(kind, sizes_.REDUCTION_MODULI if kind == "reduction" else ())
+        return Sizes(kind, sizes_.DEFAULT_MODULI.get(kind, ()))
     moduli = _field(data, "moduli", list, where)
-    if kind != "reduction":
-        raise ExerciseConfigError(f"{where}: moduli is a field of kind = \"reduction\" only")
+    if kind not in sizes_.DEFAULT_MODULI:
+        raise ExerciseConfigError(f"{where}: moduli is a field of kind = "
+                                  f"{' or '.join(map(repr, sizes_.DEFAULT_MODULI))} only")
     if (not moduli or not all(isinstance(m, int) and not isinstance(m, bool) and m >= 2 for m in moduli)
             or any(b % a or b == a for a, b in zip(moduli, moduli[1:])) or moduli[0] > 64):
         raise ExerciseConfigError(f"{where}: moduli must be increasing integers >= 2, each dividing the next, "

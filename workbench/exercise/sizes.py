@@ -14,6 +14,15 @@ modulus m, lengths that are 0, 1, m/2, m/2 + 1 and m - 1 modulo m (a whole numbe
 value over, half a block...); one huge 1-D row (2^22 + an odd number of values: a multi-pass
 reduction takes three passes); many rows (10000-20000) of a few values each; and one empty size.
 Rows are few elsewhere, so the whole draw is a few million values.
+
+"tiled", tiled_sizes: for an op whose kernels tile every dim (a GEMM's m, k and n, each cut into
+tiles of the moduli's sizes), the lengths where a tile's edge goes wrong, in every dim in turn:
+1, a few (2 to m0 - 2), m0 - 1, m0, m0 + 1, a few tiles and a remainder, and ~1000 (many tiles
+and a remainder); for each further modulus m, once or twice m less one and plus one. The dims
+not in turn take those of the lengths under 200, so a GEMM's size has at most ~4.4e7 products
+(1087 x 200 x 200 with the default 32: a float64 check is quick even on a CPU); one size has
+every dim a few tiles and a remainder (4 to 8 of them: many blocks both ways); and there is one
+empty size per dim (for a GEMM's k, a sum over nothing).
 """
 from __future__ import annotations
 
@@ -23,8 +32,10 @@ import random
 
 from ..shapes import ELLIPSIS
 
-KINDS = ("elementwise", "reduction")
+KINDS = ("elementwise", "reduction", "tiled")
 REDUCTION_MODULI = (32, 1024)   # the default of a "reduction" draw: a warp, two blocks of 512
+TILED_MODULI = (32,)            # the default of a "tiled" draw: 32 x 32 tiles
+DEFAULT_MODULI = {"reduction": REDUCTION_MODULI, "tiled": TILED_MODULI}   # the kinds that take moduli
 HUGE_ROW = 1 << 22              # the huge row's length is this plus an odd number below 2^16
 MANY_ROWS = (10_000, 20_000)
 
@@ -37,6 +48,8 @@ def draw(seed: int, spec, kind: str = "elementwise", moduli: tuple[int, ...] = (
     """The sizes of an exercise check: the draw `kind` names (KINDS), from `seed`."""
     if kind == "reduction":
         return reduction_sizes(seed, spec, moduli or REDUCTION_MODULI)
+    if kind == "tiled":
+        return tiled_sizes(seed, spec, moduli or TILED_MODULI)
     if kind != "elementwise":
         raise ValueError(f"sizes kind must be one of {list(KINDS)}; got {kind!r}")
     return random_sizes(seed, spec)
@@ -140,3 +153,30 @@ def reduction_sizes(seed: int, spec, moduli: tuple[int, ...] = REDUCTION_MODULI)
         other = iter([math.prod(lead)] + [1] * len(tokens))
         sizes.append(_assemble(tokens, inner, n, lambda lead=lead: lead, lambda other=other: next(other)))
     return _with_empty(sizes, [s for s in sizes[:len(lengths)] if len(s) >= 2] or sizes[:len(lengths)], rng)
+
+
+def tiled_lengths(rng: random.Random, moduli: tuple[int, ...]) -> tuple[list[int], int]:
+    """(the short lengths, the long one) a tiled draw gives each dim in turn (module docstring)."""
+    m0 = moduli[0]
+    short = [1, rng.randint(2, max(2, m0 - 2)), m0 - 1, m0, m0 + 1, m0 * rng.randint(2, 5) + rng.randint(1, m0 - 1)]
+    for m in moduli[1:]:
+        short += [m * rng.randint(1, 2) - 1, m * rng.randint(1, 2) + 1]
+    return short, m0 * (1000 // m0 + rng.randint(-3, 3)) + rng.randint(1, m0 - 1)
+
+
+def tiled_sizes(seed: int, spec, moduli: tuple[int, ...] = TILED_MODULI) -> list[tuple[int, ...]]:
+    rng = random.Random(seed)
+    tokens = spec.size_pattern.tokens
+    dims = [i for i, t in enumerate(tokens) if not t.isdigit()]   # "..." stands for one dim here
+    short, long = tiled_lengths(rng, tuple(moduli))
+    few = [n for n in short if n <= 200] or short[:1]
+
+    def size(chosen: dict[int, int]) -> tuple[int, ...]:
+        return tuple(int(t) if t.isdigit() else chosen[i] if i in chosen else rng.choice(few)
+                     for i, t in enumerate(tokens))
+
+    m0 = moduli[0]
+    sizes = [size({d: n}) for d in dims for n in [*short, long]]
+    sizes.append(size({d: m0 * rng.randint(4, 8) + rng.randint(1, m0 - 1) for d in dims}))
+    rng.shuffle(sizes)
+    return sizes + [size({d: 0}) for d in dims]
