@@ -102,24 +102,34 @@ def _ladder(op: str) -> tuple:
 
 
 def _ladder_table(op: str, ladder: tuple, rows: list) -> None:
-    """The ladder's first rung and its last side by side, per shape and dtype (forward), with the
-    baselines: the speedup between them and the last rung against torch.sum (eager) and compile."""
-    print(f"{op} ladder (fwd): first rung {ladder[0]}, last {ladder[-1]}")
-    print(f"{'dtype':9s} {'shape':>12s} {ladder[0][:14]:>14s} {ladder[-1][:10]:>10s} {'last/first':>10s} "
-          f"{'eager ms':>9s} {'compile':>9s} {'last GB/s':>9s} {'% eager BW':>10s} {'% ceil':>6s}")
+    """Per shape and dtype (forward): the ladder's first rung beside its fastest, each as a share of
+    eager's rate (x eager: cuBLAS's for matmul, torch.sum's for reduce_sum), the speedup between
+    them, the baselines, and the fastest rung's rate: TFLOP/s and % of the matmul ceiling for a
+    compute-bound op, GB/s and % of the copy ceiling otherwise; and whether each rung beats the one before."""
+    print(f"{op} ladder (fwd): {' > '.join(ladder)}")
+    print(f"{'dtype':9s} {'shape':>16s} {'first':>12s} {'ms':>10s} {'x eager':>7s} {'fastest':>12s} {'ms':>9s} "
+          f"{'x eager':>7s} {'speedup':>8s} {'eager ms':>9s} {'compile':>9s} {'rate':>12s} {'%ceil':>6s} each faster")
     fwd = [r for r in rows if r["direction"] == "fwd"]
     for dtype in dict.fromkeys(r["dtype"] for r in fwd):
         for shape in dict.fromkeys(r["shape"] for r in fwd if r["dtype"] == dtype):
             at = {r["variant"]: r for r in fwd if r["dtype"] == dtype and r["shape"] == shape}
-            first, last = at.get(ladder[0]), at.get(ladder[-1])
-            if not (first and last):
+            rungs = [at[v] for v in ladder if v in at]
+            if not rungs:
                 continue
+            first, best = rungs[0], min(rungs, key=lambda r: r["median_ms"])
             eager, comp = at.get("eager"), at.get("compile")
-            print(f"{dtype:9s} {shape:>12s} {first['median_ms']:14.4f} {last['median_ms']:10.4f} "
-                  f"{first['median_ms'] / last['median_ms']:9.1f}x {eager['median_ms'] if eager else float('nan'):9.4f} "
-                  f"{comp['median_ms'] if comp else float('nan'):9.4f} {last['GBps']:9.0f} "
-                  f"{100 * eager['median_ms'] / last['median_ms'] if eager else float('nan'):10.1f} "
-                  f"{last['pct_of_ceiling']:6.1f}")
+            share = lambda r: eager["median_ms"] / r["median_ms"] if eager else float("nan")  # noqa: E731
+            if "pct_of_matmul_ceiling" in best:
+                rate, ceil = f"{best['TFLOPs']:.1f} TFLOP/s", best["pct_of_matmul_ceiling"]
+            else:
+                rate, ceil = f"{best['GBps']:.0f} GB/s", best["pct_of_ceiling"]
+            # whether every rung beats the one before it (the ladder's promise)
+            rising = all(b["median_ms"] < a["median_ms"] for a, b in zip(rungs, rungs[1:]))
+            print(f"{dtype:9s} {shape:>16s} {first['variant'][:12]:>12s} {first['median_ms']:10.4f} {share(first):7.2f} "
+                  f"{best['variant'][:12]:>12s} {best['median_ms']:9.4f} {share(best):7.2f} "
+                  f"{first['median_ms'] / best['median_ms']:7.1f}x {eager['median_ms'] if eager else float('nan'):9.4f} "
+                  f"{comp['median_ms'] if comp else float('nan'):9.4f} {rate:>12s} {ceil:6.1f} "
+                  f"{('yes' if rising else 'NO') if len(rungs) > 1 else '-'}")
 
 
 def _slower_than_compile(rows: list) -> None:

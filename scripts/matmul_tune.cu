@@ -38,7 +38,9 @@ const char* const kDtype = "bfloat16";
   X(Plan<128, 256, 32, 64, 64, 3>)         \
   X(Plan<128, 256, 32, 64, 64, 4>)         \
   X(Plan<128, 256, 64, 64, 64, 3>)         \
-  X(Plan<256, 128, 64, 64, 64, 3>)
+  X(Plan<256, 128, 64, 64, 64, 3>)         \
+  X(Plan<128, 256, 64, 64, 64, 4>)         \
+  X(Plan<256, 128, 64, 64, 64, 4>)
 #else
 using Elem = float;
 const char* const kDtype = "float32";

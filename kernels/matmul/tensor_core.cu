@@ -182,21 +182,25 @@ __global__ void __launch_bounds__(P::kThreads) tensor_core_kernel(matmul::Gemm<T
                                             col0 + wn0 + nt * 8 + lane % 4 * 2, &acc[mt][nt][2 * h]);
 }
 
-// The rung's GEMM with plan P (scripts/matmul_tune.cu times other plans through it).
-template <class P>
+// The rung's GEMM: plan P on the cp.async route (scripts/matmul_tune.cu times other plans through
+// it); the one-value route, which stages its copies in registers, takes the smaller plan Q.
+template <class P, class Q = Plan<128, 128, 32, 64, 32, 2, 8, false>>
 struct Tiled {
   static constexpr unsigned kDtypes = WB_F16 | WB_BF16;
+  template <class R, typename T, bool TA, bool TB, bool ASYNC>
+  static int run(const matmul::Gemm<T>& g, cudaStream_t s) {
+    const int64_t tm = matmul::tiles(g.m, R::BM), tn = matmul::tiles(g.n, R::BN);
+    return matmul::launch_smem<tensor_core_kernel<R, T, TA, TB, ASYNC>>(tm * tn, dim3(R::kThreads),
+                                                                        smem_bytes<R, TA, TB>(), s, g, tm, tn);
+  }
   template <typename T, bool TA, bool TB>
   static int gemm(const matmul::Gemm<T>& g, cudaStream_t s) {
-    const int64_t tm = matmul::tiles(g.m, P::BM), tn = matmul::tiles(g.n, P::BN);
-    constexpr int bytes = smem_bytes<P, TA, TB>();
-    return matmul::vector_route<8, TA, TB>(g)
-               ? matmul::launch_smem<tensor_core_kernel<P, T, TA, TB, true>>(tm * tn, dim3(P::kThreads), bytes, s, g, tm, tn)
-               : matmul::launch_smem<tensor_core_kernel<P, T, TA, TB, false>>(tm * tn, dim3(P::kThreads), bytes, s, g, tm, tn);
+    return matmul::vector_route<8, TA, TB>(g) ? run<P, T, TA, TB, true>(g, s) : run<Q, T, TA, TB, false>(g, s);
   }
 };
 
-using Rung = Tiled<Plan<128, 128, 32, 64, 32, 2>>;
+// Picked from results/gpu/fa4c5ae/matmul_tune.log: the fastest plan at 4096^3 and 8192^3 (bf16).
+using Rung = Tiled<Plan<256, 128, 64, 64, 64, 3>>;
 
 }  // namespace
 
