@@ -2,7 +2,8 @@
 compiles and fails its checker at the check, and for the reason, its exercise.toml states; every
 solution passes (without a GPU: the checks that can run pass and the rest say why they were
 skipped; on a GPU, everything including speed). Also the command line, the randomized shapes (the
-elementwise and the reduction draw), the SASS rule that counts against the starter, a compile
+elementwise, reduction and tiled draws), the SASS rule that counts against the starter, the rules
+scoped to a kernel's innermost loops (found from the branches back in its machine code), a compile
 error, and the GPU half of the report (first failing case, crash, speed ratio) driven on the CPU
 through stand-ins for check, gradcheck and bench."""
 from __future__ import annotations
@@ -21,6 +22,7 @@ from workbench.benchmark import BenchResult
 from workbench.errors import IsolatedRunError
 from workbench.exercise import sass as wbsass
 from workbench.specs.bias_gelu import SPEC as BIAS_GELU
+from workbench.specs.matmul import SPEC as MATMUL
 from workbench.specs.reduce_sum import SPEC as REDUCE_SUM
 
 EXERCISES = wbex.exercises()
@@ -41,8 +43,18 @@ def _needs_cuobjdump(ex):
 # ----------------------------------------------------------------------------- registration
 
 def test_the_course_exercises_are_there():
-    assert [ex.slug for ex in EXERCISES][:4] == ["01_fp16_support", "02_vec4_loads", "03_fused_backward",
-                                                 "04_warp_shuffle"]
+    assert [ex.slug for ex in EXERCISES][:6] == ["01_fp16_support", "02_vec4_loads", "03_fused_backward",
+                                                 "04_warp_shuffle", "05_rmsnorm_one_read", "06_smem_tiling"]
+
+
+def test_the_tiling_exercise_is_registered():
+    ex = wbex.get("smem_tiling")
+    assert (ex.number, ex.op, ex.reference, ex.dtypes) == (6, "matmul", "smem_tiling", ("float32",))
+    assert ex.reference in MATMUL.ladder and ex.speed.shape == (4096, 4096, 4096) and ex.speed.directions == ("fwd",)
+    assert ex.sizes == wbex.Sizes("tiled", (32,))
+    rule, = ex.sass
+    assert (rule.kind, rule.pattern, rule.scope) == ("require", "^LDS", "inner_loop")
+    assert (ex.starter_fails_at, ex.starter_reason) == ("SASS rules", "no shared-memory loads (LDS) in the inner loop")
 
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
@@ -150,6 +162,12 @@ def test_the_count_rule_and_the_sizes_table_are_read(tmp_path):
     assert ex.sass == (wbex.SassRule("fewer_than_starter", r"^BAR\.SYNC", "m", "", "reduce"),)
     three = _registration(tmp_path, "[sizes]\nkind = \"reduction\"\nmoduli = [8, 64, 4096]\n")
     assert three.sizes.moduli == (8, 64, 4096)
+    tiled = _registration(tmp_path, "[sizes]\nkind = \"tiled\"\n[[sass]]\nrequire = '^LDS'\nmessage = \"m\"\n"
+                                    "scope = \"inner_loop\"\n")
+    assert tiled.sizes == wbex.Sizes("tiled", (32,)) and tiled.sass[0].scope == "inner_loop"
+    assert _registration(tmp_path, "[sizes]\nkind = \"tiled\"\nmoduli = [16, 64]\n").sizes.moduli == (16, 64)
+    forbid = _registration(tmp_path, "[[sass]]\nforbid = 'RED'\nmessage = \"m\"\n")
+    assert forbid.sass[0].scope == "kernel"                           # the default: anywhere in a kernel
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -161,13 +179,17 @@ def test_the_count_rule_and_the_sizes_table_are_read(tmp_path):
     ("[[sass]]\nfewer_than_starter = 'BAR'\nrequire = 'SHFL'\nmessage = \"m\"\n", "give exactly one of"),
     ("[[sass]]\nfewer_than_starter = 'BAR'\nmessage = \"m\"\nkernels = '('\n", "kernels '\\(' is not a regular"),
     ("[[sass]]\nfewer_than_starter = 'BAR'\nmessage = \"m\"\nfewer = 1\n", "unknown field 'fewer'"),
-    ("[sizes]\nkind = \"reductions\"\n", r"\[sizes\]: kind must be one of \['elementwise', 'reduction'\]"),
+    ("[sizes]\nkind = \"reductions\"\n", r"\[sizes\]: kind must be one of \['elementwise', 'reduction', 'tiled'\]"),
     ("[sizes]\nkind = \"reduction\"\nmoduli = [32, 1000]\n", "each dividing the next"),
     ("[sizes]\nkind = \"reduction\"\nmoduli = [32, 32]\n", "increasing"),
     ("[sizes]\nkind = \"reduction\"\nmoduli = [128, 1024]\n", "the first at most 64"),
     ("[sizes]\nkind = \"reduction\"\nmoduli = []\n", "moduli must be"),
     ("[sizes]\nkind = \"reduction\"\nmoduli = [32, true]\n", "moduli must be"),
-    ("[sizes]\nmoduli = [32, 1024]\n", "moduli is a field of kind = \"reduction\" only"),
+    ("[sizes]\nmoduli = [32, 1024]\n", "moduli is a field of kind = 'reduction' or 'tiled' only"),
+    ("[sizes]\nkind = \"tiled\"\nmoduli = [32, 48]\n", "each dividing the next"),
+    ("[[sass]]\nrequire = '^LDS'\nmessage = \"m\"\nscope = \"loop\"\n",
+     r"scope \(of an opcode rule\) must be one of \['kernel', 'inner_loop'\]; got 'loop'"),
+    ("[[sass]]\nrequire_kernel = 'gemm'\nmessage = \"m\"\nscope = \"inner_loop\"\n", r"scope \(of an opcode rule\)"),
     ("[sizes]\nkind = \"reduction\"\nmodulus = [32]\n", "unknown field 'modulus'"),
     ("sizes = \"reduction\"\n", r"\[sizes\]: must be a table"),
 ])
@@ -222,6 +244,33 @@ def test_a_reduction_draw_is_reproducible_per_seed_and_takes_its_moduli():
     assert wbex.Sizes().draw(5, BIAS_GELU) == wbex.random_sizes(5, BIAS_GELU)
 
 
+@pytest.mark.parametrize("seed", range(0, 400, 7))
+def test_a_tiled_draw_takes_every_dim_round_the_tile_edges(seed):
+    shapes = wbex.tiled_sizes(seed, MATMUL)
+    full = [s for s in shapes if 0 not in s]
+    assert [s for s in shapes if 0 in s] == [(0, s[1], s[2]) for s in shapes[-3:-2]] + \
+        [(s[0], 0, s[2]) for s in shapes[-2:-1]] + [(s[0], s[1], 0) for s in shapes[-1:]]   # an empty m, k, n
+    for dim in range(3):
+        values = {s[dim] for s in full}
+        assert {1, 31, 32, 33} <= values                                      # a tile's edges, in m, k and n
+        assert any(2 <= v <= 30 for v in values) and any(v > 64 and v % 32 for v in values)
+        assert any(v >= 896 and v % 32 for v in values)                      # many tiles and a remainder
+    assert any(all(s[d] > 128 for d in range(3)) for s in full)              # many blocks in m and n at once
+    assert max(math.prod(s) for s in shapes) <= 1087 * 200 * 200             # a float64 check stays quick
+    for s in shapes:
+        MATMUL.dims(s)                                                       # each is a size of the op
+
+
+def test_a_tiled_draw_is_reproducible_per_seed_and_takes_its_tiles():
+    assert wbex.tiled_sizes(11, MATMUL) == wbex.tiled_sizes(11, MATMUL)
+    assert len({tuple(wbex.tiled_sizes(s, MATMUL)) for s in range(20)}) == 20
+    full = [s for s in wbex.tiled_sizes(3, MATMUL, (16, 128)) if 0 not in s]
+    for dim in range(3):
+        values = {s[dim] for s in full}
+        assert {1, 15, 16, 17} <= values and {127, 129} & values or {255, 257} & values
+    assert wbex.Sizes("tiled", (32,)).draw(5, MATMUL) == wbex.tiled_sizes(5, MATMUL)
+
+
 # ----------------------------------------------------------------------------- SASS rules
 
 _LISTING = """
@@ -274,6 +323,81 @@ def test_a_kernel_with_as_many_barriers_as_the_starter_fails_the_count_rule(tmp_
     kernel, _ = wbex.checks.build(ex, ex.solution, wbex.variant_name(ex, ex.solution))
     passing = wbsass.check_sass(ex, kernel)
     assert passing.status == "ok", passing
+
+
+# A kernel with a loop in a loop: the outer one (0x10-0x70) copies to shared memory and reads it
+# back after the inner one (0x30-0x50), which reads global memory; an LDS before both; a second
+# branch back to the inner loop's header (a `continue`) at 0x58; the trap after EXIT, a branch to
+# itself, is no loop.
+_LOOPS = """
+\tarch = sm_90
+\t\tFunction : _Z4gemmIfEvv
+        /*0000*/                   LDS R1, [R0] ;
+        /*0010*/                   LDG.E R2, desc[UR4][R4.64] ;
+        /*0020*/                   STS [R0], R2 ;
+        /*0030*/                   LDG.E R3, desc[UR4][R6.64] ;
+        /*0040*/                   FFMA R8, R3, R3, R8 ;
+        /*0050*/               @P0 BRA 0x30 ;
+        /*0058*/          @!UP1 BRA.U !UP0, 0x30 ;
+        /*0060*/                   LDS R9, [R0+0x4] ;
+        /*0070*/               @P1 BRA 0x10 ;
+        /*0080*/                   EXIT ;
+        /*0090*/                   BRA 0x90;
+"""
+
+
+def test_loops_are_found_from_the_branches_back():
+    (key, code), = ptxas.sass_instructions(_LOOPS).items()
+    assert key == ("sm_90", "_Z4gemmIfEvv") and [i.address for i in code][:3] == [0, 0x10, 0x20]
+    assert [(i.opcode, i.target) for i in code if i.target is not None] == \
+        [("BRA", 0x30), ("BRA.U", 0x30), ("BRA", 0x10), ("BRA", 0x90)]
+    assert ptxas.loops(code) == [(0x10, 0x70), (0x30, 0x58)]     # one loop per header; no self-loop
+    assert ptxas.inner_loops(code) == [(0x30, 0x58)]
+    assert ptxas.sass_counts(_LOOPS)[key] == Counter(i.opcode for i in code)
+    inner = wbsass.scoped({key: code}, "inner_loop")[key]
+    assert inner == Counter({"LDG.E": 1, "FFMA": 1, "BRA": 1, "BRA.U": 1})
+    assert wbsass.scoped({key: code})[key]["LDS"] == 2
+
+
+def _one_arch(code, scope: str = "kernel") -> dict:
+    """wbsass.scoped's counts, keyed by kernel alone (one architecture's), as _failure takes them."""
+    return {k: c for (_, k), c in wbsass.scoped(code, scope).items()}
+
+
+def test_an_lds_outside_the_inner_loop_does_not_hold_the_loop_rule():
+    (key, code), = ptxas.sass_instructions(_LOOPS).items()
+    rule = wbex.SassRule("require", "^LDS", "no LDS in the inner loop", scope="inner_loop")
+    found = wbsass._failure(rule, _one_arch({key: code}, "inner_loop"), {}, {key[1]: ptxas.inner_loops(code)})
+    assert found == ["gemm<float>: LDG.E in its inner loop (0x0030-0x0058)"]
+    anywhere = wbex.SassRule("require", "^LDS", "no LDS")
+    assert wbsass._failure(anywhere, _one_arch({key: code}), {}) is None      # in the kernel, yes
+    # The same kernel with its inner loop reading shared memory holds the rule; one without
+    # loops fails it, and says so.
+    (key, moved), = ptxas.sass_instructions(_LOOPS.replace("LDG.E R3, desc[UR4][R6.64]", "LDS R3, [R0+0x8]")).items()
+    assert wbsass._failure(rule, _one_arch({key: moved}, "inner_loop"), {}, {key[1]: ptxas.inner_loops(moved)}) is None
+    flat = [i for i in code if i.target is None]
+    assert wbsass._failure(rule, _one_arch({key: flat}, "inner_loop"), {}, {key[1]: []}) == ["gemm<float>: no loop"]
+    assert "in an innermost loop" in wbsass._describe(rule) and "loop" not in wbsass._describe(anywhere)
+
+
+@pytest.mark.skipif(ptxas.cuobjdump() is None, reason="cuobjdump not found: the SASS rules cannot be read here")
+def test_the_inner_loop_rule_fails_the_starter_and_holds_on_the_solution(cuda_buildable):
+    ex = next(e for e in EXERCISES if any(r.scope == "inner_loop" for r in e.sass))
+    rule = next(r for r in ex.sass if r.scope == "inner_loop")
+    kernel, built = wbex.checks.build(ex, ex.starter, wbex.variant_name(ex, ex.starter))   # cached builds
+    assert built.status == "ok", built
+    bad = wbsass.check_sass(ex, kernel)
+    assert bad.status == "FAIL" and rule.message in bad.detail, bad
+    evidence = [ln.strip() for ln in bad.lines if "inner loop" in ln and ln.startswith("    ")]
+    assert evidence and all(re.fullmatch(r"[^:]+: LDG[.A-Z]* in its inner loops? \(0x[0-9a-f]+-0x[0-9a-f]+.*\)", ln)
+                            for ln in evidence), bad.lines   # the starter's inner loops read global memory
+    assert any(ln.strip() == f"hint: {rule.hint}" for ln in bad.lines)
+    kernel, built = wbex.checks.build(ex, ex.solution, wbex.variant_name(ex, ex.solution))
+    assert built.status == "ok", built
+    assert wbsass.check_sass(ex, kernel).status == "ok"
+    code = wbsass._code(str(kernel.library))
+    for key, c in code.items():        # every kernel, every architecture: an LDS in an innermost loop
+        assert wbsass.scoped({key: c}, "inner_loop")[key]["LDS"] > 0, key
 
 
 # ----------------------------------------------------------------------------- starters and solutions (CPU)
@@ -424,6 +548,20 @@ def test_a_reduction_exercise_checks_the_reduction_draw(pretend_gpu):
     assert seen["shapes"] == [list(s) for s in wbex.reduction_sizes(42, registry.spec(ex.op), ex.sizes.moduli)]
     assert seen["dtypes"] == list(ex.dtypes) and report.shapes == wbex.reduction_sizes(42, registry.spec(ex.op))
     assert report.check("correctness").status == "ok", report.summary()
+
+
+def test_a_tiled_exercise_checks_the_tiled_draw(pretend_gpu):
+    ex = next(e for e in EXERCISES if e.sizes.kind == "tiled")
+    seen = {}
+
+    def check(op, kernel, **kwargs):
+        seen.update(kwargs)
+        return _passing_check(op, kernel)
+
+    pretend_gpu.check = check
+    report = wbex.check_exercise(ex.number, ex.solution, seed=42, speed=False)
+    assert seen["shapes"] == [list(s) for s in wbex.tiled_sizes(42, registry.spec(ex.op), ex.sizes.moduli)]
+    assert report.shapes == wbex.tiled_sizes(42, registry.spec(ex.op)) and report.check("correctness").status == "ok"
 
 
 def _bench_rows(student: str, reference: str, mine_ms: float, ref_ms: float):

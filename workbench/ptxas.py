@@ -159,7 +159,8 @@ def sass_instructions(text: str) -> dict[tuple[str, str], list[Instruction]]:
 
 def loops(code: list[Instruction]) -> list[tuple[int, int]]:
     """The loops of one kernel's machine code, as (first, last) addresses: a branch back to an
-    address before it closes a loop that starts there (the loop's header) and ends at the branch. Branches back to one header (a loop's `continue`s) make one loop, to its last branch.
+    address before it closes a loop that starts there (the loop's header) and ends at the branch.
+    Branches back to one header (a loop's `continue`s) make one loop, to its last branch.
     A branch to itself (the trap after a kernel's last EXIT) has no body: not a loop."""
     ends: dict[int, int] = {}
     for i in code:

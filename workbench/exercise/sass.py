@@ -106,8 +106,8 @@ def _failure(rule: SassRule, kernels: dict[str, Counter], starter: dict[str, Cou
     if rule.kind == "require":
         if any(hits.values()):
             return None
-        if loops is not None:
-            return [f"{ptxas.kernel_label(k)}: " + (f"{', '.join(sorted(_memory_ops(c, shared=True))) or 'no memory accesses'}"
+        if loops is not None:  # what the kernels' inner loops access instead
+            return [f"{ptxas.kernel_label(k)}: " + (f"{', '.join(sorted(_memory_ops(c, True))) or 'no memory accesses'}"
                                                     f" in {_spans(loops[k])}" if loops.get(k) else "no loop")
                     for k, c in sorted(kernels.items())]
         return [f"{ptxas.kernel_label(k)}: {', '.join(sorted(_memory_ops(c))) or 'no global accesses'}"
