@@ -40,7 +40,10 @@ const char* const kDtype = "bfloat16";
   X(Plan<128, 256, 64, 64, 64, 3>)         \
   X(Plan<256, 128, 64, 64, 64, 3>)         \
   X(Plan<128, 256, 64, 64, 64, 4>)         \
-  X(Plan<256, 128, 64, 64, 64, 4>)
+  X(Plan<256, 128, 64, 64, 64, 4>)         \
+  X(Plan<192, 256, 64, 96, 64, 3>)         \
+  X(Plan<192, 256, 64, 96, 64, 3, 8, false>) \
+  X(Plan<192, 256, 32, 96, 64, 4>)
 #else
 using Elem = float;
 const char* const kDtype = "float32";
