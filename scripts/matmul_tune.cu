@@ -43,7 +43,10 @@ const char* const kDtype = "bfloat16";
   X(Plan<256, 128, 64, 64, 64, 4>)         \
   X(Plan<192, 256, 64, 96, 64, 3>)         \
   X(Plan<192, 256, 64, 96, 64, 3, 8, false>) \
-  X(Plan<192, 256, 32, 96, 64, 4>)
+  X(Plan<192, 256, 32, 96, 64, 4>)         \
+  X(Plan<256, 128, 128, 64, 64, 2>)        \
+  X(Plan<128, 256, 128, 64, 64, 2>)        \
+  X(Plan<256, 128, 128, 64, 64, 2, 16>)
 #else
 using Elem = float;
 const char* const kDtype = "float32";
@@ -74,7 +77,7 @@ const char* const kDtype = "float32";
   } while (0)
 
 __device__ inline float to_float_dev(wb_bf16_t x) { return wb_to_acc(x); }
-__device__ inline float to_float_dev(float x) { return x; }
+[[maybe_unused]] __device__ inline float to_float_dev(float x) { return x; }
 
 // Uniform values in [-1, 1) from a hash of the index: the same inputs on every run.
 template <typename T>
