@@ -46,7 +46,11 @@ const char* const kDtype = "bfloat16";
   X(Plan<192, 256, 32, 96, 64, 4>)         \
   X(Plan<256, 128, 128, 64, 64, 2>)        \
   X(Plan<128, 256, 128, 64, 64, 2>)        \
-  X(Plan<256, 128, 128, 64, 64, 2, 16>)
+  X(Plan<256, 128, 128, 64, 64, 2, 16>)    \
+  X(Plan<256, 128, 64, 64, 32, 3>)         \
+  X(Plan<256, 128, 64, 64, 32, 3, 8, false>) \
+  X(Plan<256, 128, 32, 64, 32, 4>)         \
+  X(Plan<128, 256, 64, 32, 64, 3>)
 #else
 using Elem = float;
 const char* const kDtype = "float32";
