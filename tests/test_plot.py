@@ -325,3 +325,36 @@ def test_ladder_figure_one_panel_per_dtype_and_direction(tmp_path: pathlib.Path,
     assert [ax.get_title() for ax in fig.axes] == ["toy_ladder fwd float32 64x64: the ladder"]
     with pytest.raises(ValueError, match="two or more"):
         ladder_figure(rows, op="toy_ladder", direction="bwd", dtype="float32")
+
+
+def compute_bound_rows() -> list[dict]:
+    """matmul-like rows: TFLOP/s against the GEMM ceiling (benchmark.py adds these to a
+    compute-bound op's rows) beside the bytes every row has."""
+    rows = synthetic_rows(op="gemmish", providers=("naive", "tiled", "eager", "compile"),
+                          times={"naive": 40.0, "tiled": 1.25, "eager": 1.0, "compile": 1.0})
+    for r in rows:
+        r["flops"] = 2 * r["numel"] * 1024
+        r["TFLOPs"] = r["flops"] / (r["median_ms"] * 1e-3) / 1e12
+        r["matmul_ceiling_TFLOPs"] = 50.0
+    return rows
+
+
+def test_a_compute_bound_ladder_shows_tflops_and_the_gemm_ceiling() -> None:
+    ax = fresh_axes()
+    _draw_ladder(ax, compute_bound_rows(), op="gemmish", dtype="float32", direction="fwd", ladder=("naive", "tiled"))
+    assert ax.get_ylabel() == "achieved TFLOP/s"
+    (ceiling,) = [ln for ln in ax.get_lines() if "ceiling" in ln.get_label()]
+    assert list(ceiling.get_ydata()) == [50.0, 50.0] and "cuBLAS" in ceiling.get_label()
+    heights = [p.get_height() for p in ax.patches]
+    r = [x for x in compute_bound_rows() if x["shape"] == "4096x4096"]
+    assert heights == pytest.approx([x["TFLOPs"] for v in ("naive", "tiled", "eager", "compile")
+                                     for x in r if x["variant"] == v])
+    assert "GB/s" not in " ".join(t.get_text() for t in ax.texts)
+
+
+def test_plot_all_draws_throughput_not_bandwidth_for_a_compute_bound_op(tmp_path: pathlib.Path) -> None:
+    names = {p.name for p in plot_all(compute_bound_rows(), tmp_path)}
+    assert "gemmish_fwd_float32_throughput.png" in names
+    assert not any(n.endswith("_bandwidth.png") for n in names)
+    names = {p.name for p in plot_all(synthetic_rows(), tmp_path / "b")}
+    assert "bias_gelu_fwd_float32_bandwidth.png" in names and not any(n.endswith("_throughput.png") for n in names)

@@ -116,6 +116,57 @@ def _ceiling(rows: list[Row]) -> float | None:
     return max(ceilings) if ceilings else None
 
 
+def _compute_bound(rows: list[Row]) -> bool:
+    """Whether the rows are a compute-bound op's (they carry TFLOP/s against the GEMM ceiling):
+    their plots show TFLOP/s and that ceiling, not GB/s and the copy ceiling."""
+    return any(r.get("matmul_ceiling_TFLOPs") is not None for r in rows)
+
+
+def _tflops(r: Row) -> float | None:
+    return float(r["TFLOPs"]) if r.get("TFLOPs") is not None else None
+
+
+def _rate(rows: list[Row]) -> tuple[Any, Any, str, float | None, str]:
+    """What the rows are measured in: (row -> value or None, value -> label, axis label, ceiling
+    or None, the ceiling's legend). TFLOP/s against cuBLAS's rate for a compute-bound op's rows,
+    achieved GB/s against the copy rate otherwise."""
+    if _compute_bound(rows):
+        peaks = [float(r["matmul_ceiling_TFLOPs"]) for r in rows
+                 if r.get("matmul_ceiling_TFLOPs") is not None and math.isfinite(float(r["matmul_ceiling_TFLOPs"]))]
+        c = max(peaks) if peaks else None
+        return (_tflops, lambda t: f"{t:.1f} TFLOP/s" if t >= 1 else f"{t:.2g} TFLOP/s", "achieved TFLOP/s", c,
+                f"compute ceiling: cuBLAS at 8192^3, {c:.0f} TFLOP/s" if c else "")
+    c = _ceiling(rows)
+    return (_gbps, _fmt_gbps, "achieved GB/s", c,
+            f"memory ceiling: copy rate {c:.0f} GB/s (bytes read + written)" if c else "")
+
+
+def _draw_throughput(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direction: str) -> None:
+    """A compute-bound op's counterpart of the bandwidth panel: achieved TFLOP/s against size per
+    provider, and cuBLAS's rate (the matmul ceiling) as a horizontal line."""
+    sel = _newest_run(rows, op=op, dtype=dtype, direction=direction)
+    value, _, ylabel, c, ceiling_label = _rate(sel)
+    points: dict[str, dict[str, tuple[int, float]]] = {}
+    for r in sel:
+        t = value(r)
+        if t is not None and r.get("flops"):
+            points.setdefault(str(r["variant"]), {})[str(r["shape"])] = (int(r["flops"]), t)
+    if not points:
+        raise ValueError(f"no TFLOP/s in the rows for {op} {direction} {dtype}")
+    for provider in _order(points):
+        xs, ys = zip(*sorted(points[provider].values()))
+        ax.plot(xs, ys, label=provider, **_style(provider))
+    if c is not None:
+        ax.axhline(c, color="black", linestyle="--", linewidth=1.0, label=ceiling_label)
+    ax.set_xscale("log")
+    ax.set_xlabel("work (FLOPs per call)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{op} {direction} {dtype}: achieved TFLOP/s")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(title=_gpu_title(sel), fontsize="x-small", loc="best")
+
+
 def _draw_bandwidth(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direction: str) -> None:
     """Draw achieved GB/s vs numel per provider, and the copy ceiling as a horizontal line."""
     sel = _newest_run(rows, op=op, dtype=dtype, direction=direction)
@@ -150,7 +201,7 @@ def _by_shape(sel: list[Row]) -> dict[str, dict[str, Row]]:
     point wins. Shapes keep the order the rows give them (the order they were benchmarked in)."""
     out: dict[str, dict[str, Row]] = {}
     for r in sel:
-        if r.get("median_ms") is not None and float(r["median_ms"]) > 0 and _gbps(r) is not None:
+        if r.get("median_ms") is not None and float(r["median_ms"]) > 0 and (_gbps(r) or _tflops(r)) is not None:
             out.setdefault(str(r["shape"]), {})[str(r["variant"])] = r
     return out
 
@@ -180,6 +231,7 @@ def _draw_ladder(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, directio
     ladder order, each labelled with its GB/s and (from the second on) its speedup over the rung
     before it; the first-to-last speedup in a text box; the baselines after the rungs as grey
     hatched bars outside that chain; the copy ceiling as a dashed line where the rows have one.
+    A compute-bound op's rows (_rate): TFLOP/s and the matmul ceiling instead.
 
     shape: a shape label such as "16384x16384" (default: the largest size with two or more rungs).
     """
@@ -189,30 +241,29 @@ def _draw_ladder(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, directio
     at = by_shape[shape]
     baselines = [b for b in BASELINES if b in at] + [
         v for v, r in at.items() if r.get("kind") == "baseline" and v not in BASELINES and v not in ladder]
+    value, fmt, ylabel, c, ceiling_label = _rate(sel)
     ms = {v: float(at[v]["median_ms"]) for v in rungs}
-    heights = [float(_gbps(at[v])) for v in rungs + baselines]
+    heights = [float(value(at[v]) or 0.0) for v in rungs + baselines]
 
     bars = ax.bar(range(len(rungs)), heights[:len(rungs)], color="C0", label="ladder rungs")
-    labels = [_fmt_gbps(heights[0])] + [f"{_fmt_gbps(h)}\nx{ms[prev] / ms[v]:.2f}"
-                                        for prev, v, h in zip(rungs, rungs[1:], heights[1:])]
+    labels = [fmt(heights[0])] + [f"{fmt(h)}\nx{ms[prev] / ms[v]:.2f}"
+                                  for prev, v, h in zip(rungs, rungs[1:], heights[1:])]
     # A white backing keeps a label readable where the ceiling line crosses it.
     text = {"padding": 2, "fontsize": "x-small", "bbox": {"facecolor": "white", "edgecolor": "none", "pad": 0.5}}
     ax.bar_label(bars, labels=labels, **text)
     if baselines:
         bars = ax.bar(range(len(rungs), len(heights)), heights[len(rungs):], color="lightgray",
                       edgecolor="dimgray", hatch="//", label="baselines (not rungs)")
-        ax.bar_label(bars, labels=[_fmt_gbps(h) for h in heights[len(rungs):]], **text)
+        ax.bar_label(bars, labels=[fmt(h) for h in heights[len(rungs):]], **text)
     top = max(heights)
-    c = _ceiling(sel)
     if c is not None:
-        ax.axhline(c, color="black", linestyle="--", linewidth=1.0,
-                   label=f"memory ceiling: copy rate {c:.0f} GB/s (bytes read + written)")
+        ax.axhline(c, color="black", linestyle="--", linewidth=1.0, label=ceiling_label)
         top = max(top, c)
     ax.text(0.02, 0.97, f"{rungs[0]} -> {rungs[-1]}: x{ms[rungs[0]] / ms[rungs[-1]]:.2f} overall",
             transform=ax.transAxes, ha="left", va="top", fontsize="small",
             bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.85})
     ax.set_xticks(range(len(heights)), rungs + baselines, rotation=30, ha="right")
-    ax.set_ylabel("achieved GB/s")
+    ax.set_ylabel(ylabel)
     ax.set_ylim(0, top * 1.55)  # room above the bars for their labels, the text box and the legend
     ax.set_title(f"{op} {direction} {dtype} {shape}: the ladder")
     ax.grid(True, axis="y", alpha=0.3)
@@ -287,13 +338,16 @@ def _token(s: str) -> str:
 def _panels(rows: list[Row]) -> list[tuple[str, str, str, list[Row], list[str]]]:
     """(op, dtype, direction, its newest run's rows, panels) for each combination in the rows, where
     the panels are those the rows support, in order: "speedup_vs_eager" and "speedup_vs_compile"
-    when that baseline was run, and "bandwidth" when bandwidth is known."""
+    when that baseline was run, and "throughput" (TFLOP/s) for a compute-bound op's rows or else
+    "bandwidth" when bandwidth is known."""
     out = []
     for op, dtype, direction in sorted({(str(r["op"]), str(r["dtype"]), str(r["direction"])) for r in rows}):
         sel = _newest_run(rows, op=op, dtype=dtype, direction=direction)
         providers = {r.get("variant") for r in sel if r.get("median_ms") is not None}
         panels = [f"speedup_vs_{b}" for b in BASELINES if b in providers]
-        if any(_gbps(r) is not None for r in sel):
+        if _compute_bound(sel):
+            panels.append("throughput")
+        elif any(_gbps(r) is not None for r in sel):
             panels.append("bandwidth")
         out.append((op, dtype, direction, sel, panels))
     return out
@@ -302,6 +356,8 @@ def _panels(rows: list[Row]) -> list[tuple[str, str, str, list[Row], list[str]]]
 def _draw_panel(ax: Axes, panel: str, rows: list[Row], *, op: str, dtype: str, direction: str) -> None:
     if panel == "bandwidth":
         _draw_bandwidth(ax, rows, op=op, dtype=dtype, direction=direction)
+    elif panel == "throughput":
+        _draw_throughput(ax, rows, op=op, dtype=dtype, direction=direction)
     else:
         _draw_speedup(ax, rows, op=op, dtype=dtype, direction=direction, baseline=panel.rsplit("_", 1)[1])
 
@@ -310,8 +366,8 @@ def plot_all(rows: list[Row], out_dir: pathlib.Path) -> list[pathlib.Path]:
     """Every plot the rows support, for each (op, dtype, direction) present; returns the paths.
 
     Per combination (its newest run): ``<op>_<direction>_<dtype>_speedup_vs_eager.png`` and
-    ``..._speedup_vs_compile.png`` when that baseline was run, and ``..._bandwidth.png`` when
-    bandwidth is known; ``..._ladder.png`` when the op's spec declares a ladder and two or more of
+    ``..._speedup_vs_compile.png`` when that baseline was run, and ``..._throughput.png`` (TFLOP/s,
+    compute-bound ops) or ``..._bandwidth.png`` when bandwidth is known; ``..._ladder.png`` when the op's spec declares a ladder and two or more of
     its rungs have rows at some size (drawn at the largest such size). "fwd+bwd" is written
     "fwdbwd" in file names. ``roofline_fwd.png`` (and ``roofline_fwdbwd.png``): every op's best
     variant per dtype by arithmetic intensity and TFLOP/s (workbench/roofline.py).
