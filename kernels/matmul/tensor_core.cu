@@ -2,29 +2,42 @@
 // warp tiles, each thread holding a piece of its warp's outputs in registers): the products are
 // done by mma.sync.m16n8k16 (a warp multiplies a 16 x 16 tile of A by a 16 x 8 tile of B in one
 // instruction, products summed in float), with the operands in 16 bits:
-// - a 128 x 128 block tile, BK = 32, 8 warps as 2 x 4 warp tiles of 64 x 32 (4 x 4 mma tiles, 64
+// - a 256 x 128 block tile, BK = 64, 8 warps as 4 x 2 warp tiles of 64 x 64 (4 x 8 mma tiles, 128
 //   float accumulators per thread); outputs rounded once to fp16/bf16 at the end;
 // - tiles kept in shared memory as they lie in global memory (rows padded by 16 bytes, so the 8
 //   row addresses of each ldmatrix phase fall in 8 different bank groups); ldmatrix loads the
 //   mma fragments, with .trans where the tile runs the other way (a transposed A, a B as stored):
 //   no transposition in the copy, so the backward's N/T and T/N GEMMs cost what the forward does;
-// - global -> shared by cp.async, 16 bytes (8 values) per copy, two stages: tile t + 1 is in
-//   flight while tile t is multiplied; the copies of a tile past the matrix's edge read nothing
-//   and fill zeros;
+// - global -> shared by cp.async, 16 bytes (8 values) per copy, three stages (159 KiB of dynamic
+//   shared memory): tiles t + 1 and t + 2 are in flight while tile t is multiplied; the copies of
+//   a tile past the matrix's edge read nothing and fill zeros;
+// - the fragments double-buffered in registers: slice kk + 1's ldmatrix (or the next tile's first)
+//   is issued before slice kk's mma.sync, and the one barrier per tile sits in its last slice;
 // - blocks ordered in groups of 8 tile rows (matmul::block_tile), so the blocks resident at once
 //   share their rows of A and columns of B in L2.
 // Route: cp.async needs every row of A, B and C to be whole, aligned 16-byte vectors (leading
 // dimensions and contiguous extents multiples of 8: matmul::vector_route<8>); otherwise the same
-// kernel stages its tiles one value at a time through registers. Tails past m, n, k are zeros in
-// and nothing out in both routes: any size. Float accumulation in a fixed order: deterministic.
-// Needs sm_80+ (ptx.cuh).
+// kernel, with a smaller plan (128 x 128 x 32, two stages, no prefetch: its copies go through
+// registers), stages its tiles one value at a time. Tails past m, n, k are zeros in and nothing
+// out in both routes: any size. Float accumulation in a fixed order: deterministic. Needs sm_80+.
 // Predicted: siboehm's ladder stops at warptile (93.7% of cuBLAS's float32 GEMM on an A6000);
 // tensor cores give the H100 ~15x the float32 CUDA-core peak in bf16, but mma.sync reaches about
 // two thirds of what Hopper's wgmma (cuBLAS's path) does and this kernel has neither its deeper
 // pipeline nor TMA: expect ~40-60% of cuBLAS's bf16 GEMM at 4096^3, several times warptile.
-// Measured (results/gpu/2b4b1ce, H100, fwd): bfloat16 4096^3 0.485 ms, 283 TFLOP/s, 0.40x cuBLAS;
-// bfloat16 8192^3 3.590 ms, 306 TFLOP/s, 0.39x cuBLAS; float16 4096^3 0.488 ms, 282 TFLOP/s, 0.38x
-// cuBLAS; float16 8192^3 3.592 ms, 306 TFLOP/s, 0.41x cuBLAS (the issue's target is 0.50x).
+// The first plan (128 x 128 x 32, 64 x 32 warp tiles, two stages, no prefetch) measured 0.40x
+// (results/gpu/2b4b1ce). The sweeps (scripts/matmul_tune.cu; results/gpu/{fa4c5ae,b0fc114,
+// c03337b,e95e383,db361e8}/matmul_tune.log, bf16 4096^3): prefetched fragments are what paid,
+// 0.44 -> 0.36 ms on 128 x 256 x 64 tiles; more stages, BK = 128 with two stages (0.45 ms),
+// 16 warps of 128 registers (0.43-0.49 ms, small spills) and 192 x 256 tiles (spill: 0.47-1.0
+// ms) did not. ptxas: 236 registers, no spills: one block (8 warps) an SM.
+// Measured (results/gpu/c4f8664, H100, fwd): bfloat16 4096^3 0.359 ms, 383 TFLOP/s, 0.49x cuBLAS
+// (0.50x torch.compile's cuBLAS call); bfloat16 8192^3 2.631 ms, 418 TFLOP/s, 0.60x; float16
+// 4096^3 0.358 ms, 384 TFLOP/s, 0.59x; float16 8192^3 2.674 ms, 411 TFLOP/s, 0.60x. cuBLAS's own
+// bf16 time at 4096^3 moves between calls and machines (0.177-0.202 ms in the runs above, ours
+// 0.354-0.362 ms), so the 0.50x of the issue is met or missed by that spread. Why not more (Nsight
+// Compute, results/gpu/c03337b/ncu_tensor_core.txt): the tensor pipe is busy 69% of the time and
+// L2 73%, with 2 warps per scheduler of which 0.42 are eligible on average; reaching cuBLAS takes
+// wgmma (a whole warpgroup per instruction, operands straight from shared memory) and TMA.
 #include "gemm.cuh"
 #include "ptx.cuh"
 
@@ -206,8 +219,8 @@ using Rung = Tiled<Plan<256, 128, 64, 64, 64, 3>>;
 
 #ifndef WB_MATMUL_TUNING
 WB_EXPORT_VARIANT(matmul, WB_DEVICE_CUDA, WB_F16 | WB_BF16,
-                  "rung 8: tensor cores (mma.sync m16n8k16, float accumulation), 128 x 128 x 32 block tile, "
-                  "64 x 32 warp tiles, ldmatrix fragments, two-stage cp.async; one value at a time through "
-                  "registers where rows are not whole aligned 16-byte vectors; fp16 and bf16",
+                  "rung 8: tensor cores (mma.sync m16n8k16, float accumulation), 256 x 128 x 64 block tile, "
+                  "64 x 64 warp tiles, double-buffered ldmatrix fragments, three-stage cp.async; one value at "
+                  "a time through registers where rows are not whole aligned 16-byte vectors; fp16 and bf16",
                   matmul::Variant<Rung>::launchers, wb_cuda_status_string)
 #endif

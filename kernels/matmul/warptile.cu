@@ -1,7 +1,7 @@
-// warptile: rung 7 of the float32 GEMM ladder (siboehm/SGEMM_CUDA's kernel 10, with its A6000
-// parameters). Over vectorized (float4 global and shared accesses, A's tile transposed): a
-// level of tiling between the block and the thread. The 128 x 128 block tile (BK = 16, 128
-// threads) is cut into four 64 x 64 warp tiles, one per warp; a warp covers its tile as
+// warptile: rung 7 of the float32 GEMM ladder (siboehm/SGEMM_CUDA's kernel 10, its tile sizes
+// re-tuned for the H100, plus kernel 11's second buffer). Over vectorized (float4 global and
+// shared accesses, A's tile transposed): a level of tiling between the block and the thread. The
+// 128 x 128 block tile (BK = 8, 128 threads) is cut into four 64 x 64 warp tiles, one per warp; a warp covers its tile as
 // WNITER = 4 column strips of 64 x 16, and each thread holds an 8 x 4 piece of every strip
 // (128 accumulators). Why it pays:
 // - a warp's 32 threads read only their warp tile's 64 + 64 values of a k-step from shared memory:
@@ -13,11 +13,23 @@
 // Global loads, route and tails as in vectorized (matmul::TileLoader, matmul::vector_route): 4
 // float4s of each tile per thread, or one float per access where rows are not whole aligned
 // float4s; zeros past m, n, k, no stores past m, n; any size.
+// And a second shared buffer (siboehm's kernel 11, here on top of 10): tile t + 1 is fetched into
+// registers before tile t is multiplied and stored into the other buffer after, so the loads'
+// latency hides behind 8 x 128 multiply-adds per thread and one barrier per tile replaces two.
+// The plan (tile sizes, buffers) was picked by scripts/matmul_tune.cu on the H100
+// (results/gpu/c890d84/matmul_tune.log, cuBLAS 2.68 ms at 4096^3): A6000's plan (BK = 16, one
+// buffer) 3.76 ms; with two buffers 3.25 ms; BK = 8 with two buffers 3.09 ms, the fastest of 13
+// (128 x 256 tiles tie at 3.09 ms; 256 threads of 8 x 4 x 2 outputs 3.27-3.32 ms; registers capped
+// for three blocks an SM, 5.88 ms). ptxas: 255 registers, no spills, 16 KiB of shared memory: two
+// blocks (8 warps) an SM.
 // Predicted: siboehm measured 21779.3 GFLOP/s, 93.7% of cuBLAS (from 78.4% for vectorized, and
-// 84.8% once vectorized's sizes were autotuned) on an A6000 at 4096^3, 1.19x over vectorized.
-// Expect ~1.1-1.2x; these parameters were tuned for the A6000, not the H100.
-// Measured (results/gpu/2b4b1ce, H100, fp32 fwd, cuBLAS with TF32 off): 4096^3 3.96 ms, 34.7 TFLOP/s,
-// 0.68x cuBLAS, 1.12x vectorized; 8192^3 32.09 ms, 34.3 TFLOP/s, 0.66x cuBLAS, 1.08x vectorized.
+// 84.8% once vectorized's sizes were autotuned) on an A6000 at 4096^3, 1.19x over vectorized:
+// ~1.1-1.2x expected with the A6000's plan, which gave 1.12x (0.68x cuBLAS, results/gpu/2b4b1ce);
+// with the sweep's plan, 3.09 ms there against vectorized's 4.39 ms: ~1.4x.
+// Measured (results/gpu/c4f8664, H100, fp32 fwd, cuBLAS with TF32 off): 4096^3 3.09 ms,
+// 44.4 TFLOP/s, 0.86x cuBLAS, 1.42x vectorized; 8192^3 24.47 ms, 44.9 TFLOP/s, 0.86x cuBLAS,
+// 1.41x vectorized; 16384 x 4096 x 11008 0.91x cuBLAS. Not profiled: where cuBLAS's last 14% comes
+// from (two blocks of 4 warps an SM leave each scheduler 2 warps to hide a barrier with).
 #include "gemm.cuh"
 
 namespace {
@@ -147,6 +159,7 @@ using Rung = Tiled<Plan<128, 128, 8, 64, 64, 4, 8, 4, 2>>;
 #ifndef WB_MATMUL_TUNING
 WB_EXPORT_VARIANT(matmul, WB_DEVICE_CUDA, WB_F32,
                   "rung 7: warp tiling (128 x 128 block, four 64 x 64 warp tiles, 8 x 4 x 4 outputs per thread, "
-                  "BK = 16), float4 accesses; one float per access where rows are not whole aligned float4s",
+                  "BK = 8, two shared buffers), float4 accesses; one float per access where rows are not whole "
+                  "aligned float4s",
                   matmul::Variant<Rung>::launchers, wb_cuda_status_string)
 #endif
