@@ -16,13 +16,13 @@ pytest.importorskip("ipykernel", reason="the notebook tests need a python3 kerne
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 NAMES = ["01_quickstart.ipynb", "02_edit_loop.ipynb", "03_your_own_op.ipynb", "04_reduction_ladder.ipynb",
-         "05_rmsnorm_three_ways.ipynb"]
+         "05_rmsnorm_three_ways.ipynb", "06_matmul_ladder.ipynb"]
 CPU_LABEL = "No GPU visible: CPU path"
 GPU_LABEL = "GPU path: "
 # What the deliberate typo in 02_edit_loop's compile-error cells makes each compiler say.
 TYPO = "wb_gelu_tanh_grd"
 COMPILER_SAYS = ("was not declared in this scope", "is undefined")
-# What 04_reduction_ladder's CPU path says in place of the CUDA rungs' checks.
+# What the ladder notebooks' CPU paths (04_reduction_ladder, 06_matmul_ladder) say in place of the CUDA rungs' checks.
 CPU_RUNG_NOTE = "The CUDA rungs need a GPU"
 
 
@@ -259,3 +259,45 @@ def test_reduction_ladder_shows_every_rung_and_checks_what_runs_here(executed):
     compared = [line for line in text.splitlines() if line.startswith(f"reduce_sum/{last}, ")]
     assert len(compared) == (2 if HAS_GPU else 3), compared
     assert all(line.endswith(": same bits") for line in compared), compared
+
+
+@pytest.mark.slow
+def test_matmul_ladder_shows_every_rung_with_its_compiler_report_and_checks_what_runs_here(executed):
+    """06: one cell output per rung of matmul's ladder, in ladder order, with its file's opening
+    comment and, where nvcc and cuobjdump are here (they need no GPU), a row of the compiler's table
+    and its report in words; on the GPU every rung passes its check and the edge sizes, naive its
+    float64 gradcheck, and the ladder's summary names naive's and the best rung's share of cuBLAS;
+    on the CPU the cpu variant does and the note says the CUDA rungs need a GPU. Two plots: the
+    ladder and the roofline."""
+    from workbench import ptxas, registry, toolchain
+
+    ladder = registry.spec("matmul").ladder
+    nb = executed["06_matmul_ladder.ipynb"]
+    outputs = [_cell_text(c) for c in nb.cells if c.cell_type == "code"]
+    text = "\n".join(outputs)
+    compiled = bool(toolchain.nvcc_path() and ptxas.cuobjdump())
+    for i, name in enumerate(ladder, 1):
+        shown = [t for t in outputs if re.search(rf"^rung {i} of {len(ladder)}: {name}$", t, re.MULTILINE)]
+        assert len(shown) == 1, (name, outputs)
+        first = (REPO_ROOT / "kernels" / "matmul" / f"{name}.cu").read_text().splitlines()[0]
+        assert first.removeprefix("// ") in shown[0], (first, shown[0])
+        if compiled:
+            assert re.search(rf"^{name} +\d+ +\d+- *\d+ +\d+(\+dyn)? +\d+ ", text, re.MULTILINE), (name, text)
+            assert re.search(r"\d+ registers per thread .* B spilled", " ".join(shown[0].split())), shown[0]
+    if not compiled:
+        assert "The compiler's view needs nvcc and cuobjdump" in text, text
+    if HAS_GPU:
+        for name in ladder:
+            passed = re.findall(rf"matmul/{name} on cuda:\d+: (\d+)/(\d+) cases passed", text)
+            assert len(passed) >= 2 and all(a == b for a, b in passed), (name, passed)
+        assert re.search(r"matmul/naive on cuda:\d+: (\d+)/\1 cases passed \(torch.autograd.gradcheck in float64\)",
+                         text), text
+        assert re.search(r"naive: [\d.]+% of cuBLAS; the best rung, \w+: [\d.]+% of cuBLAS", text), text
+        assert re.search(r"tensor_core bfloat16 \S+: [\d.]+ TFLOP/s, [\d.]+% of cuBLAS", text), text
+    else:
+        passed = re.findall(r"matmul/cpu on cpu: (\d+)/(\d+) cases passed", text)
+        assert len(passed) >= 3 and all(a == b for a, b in passed), passed  # the matrix, the edges, gradcheck
+        assert "(torch.autograd.gradcheck in float64)" in text, text
+        assert CPU_RUNG_NOTE in text and "the cpu variant" in text, text
+    pngs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
+    assert len(pngs) >= 2, len(pngs)
