@@ -260,3 +260,29 @@ def test_gpu_same_bits_twice(variant):
         for _ in range(2):
             again = (k(a, b), *k.backward(dy, a, b))
             assert all(correctness.same_bits(x, y) for x, y in zip(first, again)), (variant, m, kk, n)
+
+
+@gpu
+@pytest.mark.parametrize("variant", CUDA_VARIANTS)
+def test_gpu_output_over_int32(variant):
+    """C with more than 2^31 elements (m * n past int32, k small): the last rows, whose flat
+    offsets need 64 bits, are right in the forward and in da (test_gpu's row-sliced version does
+    not fit an op whose second operand is not sliced by rows)."""
+    k = wb.load("matmul", variant)
+    dtype = getattr(torch, _gpu_dtypes(k)[0])
+    n, kk = 4096, 8
+    m = 2**31 // n + 3
+    gen = torch.Generator("cuda").manual_seed(16)
+    a = torch.randn(m, kk, device="cuda", generator=gen).to(dtype)
+    b = torch.randn(kk, n, device="cuda", generator=gen).to(dtype)
+    y = k(a, b)
+    for sl in (slice(0, 4), slice(m - 4, m)):
+        ref = a[sl].double() @ b.double()
+        ok, rel, *_ = correctness.compare(y[sl], ref, str(dtype).replace("torch.", ""))
+        assert ok, (variant, sl, rel)
+    dy = y  # any values of C's shape: da = dy @ b^T reads every row of it
+    da, _ = k.backward(dy, a, b)
+    for sl in (slice(0, 4), slice(m - 4, m)):
+        ref = dy[sl].double() @ b.double().T
+        ok, rel, *_ = correctness.compare(da[sl], ref, str(dtype).replace("torch.", ""))
+        assert ok, (variant, sl, rel)
