@@ -83,6 +83,42 @@ for v in ('scalar', 'vectorized'):
     ks = ncu.measure('rmsnorm', v, (2048, 4096), 'bfloat16', keep_csv='$OUT/ncu/rmsnorm_%s_fwd.csv' % v)
     print(v, 'load bytes / x bytes', ncu.total(ks, ncu.LOAD_SECTORS) * 32 / (2048 * 4096 * 2))
 " 2>&1 | tee "$OUT/ncu/ncu_fixtures.log" ;;
+    profile_fixtures)  # wb.profile (Nsight Compute): bias_gelu scalar, vec4 and a planted column walk at 8192x8192,
+      # matmul naive and warptile at 2048^3, fwd float32: the tables, verdicts and times, and the raw CSVs and the
+      # ceilings for tests/fixtures/ncu (copy $OUT/ncu/profile_*.csv and profile_ceilings.json there)
+      mkdir -p "$OUT/ncu"
+      timeout 560 python3 - "$OUT/ncu" <<'PY' 2>&1 | tee "$OUT/ncu/profile_fixtures.log"
+import json, sys, time
+import torch
+import workbench as wb
+from workbench import profile
+
+out = sys.argv[1]
+ceilings = {"device": torch.cuda.get_device_name(), "gemm_TFLOPs": {}}
+for op, variants, shape in (("bias_gelu", ["scalar", "vec4"], (8192, 8192)),
+                            ("matmul", ["naive", "warptile"], (2048, 2048, 2048))):
+    reports, notes = {}, []
+    for v in variants:
+        k = wb.load(op, v)  # the build, outside the timed profile
+        started = time.perf_counter()
+        p = wb.profile(op, k, shape=shape, dtype="float32", keep_csv=out)
+        print(f"[{op}/{v}: profiled in {time.perf_counter() - started:.1f} s beyond its build]", flush=True)
+        reports[v], notes = [kp.raw for kp in p.kernels], notes + p.notes
+        ceilings["copy_GBps"] = p.copy_GBps
+        if p.gemm_TFLOPs:
+            ceilings["gemm_TFLOPs"]["float32"] = p.gemm_TFLOPs
+    both = profile.from_reports(op, reports, shape, "float32", "fwd", copy_GBps=p.copy_GBps,
+                                gemm_TFLOPs=p.gemm_TFLOPs, notes=sorted(set(notes)))
+    print(both.table() + "\n", flush=True)
+bad = wb.load_source("bias_gelu", "tests/faulty/uncoalesced.cu", name="uncoalesced")
+started = time.perf_counter()
+p = wb.profile("bias_gelu", bad, shape=(8192, 8192), dtype="float32", keep_csv=out)
+print(f"[bias_gelu/uncoalesced: profiled in {time.perf_counter() - started:.1f} s beyond its build]")
+print(p.table())
+with open(f"{out}/profile_ceilings.json", "w") as f:
+    json.dump(ceilings, f, indent=1)
+PY
+      ;;
     probe)  # scripts/probe_bandwidth.cu: access patterns for the memory-bound kernels, against a copy
       "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" -O3 -std=c++17 -arch=sm_90 -I kernels/common -I kernels/scale_bias_relu \
         scripts/probe_bandwidth.cu -o /tmp/probe_bandwidth && timeout 300 /tmp/probe_bandwidth 2>&1 | tee "$OUT/probe.log" ;;

@@ -5,6 +5,7 @@ against a float64 reference and timed against eager PyTorch and torch.compile.
     wb.ops(); wb.variants("bias_gelu")
     k = wb.load("bias_gelu", "scalar"); y = k(x, bias)
     wb.check("bias_gelu", "scalar"); wb.gradcheck("bias_gelu", "scalar")
+    wb.profile("bias_gelu", ["scalar", "vec4"], shape=(8192, 8192))   # why: Nsight Compute's counters
 
 In a notebook, `%load_ext workbench` adds the %%workbench cell magic (workbench.magic).
 """
@@ -21,7 +22,8 @@ from .registry import ops, variants
 # torch before it has to: the exercise checker starts its GPU child first.
 _LAZY = {"bench": ("benchmark", "bench"), "check": ("correctness", "check"),
          "gradcheck": ("correctness", "gradcheck"), "nn": ("nn", None), "correctness": ("correctness", None),
-         "benchmark": ("benchmark", None)}
+         "benchmark": ("benchmark", None),
+         "profile": ("profile", None)}  # a callable module: wb.profile(...), wb.profile.roofline(...)
 
 
 def __getattr__(name: str):
@@ -43,6 +45,6 @@ def load_ipython_extension(ipython) -> None:
 
 
 __all__ = ["ops", "variants", "load", "load_inline", "load_source", "define_op", "check", "gradcheck", "bench",
-           "Kernel", "OpSpec", "Tensor", "Attr", "Output", "Layer", "ErrorCase",
+           "profile", "Kernel", "OpSpec", "Tensor", "Attr", "Output", "Layer", "ErrorCase",
            "BuildError", "IsolatedRunError", "LockTimeout", "WorkbenchError", "nn", "__version__"]
 

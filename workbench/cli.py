@@ -1,4 +1,5 @@
-"""python -m workbench list | build | check | gradcheck | bench | plot | demo | sanitize | doctor | clean | exercise"""
+"""python -m workbench list | build | check | gradcheck | bench | profile | plot | demo | sanitize | doctor | clean |
+exercise"""
 from __future__ import annotations
 
 import argparse
@@ -92,6 +93,24 @@ def cmd_bench(args) -> int:
     if args.plot:
         for p in result.plot(args.plot_dir):
             print(f"plot: {p}")
+    return 0
+
+
+def cmd_profile(args) -> int:
+    """Nsight Compute on one call of each named variant: the table, a verdict per kernel, the deltas."""
+    from . import loader, ncu
+    from . import profile as profile_
+
+    variants: list = list(args.variants)
+    ncu.require()  # before building anything: say at once where ncu is missing
+    if args.source:  # the file is built as the first variant named (an exercise's kernel, a planted one)
+        variants[0] = loader.load_source(args.op, args.source, args.variants[0])
+    p = profile_.profile(args.op, variants, shape=args.shape, dtype=args.dtype, direction=args.direction,
+                         timeout_s=args.timeout, keep_csv=args.csv_dir)
+    print(p.table())
+    if args.roofline:
+        p.roofline(args.roofline)
+        print(f"roofline: {args.roofline}")
     return 0
 
 
@@ -226,6 +245,19 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--plot", action="store_true", help="also draw plots")
     s.add_argument("--plot-dir")
     s.set_defaults(fn=cmd_bench)
+
+    s = sub.add_parser("profile", help="why is it slow: Nsight Compute's counters for one call of each variant, "
+                                       "a verdict per kernel, and the differences between variants")
+    s.add_argument("op")
+    s.add_argument("variants", nargs="+", help="one variant, or several to compare side by side (the first is the base)")
+    s.add_argument("--shape", type=_shape, help="a size of the op, e.g. 8192x8192 (default: a middle bench size)")
+    s.add_argument("--dtype", default="float32", choices=DTYPE_NAMES)
+    s.add_argument("--direction", default="fwd", choices=["fwd", "bwd"])
+    s.add_argument("--source", help="build this file as the first VARIANT named (default: kernels/OP/VARIANT.*)")
+    s.add_argument("--timeout", type=float, default=300.0, help="seconds for each variant's profiled run at most")
+    s.add_argument("--csv-dir", help="keep ncu's raw CSV of each variant in this folder")
+    s.add_argument("--roofline", metavar="PNG", help="also draw the profiled variants on the roofline, as a PNG")
+    s.set_defaults(fn=cmd_profile)
 
     s = sub.add_parser("plot", help="redraw plots from saved results")
     s.add_argument("--results")

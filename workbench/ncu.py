@@ -8,18 +8,25 @@ metrics, in base units (bytes, sectors, ns).
 
 Where ncu is missing, or the driver does not let it read the counters (ERR_NVGPUCTRPERM, a
 sandboxed container), NcuUnavailable says so and how to go on without it; the child has a time
-limit, so a stuck profiler fails instead of hanging.
+limit (NcuTimeout: ncu and everything it started are stopped), so a stuck profiler fails instead
+of hanging. A metric this ncu or this GPU does not know ("Failed to find metric") is left out and
+the run repeated without it; the result's `dropped` names what was left out.
 """
 from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import pathlib
+import re
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 
-from . import isolate, toolchain
+from . import config, isolate, toolchain
 from .errors import IsolatedRunError, WorkbenchError
 
 RANGE = "wb_measure"
@@ -33,8 +40,25 @@ DURATION = "gpu__time_duration.sum"
 TRAFFIC = (LOAD_SECTORS, STORE_SECTORS, DRAM_READ, DRAM_WRITE, DURATION)
 
 
+# How to go on without the counters: said by every NcuUnavailable.
+WITHOUT_NCU = ("Without the counters: time the variant (wb.bench or python -m workbench bench), read its "
+               "ptxas report (registers, spills: -Xptxas=-v in its build log) and its SASS, and place it "
+               "on the roofline from timing alone (wb.profile.roofline)")
+
+
 class NcuUnavailable(WorkbenchError):
     """ncu is not installed, or cannot read this GPU's counters here."""
+
+
+class NcuTimeout(WorkbenchError):
+    """The profiled child did not finish in time; ncu and its child were stopped."""
+
+
+class Kernels(list):
+    """The profiled kernels (one dict each, as parse_csv returns them); `dropped`: the requested
+    metrics this ncu or GPU does not have, left out of the run."""
+
+    dropped: tuple[str, ...] = ()
 
 
 def find() -> str | None:
@@ -47,6 +71,15 @@ def find() -> str | None:
         if cand and pathlib.Path(cand).is_file():
             return cand
     return None
+
+
+def require() -> str:
+    """ncu's path, or NcuUnavailable saying where it was looked for and how to go on without it."""
+    exe = find()
+    if exe is None:
+        raise NcuUnavailable("Nsight Compute (ncu) not found: it ships with the CUDA toolkit (bin/ncu under "
+                             f"CUDA_HOME); put it on PATH or set WORKBENCH_NCU. {WITHOUT_NCU}")
+    return exe
 
 
 def parse_csv(text: str) -> list[dict]:
@@ -78,40 +111,91 @@ def _permission_problem(text: str) -> str | None:
     return None
 
 
+_UNKNOWN_METRIC = re.compile(r"Failed to find metrics?\s*:?\s*['\"]?(?:regex:)?\^?([A-Za-z0-9_]+)")
+
+
+def unknown_metrics(text: str, metrics) -> list[str]:
+    """The requested metrics ncu's output says it cannot find ("==ERROR== Failed to find metric
+    regex:^NAME\\.(sum|...)$" or "... metric NAME.sum")."""
+    missing = set(_UNKNOWN_METRIC.findall(text))
+    return [m for m in metrics if m.split(".")[0] in missing]
+
+
+def _run_child(op: str, spec: dict, kwargs: dict, prefix: list[str], timeout_s: float) -> tuple[int, str]:
+    """The "measure" job (jobs.py) in a child under `prefix` (ncu and its options): (exit status,
+    everything it printed). Started in a session of its own, so that on a timeout (or an
+    interrupt) ncu and the child it started are stopped together, not only ncu."""
+    with tempfile.TemporaryDirectory(prefix="workbench-child-") as tmp:
+        job = pathlib.Path(tmp) / "job.json"
+        job.write_text(json.dumps({"kind": "measure", "spec": spec, "kwargs": kwargs,
+                                   "result": str(pathlib.Path(tmp) / "result.json")}))
+        cmd = [*prefix, sys.executable, "-m", "workbench", "_child", str(job)]  # -> jobs.child_main
+        proc = subprocess.Popen(cmd, env=isolate._child_env(), cwd=config.REPO_ROOT, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            raise NcuTimeout(
+                f"ncu did not finish profiling {op}/{spec['name']} within {timeout_s:.0f} s; it and its child were "
+                f"stopped. A kernel that never ends hangs under ncu too (check it first: wb.check); a long kernel "
+                f"at a large size is replayed once per group of metrics: profile a smaller shape or allow more "
+                f"time (timeout_s, --timeout). {WITHOUT_NCU}") from None
+        except BaseException:
+            _stop(proc)
+            raise
+        return proc.returncode, out
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session: ncu and the child it started
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    try:
+        proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+
+
 def measure(op: str, variant, size, dtype: str, direction: str = "fwd", metrics=TRAFFIC, *,
-            timeout_s: float = 300, keep_csv=None) -> list[dict]:
+            timeout_s: float = 300, keep_csv=None, extra_args=()) -> Kernels:
     """Per-kernel counters of one `direction` call of the variant at `size`, `dtype` (see module).
-    keep_csv: a path to copy ncu's raw CSV to (test fixtures are captured this way)."""
-    exe = find()
-    if exe is None:
-        raise NcuUnavailable("Nsight Compute (ncu) not found: it ships with the CUDA toolkit (bin/ncu under "
-                             "CUDA_HOME); put it on PATH or set WORKBENCH_NCU. Without it, time the variant "
-                             "(wb.bench) and read its ptxas report and SASS instead")
+    keep_csv: a path to copy ncu's raw CSV to (test fixtures are captured this way). extra_args:
+    more ncu options (e.g. ["--clock-control", "none"]). timeout_s: for the whole profiled run."""
+    exe = require()
     spec = isolate.variant_spec(op, variant)
+    metrics, dropped = list(metrics), []
+    kwargs = dict(size=list(size), dtype=dtype, direction=direction)
     with tempfile.TemporaryDirectory(prefix="workbench-ncu-") as tmp:
         log = pathlib.Path(tmp) / "ncu.csv"
-        prefix = [exe, "--target-processes", "all", "--nvtx", "--nvtx-include", f"{RANGE}/",
-                  "--metrics", ",".join(metrics), "--csv", "--page", "raw", "--print-units", "base",
-                  "--log-file", str(log)]
-        kwargs = dict(size=list(size), dtype=dtype, direction=direction)
-        try:
-            isolate.run("measure", spec, kwargs, timeout_s=timeout_s, prefix=prefix)
-        except IsolatedRunError as e:
-            text = (log.read_text(errors="replace") if log.exists() else "") + e.full_output
-            why = _permission_problem(text)
+        while True:
+            log.unlink(missing_ok=True)
+            prefix = [exe, "--target-processes", "all", "--nvtx", "--nvtx-include", f"{RANGE}/",
+                      "--metrics", ",".join(metrics), "--csv", "--page", "raw", "--print-units", "base",
+                      *extra_args, "--log-file", str(log)]
+            code, output = _run_child(op, spec, kwargs, prefix, timeout_s)
+            text = log.read_text(errors="replace") if log.exists() else ""
+            why = _permission_problem(text + output)
             if why:
-                raise NcuUnavailable(f"ncu cannot read the counters here: {why}") from None
-            raise
-        text = log.read_text(errors="replace") if log.exists() else ""
+                raise NcuUnavailable(f"ncu cannot read the counters here: {why}. {WITHOUT_NCU}")
+            unknown = unknown_metrics(text + output, metrics)
+            if unknown and len(unknown) < len(metrics):  # leave out what this ncu or GPU lacks, once each
+                dropped += unknown
+                metrics = [m for m in metrics if m not in unknown]
+                continue
+            break
         if keep_csv:
             pathlib.Path(keep_csv).write_text(text)
-        why = _permission_problem(text)
-        if why:
-            raise NcuUnavailable(f"ncu cannot read the counters here: {why}")
-        kernels = parse_csv(text)
+        if code != 0:
+            full = text + output
+            tail = "\n".join(full.strip().splitlines()[-25:])
+            raise IsolatedRunError(f"measure of {op}/{spec['name']} under ncu", code, tail, full)
+        kernels = Kernels(parse_csv(text))
+        kernels.dropped = tuple(dropped)
         if not kernels:
             raise WorkbenchError(f"ncu profiled no kernel in the NVTX range {RANGE!r} of {op}/{spec['name']}; "
-                                 f"its output:\n" + "\n".join(text.splitlines()[-15:]))
+                                 f"its output:\n" + "\n".join((text + output).splitlines()[-15:]))
         return kernels
 
 

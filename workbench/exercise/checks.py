@@ -260,5 +260,10 @@ def speed(ex: Exercise, kernel, worker=None) -> Check:
     lines.append(f"target: >= {s.target:.2f}x the throughput of {ex.reference} in every row, both timed in this run "
                  f"at {'x'.join(map(str, s.shape))} (medians of CUDA-event timings)")
     if ratio < s.target:
+        from ..profile import command  # why: the GPU's counters for the slowest row, yours beside the reference's
+
+        why = command(ex.op, [kernel.name, ex.reference], s.shape, t, d if d in ("fwd", "bwd") else "bwd",
+                      source=shown(kernel.source))
+        lines.append(f"why it is slower, from the GPU's counters (Nsight Compute), yours beside {ex.reference}: {why}")
         return Check("speed", "FAIL", f"{ratio:.2f}x {ex.reference} on {d} {t}, target {s.target:.2f}x", lines)
     return Check("speed", "ok", f"at least {ratio:.2f}x {ex.reference} (target {s.target:.2f}x)", lines, show=True)

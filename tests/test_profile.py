@@ -1,0 +1,617 @@
+"""wb.profile (workbench/profile.py): Nsight Compute's counters per kernel, a verdict per kernel,
+the comparison of two variants, the roofline, and the CLI.
+
+On the CPU: the verdict rules on synthetic metrics; ncu's raw CSV (the format of --csv --page raw
+--print-units base, as in the captured tests/fixtures/ncu/*.csv) parsed into the table; a stand-in
+ncu (a script) for the error paths: ncu missing, no permission, a metric this ncu lacks (left out,
+run again), a run that hangs (stopped with its children); the CLI; the exercise checker's hint.
+The reports captured on an H100 by scripts/gpu_run.sh's `profile_fixtures` step
+(tests/fixtures/ncu/profile_*.csv) are parsed where committed (skipped, saying so, until then).
+
+On the GPU (with ncu): bias_gelu/vec4 at >= 80% of DRAM peak and memory-bound; scalar against vec4:
+the same sector efficiency (both read 4-byte or 16-byte elements coalesced: every byte of every
+sector is used), but vec4 moves 4x the bytes per load request (16 sectors against 4), so it issues a
+quarter of the memory instructions; a planted column-major walk is uncoalesced; matmul's naive
+rung is not called compute-bound; one variant's profile takes under 30 s beyond the build.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import pytest
+
+import workbench as wb
+from workbench import cli, ncu
+from workbench import profile as wbp
+
+from conftest import describe
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "ncu"
+FAULTY = pathlib.Path(__file__).parent / "faulty"
+BIAS_SHAPE = (8192, 8192)              # scripts/gpu_run.sh's profile_fixtures step profiles these
+GEMM_SHAPE = (2048, 2048, 2048)
+
+
+# ----------------------------------------------------------------------------- a synthetic ncu report
+
+_IDS = ["ID", "Process ID", "Process Name", "Host Name",
+        "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg", "Kernel Name", "Context",
+        "Stream", "Block Size", "Grid Size", "Device", "CC"]
+_UNITS = {"pct": "%", "ns": "ns", "sectors": "sector", "bytes": "byte"}
+
+
+def _unit(name: str) -> str:
+    if name.endswith(".pct") or "pct_of_peak" in name:
+        return "%"
+    if name.startswith("gpu__time_duration"):
+        return "ns"
+    if "sectors" in name:
+        return "sector"
+    if "bytes" in name:
+        return "byte"
+    return ""
+
+
+def _value(v) -> str:
+    if isinstance(v, str):
+        return v
+    if float(v).is_integer():
+        return f"{int(v):,}"  # ncu writes thousands separators
+    return f"{v:,.2f}"
+
+
+def raw_csv(kernels: list[dict]) -> str:
+    """ncu --csv --page raw --print-units base: its log lines, a header of column names, a row of
+    units, one row per kernel; a metric a kernel lacks is '-' (as ncu prints it)."""
+    metrics = sorted({k for kern in kernels for k in kern if k not in _IDS})
+    head = _IDS + metrics
+    lines = ["==PROF== Connected to process 4242 (/usr/bin/python3.12)",
+             "==PROF== Disconnected from process 4242",
+             ",".join(f'"{h}"' for h in head),
+             ",".join(f'"{_unit(h) if h in metrics else ""}"' for h in head)]
+    for i, kern in enumerate(kernels):
+        ids = {"ID": str(i), "Process ID": "4242", "Process Name": "python3.12", "Host Name": "127.0.0.1",
+               "Kernel Name": kern.get("Kernel Name", "void k(float *)"), "Context": "1", "Stream": "7",
+               "Block Size": "(256, 1, 1)", "Grid Size": "(1024, 1, 1)", "Device": "0", "CC": "9.0"}
+        ids[_IDS[4]] = '4242  "<default domain>:wb_measure:none:none:none:none:none:none" '
+        row = [ids.get(h, "") if h in _IDS else _value(kern.get(h, "-")) for h in head]
+        lines.append(",".join('"' + c.replace('"', '""') + '"' for c in row))
+    return "\n".join(lines) + "\n"
+
+
+N = 8192 * 8192                                   # a bias_gelu forward over 8192 x 8192 float32
+ROW_BYTES = 2 * N * 4 + 8192 * 4                  # its declared bytes: x and y, and the bias
+
+
+def _kernel(name="void <unnamed>::forward_kernel<float>(const float *, const float *, float *, long, long)", *,
+            ns=260_000, width=4, eff=100.0, dram_pct=70.0, occ=85.0, sm=30.0, regs=32, stalls=None, **more) -> dict:
+    """One kernel's raw metrics, by ncu's names: a forward over 8192 x 8192 float32 that reads x and
+    the bias and writes y in `width`-byte accesses, every byte of every sector used."""
+    requests = N * 4 / width / 32
+    k = {"Kernel Name": name, ncu.DURATION: ns, wbp.METRICS["dram_pct"]: dram_pct,
+         ncu.DRAM_READ: N * 4 + 8192 * 4, ncu.DRAM_WRITE: N * 4,
+         ncu.LOAD_SECTORS: 2 * N * 4 / 32, wbp.METRICS["ld_requests"]: 2 * requests,
+         ncu.STORE_SECTORS: N * 4 / 32, wbp.METRICS["st_requests"]: requests,
+         wbp.METRICS["ld_efficiency"]: eff, wbp.METRICS["st_efficiency"]: eff, wbp.METRICS["l2_hit"]: 40.0,
+         wbp.METRICS["occupancy"]: occ, wbp.METRICS["sm_pct"]: sm, wbp.METRICS["tensor_pct"]: 0,
+         wbp.METRICS["issue_pct"]: sm, wbp.METRICS["cycles_per_issue"]: 20.5,
+         wbp.METRICS["local_ld_sectors"]: 0, wbp.METRICS["local_st_sectors"]: 0,
+         "launch__registers_per_thread": regs, "launch__shared_mem_per_block_static": 0,
+         "launch__shared_mem_per_block_dynamic": 0, "launch__block_size": 256, "launch__grid_size": N / 256 / (width // 4),
+         "launch__waves_per_multiprocessor": 124.12, "launch__sm_count": 132,
+         "sm__maximum_warps_per_active_cycle_pct": 100, "launch__occupancy_limit_registers": 8,
+         "launch__occupancy_limit_shared_mem": 32, "launch__occupancy_limit_warps": 8,
+         "launch__occupancy_limit_blocks": 32}
+    for reason, v in (stalls or {"long_scoreboard": 14.2, "wait": 1.1, "not_selected": 0.4}).items():
+        k[wbp.stall_metric(reason)] = v
+    k.update(more)
+    return k
+
+
+# ----------------------------------------------------------------------------- the verdict, on synthetic metrics
+
+def _m(**kw) -> dict:
+    base = dict(duration_ns=None, dram_pct=None, sm_pct=None, tensor_pct=None, occupancy=None,
+                occupancy_theoretical=None, waves=None, stalls={}, spill_bytes=0)
+    base.update(kw)
+    return base
+
+
+def test_memory_bound_at_the_copy_ceiling():
+    v = wbp.verdict(_m(duration_ns=200_000, dram_pct=88, sm_pct=25), nbytes=570e6, copy_GBps=3000)
+    assert v.kind == "memory-bound" and "95% of the copy ceiling" in v.summary and "2850 of 3000 GB/s" in v.summary, v
+    assert "memory roof" in v.advice and "fewer bytes" in v.advice
+
+
+def test_memory_bound_with_room_left_and_from_dram_alone():
+    v = wbp.verdict(_m(duration_ns=250_000, dram_pct=70, sm_pct=40), nbytes=570e6, copy_GBps=3000)
+    assert v.kind == "memory-bound" and "76% of the copy ceiling" in v.summary and "16-byte" in v.advice, v
+    v = wbp.verdict(_m(duration_ns=250_000, dram_pct=84, sm_pct=40))     # no ceiling known (no GPU here)
+    assert v.kind == "memory-bound" and "DRAM at 84% of peak" in v.summary, v
+
+
+def test_memory_bound_moving_more_than_the_declared_bytes():
+    v = wbp.verdict(_m(duration_ns=500_000, dram_pct=85, dram_bytes=1.2e9), nbytes=570e6, copy_GBps=3000)
+    assert v.kind == "memory-bound" and "2.1x the bytes" in v.advice, v
+
+
+def test_compute_bound_at_the_gemm_ceiling():
+    flops = 2 * 2048 ** 3
+    v = wbp.verdict(_m(duration_ns=flops / 40e12 * 1e9, sm_pct=85, dram_pct=10), nbytes=48e6, flops=flops,
+                    copy_GBps=3000, gemm_TFLOPs=50, compute_bound=True)
+    assert v.kind == "compute-bound" and "80% of the GEMM ceiling" in v.summary and "40.0 of 50.0 TFLOP/s" in v.summary, v
+    assert "register tiles" in v.advice
+
+
+def test_a_slow_gemm_is_not_compute_bound_even_with_busy_sm_pipes():
+    """A naive rung: 1% of cuBLAS, whatever the SM's load/store pipes say."""
+    flops = 2 * 2048 ** 3
+    v = wbp.verdict(_m(duration_ns=flops / 0.5e12 * 1e9, sm_pct=75, dram_pct=5, occupancy=95, occupancy_theoretical=100,
+                       stalls={"lg_throttle": 30.0, "long_scoreboard": 12.0}),
+                    nbytes=48e6, flops=flops, copy_GBps=3000, gemm_TFLOPs=50, compute_bound=True)
+    assert v.kind == "latency-bound" and "lg_throttle (30.0)" in v.summary and "wider" in v.advice, v
+
+
+def test_instruction_bound_elementwise_kernel_is_named_so():
+    v = wbp.verdict(_m(duration_ns=250_000, dram_pct=65, sm_pct=85), nbytes=570e6, copy_GBps=3000)
+    assert v.kind == "compute-bound" and "instruction issue" in v.summary and "76%" in v.summary, v
+    assert "instructions per byte" in v.advice
+
+
+def test_latency_bound_names_the_occupancy_limiter():
+    m = _m(duration_ns=900_000, dram_pct=20, sm_pct=15, occupancy=18, occupancy_theoretical=25, waves=3.0,
+           registers=128, limit_registers=2, limit_shared_mem=16, limit_warps=8, limit_blocks=32,
+           stalls={"long_scoreboard": 40.0})
+    m["limiter"] = wbp.occupancy_limiter(m)
+    assert m["limiter"] == "registers (128 per thread): 2 blocks per SM"
+    v = wbp.verdict(m, nbytes=570e6, copy_GBps=3000)
+    assert v.kind == "latency-bound" and "limited by registers (128 per thread)" in v.summary, v
+    assert "fewer registers" in v.advice and "long_scoreboard (40.0)" in v.summary
+
+
+def test_latency_bound_by_a_grid_under_one_wave():
+    v = wbp.verdict(_m(duration_ns=50_000, dram_pct=5, sm_pct=3, occupancy=40, occupancy_theoretical=100,
+                       waves=0.25, grid_size=33, sm_count=132))
+    assert v.kind == "latency-bound" and "33 blocks for 132 SMs fill 25% of one wave" in v.summary, v
+    assert "more, smaller blocks" in v.advice
+
+
+def test_uncoalesced_before_anything_else_unless_at_the_roof():
+    m = _m(duration_ns=2_000_000, dram_pct=70, ld_efficiency=12.5, ld_requests=1e6, ld_bytes_per_request=1024,
+           st_efficiency=12.5, st_requests=1e6)
+    v = wbp.verdict(m, nbytes=570e6, copy_GBps=3000)
+    assert v.kind == "uncoalesced" and "use 12% of the bytes of each 32-byte sector" in v.summary, v
+    assert "1024 bytes of sectors per warp-wide request" in v.summary and "threadIdx.x" in v.advice
+    fast = wbp.verdict(dict(m, duration_ns=200_000), nbytes=570e6, copy_GBps=3000)
+    assert fast.kind == "memory-bound", fast           # at 95% of the copy ceiling: the roof decides
+    no_loads = wbp.verdict(_m(duration_ns=200_000, dram_pct=90, ld_efficiency=0.0, ld_requests=0.0), nbytes=570e6)
+    assert no_loads.kind == "memory-bound", no_loads   # a kernel without loads is not uncoalesced
+
+
+def test_spills_are_mentioned_and_missing_metrics_do_not_break_it():
+    v = wbp.verdict(_m(duration_ns=250_000, dram_pct=90, spill_bytes=65536))
+    assert "66 KB go through local memory" in v.advice, v
+    bare = wbp.verdict({})           # nothing collected at all
+    assert bare.kind == "latency-bound" and bare.line.startswith("latency-bound"), bare
+
+
+# ----------------------------------------------------------------------------- ncu's raw CSV -> metrics -> table
+
+def test_the_raw_csv_parses_into_metrics_by_short_name():
+    text = raw_csv([_kernel(regs=40, **{wbp.METRICS["tensor_pct"]: "-", wbp.stall_metric("misc"): "n/a"})])
+    rows = ncu.parse_csv(text)
+    assert len(rows) == 1 and rows[0][ncu.LOAD_SECTORS] == 2 * N * 4 / 32
+    m = wbp.kernel_metrics(rows[0])
+    assert m["name"] == "forward_kernel<float>"
+    assert m["ld_bytes_per_request"] == 128 and m["ld_efficiency"] == 100 and m["registers"] == 40
+    assert m["tensor_pct"] is None and "misc" not in m["stalls"]            # '-' and 'n/a': not collected
+    assert m["dram_bytes"] == ROW_BYTES and m["spill_bytes"] == 0
+    assert m["limiter"] is None                                              # 100% possible: nothing limits it
+    assert wbp.top_stalls(m) == [("long_scoreboard", 14.2), ("wait", 1.1), ("not_selected", 0.4)]
+
+
+def test_the_requested_metrics():
+    names = wbp.requested_metrics()
+    assert len(names) == len(set(names)) == len(wbp.METRICS) + len(wbp.STALLS) and all("__" in n for n in names)
+    assert set(ncu.TRAFFIC) <= set(names)                  # the traffic counters the exercise checker reads too
+    assert not any(n.startswith("launch__") for n in names)  # those come with every report, unasked
+
+
+@pytest.mark.parametrize("mangled, short", [
+    ("void <unnamed>::forward_kernel<wb_bf16_t, float>(const T1 *, const T1 *, T1 *, long, long, T2)",
+     "forward_kernel<wb_bf16_t, float>"),
+    ("void matmul::naive_kernel<float, false, false>(matmul::Gemm<T1>, long, long)", "naive_kernel<float, false, false>"),
+    ("_ZN12_GLOBAL__N_114forward_kernelIfEEvPKT_S3_PS1_ll", "forward_kernel<float>"),
+    ("elementwise_kernel", "elementwise_kernel"),
+])
+def test_kernel_names_are_shortened(mangled, short):
+    assert wbp.short_name(mangled) == short
+
+
+def _two_variants() -> wbp.Profile:
+    scalar = _kernel(ns=260_000, dram_pct=65, sm=55, stalls={"long_scoreboard": 20.0, "lg_throttle": 3.0})
+    vec4 = _kernel("void wb_row_tiles::forward_kernel<float, 4, WbGeluOfSum>(const float *, float *)", ns=195_000,
+                   width=16, dram_pct=86, sm=20, regs=40, stalls={"long_scoreboard": 35.0, "wait": 2.0})
+    return wbp.from_csv("bias_gelu", {"scalar": raw_csv([scalar]), "vec4": raw_csv([vec4])}, (8192, 8192),
+                        copy_GBps=3000.0)
+
+
+def test_a_comparison_shows_both_kernels_the_ratio_and_the_deltas():
+    p = _two_variants()
+    assert p.variants == ["scalar", "vec4"]
+    assert [k.name for k in p.kernels] == ["forward_kernel<float>", "forward_kernel<float, 4, WbGeluOfSum>"]
+    assert p.nbytes == ROW_BYTES and p.flops > 0
+    text = p.table()
+    lines = text.splitlines()
+    assert lines[0].startswith("profile: bias_gelu fwd float32 8192x8192, one call") and "copy ceiling 3000 GB/s" in lines[0]
+    row = next(ln for ln in lines if ln.startswith("bytes per load request"))
+    assert row.split()[-3:] == ["128", "512", "4.00x"], row
+    assert next(ln for ln in lines if ln.startswith("global load requests")).split()[-3:] == ["4,194,304", "1,048,576",
+                                                                                               "0.25x"]
+    assert next(ln for ln in lines if ln.startswith("% of copy ceiling")).split()[-3:] == ["69", "92", "1.33x"]
+    assert "vec4/scalar" in lines[2] and "ratio" in lines[3]
+    comp = p.compare()
+    assert len(comp) == 1 and comp[0].startswith("scalar -> vec4: 1.33x faster (260.0 -> 195.0 us)"), comp
+    for part in ("global memory requests 4.00x fewer", "bytes per load request 128 -> 512", "DRAM throughput 65% -> 86%",
+                 "issue slots busy 55% -> 20%", "registers per thread 32 -> 40"):
+        assert part in comp[0], comp
+    assert p.verdict("vec4").kind == "memory-bound" and "92% of the copy ceiling" in p.verdict("vec4").summary
+    assert p.verdict("scalar").kind == "memory-bound" and "16-byte" in p.verdict("scalar").advice
+    assert "verdict vec4/forward_kernel<float, 4, WbGeluOfSum>: memory-bound at 92%" in text and comp[0] in text
+    html = p._repr_html_()
+    assert html.count("<tr>") == len(p._rows()) + 1 and "memory-bound" in html and "&lt;float&gt;" in html
+    assert repr(p) == text
+
+
+def test_several_kernels_share_the_declared_work_and_the_roofline_draws_the_calls():
+    two = [_kernel(ns=300_000), _kernel("void sum_slices_kernel<float>(const float *, float *, long, long)",
+                                        ns=20_000, dram_pct=10, **{ncu.DRAM_READ: 1e6, ncu.DRAM_WRITE: 1e4})]
+    p = wbp.from_reports("bias_gelu", {"scalar": ncu.parse_csv(raw_csv(two))}, (8192, 8192), "float32", "bwd",
+                         copy_GBps=3000.0)
+    a, b = p.of("scalar")
+    assert a.nbytes + b.nbytes == pytest.approx(p.nbytes) and a.nbytes > 60 * b.nbytes   # split by DRAM traffic
+    assert a.flops + b.flops == pytest.approx(p.flops) and a.flops == pytest.approx(p.flops * 300 / 320)
+    assert p.verdict().kind == a.verdict.kind and "ratio" not in p.table().splitlines()[3]
+    t = p.totals("scalar")
+    assert t["duration_ns"] == 320_000 and t["kernels"] == 2 and t["GBps"] == pytest.approx(p.nbytes / 320e-6 / 1e9)
+    rows = p.rows()
+    assert rows[0]["median_ms"] == pytest.approx(0.32) and rows[0]["ceiling_GBps"] == 3000.0
+    fig = _two_variants().roofline()
+    assert len(fig.axes[0].collections) == 2           # one point per variant
+
+
+def test_the_roofline_from_timing_rows_alone(tmp_path):
+    """wb.profile.roofline draws saved benchmark rows (no GPU, no ncu) and writes the PNG."""
+    rows = [dict(kind="variant", op="bias_gelu", variant=v, dtype="float32", shape="8192x8192", direction="fwd",
+                 median_ms=ms, bytes=ROW_BYTES, flops=8 * N, TFLOPs=8 * N / (ms * 1e-3) / 1e12, ceiling_GBps=3000.0,
+                 timestamp="2026-01-01") for v, ms in (("scalar", 0.26), ("vec4", 0.195))]
+    path = tmp_path / "bench.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fig = wb.profile.roofline("bias_gelu", rows=path, path=tmp_path / "roofline.png")
+    assert (tmp_path / "roofline.png").stat().st_size > 10_000 and len(fig.axes[0].collections) == 2
+
+
+def test_deltas_say_when_nothing_changed():
+    t = {"duration_ns": 100.0, "ld_requests": 10.0, "dram_pct": 50.0}
+    assert wbp.deltas(t, dict(t)) == ["1.00x faster (0.1 -> 0.1 us)"]
+    assert wbp.deltas({}, {}) == ["no metric changed by more than 10%"]
+    assert "2.00x slower" in wbp.deltas(t, dict(t, duration_ns=200.0))[0]
+
+
+def test_wb_profile_is_the_callable_module():
+    import importlib
+
+    mod = importlib.import_module("workbench.profile")
+    assert wb.profile is mod and callable(wb.profile) and wb.profile.roofline is wbp.roofline
+    assert wbp.command("bias_gelu", ["ex02_mine", "vec4"], (8192, 8192), "float32", source="my file.cu") == (
+        "python -m workbench profile bias_gelu ex02_mine vec4 --source 'my file.cu' --shape 8192x8192 "
+        "--dtype float32 --direction fwd")
+    assert wbp.default_shape(wb.registry.spec("bias_gelu")) == (4096, 4096)
+
+
+# ----------------------------------------------------------------------------- reports captured on the GPU
+
+def _fixture(name: str) -> str:
+    path = FIXTURES / name
+    if not path.is_file():
+        pytest.skip(f"{path.relative_to(FIXTURES.parent.parent.parent)} is not committed yet: capture it on a GPU with "
+                    "STEPS=profile_fixtures bash scripts/gpu_run.sh and copy $OUT/ncu/profile_*.{csv,json} there")
+    return path.read_text()
+
+
+def _ceilings() -> dict:
+    path = FIXTURES / "profile_ceilings.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def test_captured_bias_gelu_scalar_against_vec4():
+    c = _ceilings()
+    p = wbp.from_csv("bias_gelu", {v: _fixture(f"profile_bias_gelu_{v}_fwd.csv") for v in ("scalar", "vec4")},
+                     BIAS_SHAPE, copy_GBps=c.get("copy_GBps"))
+    for k in p.kernels:  # the names are right on this GPU: ncu reported them (the tensor pipe's may be absent)
+        missing = [n for key, n in wbp.METRICS.items() if n not in k.raw and key != "tensor_pct"]
+        assert not missing and wbp.stall_metric("long_scoreboard") in k.raw, f"{k.variant}: ncu did not report {missing}"
+        assert k.metrics["ld_efficiency"] > 90 and k.metrics["duration_ns"] > 1e4
+    s, v = p.totals("scalar"), p.totals("vec4")
+    assert s["ld_bytes_per_request"] == pytest.approx(128, rel=0.05)    # 4-byte loads: 4 sectors per request
+    assert v["ld_bytes_per_request"] == pytest.approx(512, rel=0.05)    # 16-byte loads: 16 sectors per request
+    assert v["duration_ns"] < s["duration_ns"] and p.verdict("vec4").kind == "memory-bound", p.table()
+    assert v["dram_pct"] >= 80, p.table()
+
+
+def test_captured_planted_column_walk_is_uncoalesced():
+    p = wbp.from_csv("bias_gelu", {"uncoalesced": _fixture("profile_bias_gelu_uncoalesced_fwd.csv")}, BIAS_SHAPE,
+                     copy_GBps=_ceilings().get("copy_GBps"))
+    assert p.verdict().kind == "uncoalesced" and p.totals("uncoalesced")["ld_efficiency"] < 50, p.table()
+
+
+def test_captured_gemm_rungs():
+    c = _ceilings()
+    p = wbp.from_csv("matmul", {v: _fixture(f"profile_matmul_{v}_fwd.csv") for v in ("naive", "warptile")}, GEMM_SHAPE,
+                     copy_GBps=c.get("copy_GBps"), gemm_TFLOPs=(c.get("gemm_TFLOPs") or {}).get("float32"))
+    assert p.verdict("naive").kind != "compute-bound", p.table()
+    if p.gemm_TFLOPs:
+        assert p.verdict("warptile").kind == "compute-bound", p.table()
+    assert p.totals("warptile")["duration_ns"] * 10 < p.totals("naive")["duration_ns"]
+
+
+# ----------------------------------------------------------------------------- errors: no ncu, no permission, a hang
+
+FAKE_NCU = r'''#!{python}
+# A stand-in for ncu: records its arguments, then behaves as FAKE_NCU_MODE says.
+import json, os, pathlib, subprocess, sys, time
+args = sys.argv[1:]
+with open(os.environ["FAKE_NCU_CALLS"], "a") as f:
+    f.write(json.dumps(args) + "\n")
+log = pathlib.Path(args[args.index("--log-file") + 1])
+metrics = args[args.index("--metrics") + 1].split(",")
+mode = os.environ.get("FAKE_NCU_MODE", "csv")
+if mode == "hang":  # ncu and a child of its own, both stuck
+    child = subprocess.Popen(["sleep", "300"])
+    pathlib.Path(os.environ["FAKE_NCU_PIDS"]).write_text(f"{os.getpid()} {child.pid}")
+    time.sleep(300)
+if mode == "perm":
+    print("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters")
+    sys.exit(1)
+unknown = os.environ.get("FAKE_NCU_UNKNOWN", "")
+if unknown and unknown in metrics:
+    print("==ERROR== Failed to find metric regex:^" + unknown.split(".")[0] + "\\.(sum|avg|max|min)$")
+    sys.exit(1)
+log.write_text(pathlib.Path(os.environ["FAKE_NCU_CSV"]).read_text())
+'''
+
+
+@pytest.fixture
+def fake_ncu(tmp_path, monkeypatch):
+    """WORKBENCH_NCU -> the stand-in; returns a function reading back the argument lists it got."""
+    exe = tmp_path / "ncu"
+    exe.write_text(FAKE_NCU.replace("{python}", sys.executable))
+    exe.chmod(0o755)
+    csv = tmp_path / "report.csv"
+    csv.write_text(raw_csv([_kernel()]))
+    calls = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("WORKBENCH_NCU", str(exe))
+    monkeypatch.setenv("FAKE_NCU_CALLS", str(calls))
+    monkeypatch.setenv("FAKE_NCU_CSV", str(csv))
+    monkeypatch.setenv("FAKE_NCU_PIDS", str(tmp_path / "pids"))
+    return lambda: [json.loads(ln) for ln in calls.read_text().splitlines()] if calls.exists() else []
+
+
+def test_a_missing_ncu_says_how_to_go_on_without_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("WORKBENCH_NCU", str(tmp_path / "no-ncu"))
+    monkeypatch.setattr(ncu, "find", lambda: None)
+    started = time.perf_counter()
+    with pytest.raises(ncu.NcuUnavailable) as e:
+        wb.profile("bias_gelu", "vec4", shape=(64, 64))
+    assert time.perf_counter() - started < 5            # said before anything is built
+    for part in ("Nsight Compute (ncu) not found", "WORKBENCH_NCU", "wb.bench", "ptxas report", "wb.profile.roofline"):
+        assert part in str(e.value), e.value
+
+
+def test_no_permission_for_the_counters_is_named_with_its_fix(fake_ncu, monkeypatch):
+    monkeypatch.setenv("FAKE_NCU_MODE", "perm")
+    with pytest.raises(ncu.NcuUnavailable, match="ERR_NVGPUCTRPERM.*NVreg_RestrictProfilingToAdminUsers=0.*wb.bench"):
+        ncu.measure("bias_gelu", "vec4", (64, 64), "float32", metrics=wbp.requested_metrics())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("message", [
+    "==ERROR== Failed to find metric regex:^sm__pipe_tensor_op_hmma_cycles_active\\.(sum|avg|max|min|ratio|pct)$",
+    "==ERROR== Failed to find metric sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+])
+def test_ncus_unknown_metric_message_names_what_to_leave_out(message):
+    lacking = wbp.METRICS["tensor_pct"]
+    assert ncu.unknown_metrics(message, wbp.requested_metrics()) == [lacking]
+    assert ncu.unknown_metrics("==PROF== Disconnected from process 1", wbp.requested_metrics()) == []
+
+
+def test_a_run_that_hangs_is_stopped_with_its_children(fake_ncu, monkeypatch, tmp_path):
+    monkeypatch.setenv("FAKE_NCU_MODE", "hang")
+    started = time.perf_counter()
+    with pytest.raises(ncu.NcuTimeout, match="did not finish profiling bias_gelu/vec4 within 2 s.*timeout_s"):
+        ncu.measure("bias_gelu", "vec4", (64, 64), "float32", timeout_s=2)
+    assert time.perf_counter() - started < 30
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in pids), f"still running: {pids}"
+
+
+def test_a_metric_this_ncu_lacks_is_left_out_and_the_run_repeated(fake_ncu, monkeypatch, tmp_path):
+    lacking = wbp.METRICS["tensor_pct"]
+    monkeypatch.setenv("FAKE_NCU_UNKNOWN", lacking)
+    kernels = ncu.measure("bias_gelu", "vec4", (64, 64), "float32", metrics=wbp.requested_metrics(),
+                          extra_args=wbp.NCU_ARGS, keep_csv=tmp_path / "kept.csv")
+    calls = fake_ncu()
+    assert len(calls) == 2 and kernels.dropped == (lacking,) and len(kernels) == 1
+    first, second = (c[c.index("--metrics") + 1].split(",") for c in calls)
+    assert lacking in first and lacking not in second and len(second) == len(first) - 1
+    for c in calls:  # exactly the NVTX range, base units, clocks left alone, then the child
+        assert c[c.index("--nvtx-include") + 1] == f"{ncu.RANGE}/" and "--print-units" in c
+        assert c[c.index("--clock-control") + 1] == "none"
+        assert c[-4:-1] == ["-m", "workbench", "_child"]
+    assert (tmp_path / "kept.csv").read_text() == (tmp_path / "report.csv").read_text()
+
+
+def test_profile_end_to_end_with_a_stand_in_ncu(fake_ncu, scalar_kernel, tmp_path):
+    """The whole path on the CPU: the variant built here, ncu run on the child (a stand-in here),
+    the CSV kept, parsed, the verdict without ceilings (no GPU: from DRAM % of peak)."""
+    p = wb.profile("bias_gelu", "scalar", shape=(8192, 8192), keep_csv=tmp_path / "csv")
+    assert (tmp_path / "csv" / "profile_bias_gelu_scalar_fwd.csv").is_file()
+    assert p.variants == ["scalar"] and p.verdict().kind == "memory-bound" and "DRAM at 70% of peak" in p.verdict().summary
+    assert any("no GPU visible" in n for n in p.notes) and "note: no GPU visible" in p.table()
+    assert len(fake_ncu()) == 1
+    with pytest.raises(ValueError, match="runs on the CPU"):
+        wb.profile("bias_gelu", "cpu", shape=(64, 64))
+    with pytest.raises(ValueError, match="direction must be 'fwd' or 'bwd'"):
+        wb.profile("bias_gelu", "scalar", shape=(64, 64), direction="fwd+bwd")
+
+
+# ----------------------------------------------------------------------------- the command line
+
+def test_the_profile_command_parses_its_arguments():
+    a = cli.parser().parse_args(["profile", "bias_gelu", "scalar", "vec4", "--shape", "8192x8192", "--dtype",
+                                 "float32", "--direction", "bwd", "--timeout", "60", "--csv-dir", "out"])
+    assert (a.op, a.variants, a.shape, a.dtype, a.direction, a.timeout, a.csv_dir) == (
+        "bias_gelu", ["scalar", "vec4"], (8192, 8192), "float32", "bwd", 60.0, "out")
+    assert a.fn is cli.cmd_profile
+    d = cli.parser().parse_args(["profile", "matmul", "naive"])
+    assert (d.shape, d.dtype, d.direction, d.timeout, d.source, d.roofline) == (None, "float32", "fwd", 300.0, None, None)
+    for bad in (["profile", "bias_gelu"], ["profile", "bias_gelu", "vec4", "--shape", "8192by8192"],
+                ["profile", "bias_gelu", "vec4", "--direction", "sideways"], ["profile", "bias_gelu", "vec4", "--dtype", "int8"]):
+        with pytest.raises(SystemExit):
+            cli.parser().parse_args(bad)
+
+
+def test_the_profile_command_without_ncu(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("WORKBENCH_NCU", str(tmp_path / "no-ncu"))
+    assert cli.main(["profile", "bias_gelu", "vec4", "--shape", "64x64"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: Nsight Compute (ncu) not found") and "wb.bench" in err
+
+
+def test_the_profile_command_prints_the_table(run_cli, fake_ncu, scalar_kernel, tmp_path):
+    env = {k: os.environ[k] for k in ("WORKBENCH_NCU", "FAKE_NCU_CALLS", "FAKE_NCU_CSV")}
+    proc = run_cli("profile", "bias_gelu", "scalar", "--shape", "8192x8192", "--roofline", str(tmp_path / "r.png"),
+                   env_extra=env)
+    assert proc.returncode == 0, describe(proc)
+    assert proc.stdout.startswith("profile: bias_gelu fwd float32 8192x8192") and "verdict scalar/forward_kernel<float>: " \
+        "memory-bound" in proc.stdout, proc.stdout
+    assert (tmp_path / "r.png").is_file() and f"roofline: {tmp_path / 'r.png'}" in proc.stdout
+
+
+def test_a_missed_speed_target_offers_the_profile_command(monkeypatch, cuda_buildable):
+    from workbench import correctness
+    from workbench import exercise as wbex
+    from workbench.benchmark import BenchResult
+
+    def bench(ex, kernel, variants, dtypes, shapes, directions, **kw):
+        return BenchResult([{"direction": d, "dtype": t, "variant": n, "median_ms": ms}
+                            for d in directions for t in dtypes for n, ms in ((kernel.name, 1.0), (variants[1], 0.8))])
+
+    def in_child(kind, ex, kernel, worker=None, **kw):
+        if kind == "bench":
+            return bench(ex, kernel, **kw)
+        return correctness.Report(ex.op, kernel.name, "cuda",
+                                  [correctness.Case("forward", (3, 5), "float32", "contiguous", True)])
+
+    monkeypatch.setattr(wbex.checks, "gpu_present", lambda: True)
+    monkeypatch.setattr(wbex.checks, "start_worker", lambda ex, seed: None)
+    monkeypatch.setattr(wbex.checks, "in_child", in_child)
+    ex = wbex.get(2)
+    report = wbex.check_exercise(2, ex.solution, seed=1)
+    speed = report.check("speed")
+    assert speed.status == "FAIL", report.summary()
+    hint = next(ln for ln in speed.lines if "python -m workbench profile" in ln)
+    assert hint.endswith(f"python -m workbench profile {ex.op} ex02_solution {ex.reference} --source "
+                         f"{wbex.checks.shown(ex.solution)} --shape 8192x8192 --dtype float32 --direction fwd"), hint
+    assert "python -m workbench profile" in report.summary()
+
+
+# ----------------------------------------------------------------------------- on the GPU, with ncu
+
+def _need_ncu():
+    if ncu.find() is None:
+        pytest.skip("needs Nsight Compute (ncu)")
+
+
+@pytest.fixture(scope="module")
+def bias_scalar_vec4():
+    """bias_gelu scalar and vec4, fwd float32 8192 x 8192, each profiled alone (timed, after its
+    build), then side by side."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU: torch.cuda.is_available() is False")
+    if ncu.find() is None:
+        pytest.skip("needs Nsight Compute (ncu)")
+    reports, seconds, ceil = {}, {}, {}
+    for v in ("scalar", "vec4"):
+        wb.load("bias_gelu", v)  # the build, outside the timed profile
+        started = time.perf_counter()
+        p = wb.profile("bias_gelu", v, shape=BIAS_SHAPE, dtype="float32")
+        seconds[v] = time.perf_counter() - started
+        reports[v] = [k.raw for k in p.kernels]
+        ceil = dict(copy_GBps=p.copy_GBps)
+    return wbp.from_reports("bias_gelu", reports, BIAS_SHAPE, "float32", "fwd", **ceil), seconds
+
+
+@pytest.mark.gpu
+def test_vec4_is_memory_bound_near_dram_peak(bias_scalar_vec4):
+    p, _ = bias_scalar_vec4
+    assert p.totals("vec4")["dram_pct"] >= 80, p.table()
+    assert p.verdict("vec4").kind == "memory-bound", p.table()
+
+
+@pytest.mark.gpu
+def test_scalar_moves_a_quarter_of_the_bytes_per_request(bias_scalar_vec4):
+    """Both variants read coalesced (every byte of every sector used); what differs is the width of
+    each access: scalar's 4-byte loads fill 4 sectors per warp request, vec4's 16-byte loads 16."""
+    p, _ = bias_scalar_vec4
+    s, v = p.totals("scalar"), p.totals("vec4")
+    assert s["ld_bytes_per_request"] * 3.5 < v["ld_bytes_per_request"], p.table()
+    assert s["ld_requests"] > 3.5 * v["ld_requests"], p.table()
+    assert s["ld_efficiency"] > 90 and v["ld_efficiency"] > 90, p.table()
+    assert any("bytes per load request" in c for c in p.compare()), p.compare()
+
+
+@pytest.mark.gpu
+def test_profiling_one_variant_takes_under_30_s_beyond_the_build(bias_scalar_vec4):
+    _, seconds = bias_scalar_vec4
+    assert max(seconds.values()) < 30, seconds
+
+
+@pytest.mark.gpu
+def test_a_planted_column_walk_is_called_uncoalesced():
+    _need_ncu()
+    bad = wb.load_source("bias_gelu", FAULTY / "uncoalesced.cu", name="uncoalesced")
+    p = wb.profile("bias_gelu", bad, shape=BIAS_SHAPE, dtype="float32")
+    assert p.verdict().kind == "uncoalesced", p.table()
+    assert p.totals("uncoalesced")["ld_efficiency"] < 50 and p.totals("uncoalesced")["ld_bytes_per_request"] > 256
+
+
+@pytest.mark.gpu
+def test_the_naive_gemm_is_not_called_compute_bound():
+    _need_ncu()
+    p = wb.profile("matmul", "naive", shape=(1024, 1024, 1024), dtype="float32")
+    assert p.gemm_TFLOPs and p.verdict().kind != "compute-bound", p.table()
+
+
+def test_importing_the_profiler_imports_no_torch():
+    """`import workbench.profile` stays cheap: torch comes with the first profile or roofline."""
+    out = subprocess.run([sys.executable, "-c", "import workbench.profile, sys; print('torch' in sys.modules)"],
+                         capture_output=True, text=True, cwd=pathlib.Path(__file__).parent.parent, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out
