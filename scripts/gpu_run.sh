@@ -85,7 +85,7 @@ for v in ('scalar', 'vectorized'):
 " 2>&1 | tee "$OUT/ncu/ncu_fixtures.log" ;;
     profile_fixtures)  # wb.profile (Nsight Compute): bias_gelu scalar, vec4 and a planted column walk at 8192x8192,
       # matmul naive and warptile at 2048^3, fwd float32: the tables, verdicts and times, and the raw CSVs and the
-      # ceilings for tests/fixtures/ncu (copy $OUT/ncu/profile_*.csv and profile_ceilings.json there)
+      # ceilings for tests/fixtures/ncu, packed in $OUT/ncu/profile_fixtures.tar (tar -xf it there)
       mkdir -p "$OUT/ncu"
       timeout 560 python3 - "$OUT/ncu" <<'PY' 2>&1 | tee "$OUT/ncu/profile_fixtures.log"
 import json, sys, time
@@ -99,7 +99,8 @@ for op, variants, shape in (("bias_gelu", ["scalar", "vec4"], (8192, 8192)),
                             ("matmul", ["naive", "warptile"], (2048, 2048, 2048))):
     reports, notes = {}, []
     for v in variants:
-        k = wb.load(op, v)  # the build, outside the timed profile
+        with profile._line_info(True):
+            k = wb.load(op, v)  # the build (with line info, as profile builds it), outside the timed profile
         started = time.perf_counter()
         p = wb.profile(op, k, shape=shape, dtype="float32", keep_csv=out)
         print(f"[{op}/{v}: profiled in {time.perf_counter() - started:.1f} s beyond its build]", flush=True)
@@ -110,7 +111,8 @@ for op, variants, shape in (("bias_gelu", ["scalar", "vec4"], (8192, 8192)),
     both = profile.from_reports(op, reports, shape, "float32", "fwd", copy_GBps=p.copy_GBps,
                                 gemm_TFLOPs=p.gemm_TFLOPs, notes=sorted(set(notes)))
     print(both.table() + "\n", flush=True)
-bad = wb.load_source("bias_gelu", "tests/faulty/uncoalesced.cu", name="uncoalesced")
+with profile._line_info(True):
+    bad = wb.load_source("bias_gelu", "tests/faulty/uncoalesced.cu", name="uncoalesced")
 started = time.perf_counter()
 p = wb.profile("bias_gelu", bad, shape=(8192, 8192), dtype="float32", keep_csv=out)
 print(f"[bias_gelu/uncoalesced: profiled in {time.perf_counter() - started:.1f} s beyond its build]")
@@ -118,6 +120,8 @@ print(p.table())
 with open(f"{out}/profile_ceilings.json", "w") as f:
     json.dump(ceilings, f, indent=1)
 PY
+      # one file back instead of six (the device returns at most 8): unpack it into tests/fixtures/ncu
+      (cd "$OUT/ncu" && tar -cf profile_fixtures.tar profile_*.csv profile_ceilings.json && rm -f profile_*.csv profile_ceilings.json)
       ;;
     probe)  # scripts/probe_bandwidth.cu: access patterns for the memory-bound kernels, against a copy
       "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" -O3 -std=c++17 -arch=sm_90 -I kernels/common -I kernels/scale_bias_relu \

@@ -84,6 +84,26 @@ def raw_csv(kernels: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+_SOURCE_STALLS = ("long_sb", "lg", "drain", "wait")
+
+
+def source_csv(blocks: list[tuple[str, str, list[tuple[int, str, int, dict]]]]) -> str:
+    """ncu --page source --csv --print-source cuda,sass: per (file, function) block its header
+    lines, then each CUDA line (number, text, stall samples by reason) followed by a SASS row."""
+    head = ["Line No", "Source", "Address", "Source", "Warp Stall Sampling (All Samples)",
+            "Warp Stall Sampling (Not-issued Samples)", "# Samples",
+            *[f"stall_{r}" for r in _SOURCE_STALLS], *[f"stall_{r} (Not Issued)" for r in _SOURCE_STALLS]]
+    q = lambda cells: ",".join('"' + str(c).replace('"', '""') + '"' for c in cells)  # noqa: E731
+    out = []
+    for file, function, lines in blocks:
+        out += [q(["File Path", file]), q(["Function Name", function]), q(head)]
+        for no, text, samples, stalls in lines:
+            counts = [stalls.get(r, 0) for r in _SOURCE_STALLS]
+            out.append(q([no, text, "-", "-", samples, samples, samples, *counts, *counts]))
+            out.append(q(["", "", "0x7f00", "      LDG.E R2, desc[UR4][R2.64]", samples, samples, samples, *counts, *counts]))
+    return "\n".join(out) + "\n"
+
+
 N = 8192 * 8192                                   # a bias_gelu forward over 8192 x 8192 float32
 ROW_BYTES = 2 * N * 4 + 8192 * 4                  # its declared bytes: x and y, and the bias
 
@@ -314,13 +334,47 @@ def test_wb_profile_is_the_callable_module():
     assert wbp.default_shape(wb.registry.spec("bias_gelu")) == (4096, 4096)
 
 
+# ----------------------------------------------------------------------------- source lines
+
+KERNEL_FN = "<unnamed>::forward_kernel<float>(const float *, const float *, float *, long, long)"
+PAGE = [("/repo/kernels/bias_gelu/gelu.h", KERNEL_FN, [(14, "const A v2 = v * v;", 10, {"wait": 10})]),
+        ("/repo/kernels/bias_gelu/scalar.cu", KERNEL_FN,
+         [(21, "const float v = x[i] + bias[c];", 70, {"long_sb": 60, "wait": 10}),
+          (22, "y[i] = wb_gelu_tanh(v);", 20, {"drain": 15, "lg": 5}),
+          (30, "int forward(...) {", 0, {})])]
+
+
+def test_the_source_page_parses_into_stall_samples_per_line():
+    lines = ncu.parse_source_csv("==PROF== noise\n" + source_csv(PAGE))
+    assert [(pathlib.Path(ln["file"]).name, ln["line"], ln["samples"]) for ln in lines] == [
+        ("gelu.h", 14, 10), ("scalar.cu", 21, 70), ("scalar.cu", 22, 20)]  # the unsampled line and the SASS rows left out
+    assert lines[1]["text"] == "const float v = x[i] + bias[c];" and lines[1]["stalls"] == {"long_sb": 60, "wait": 10}
+    assert lines[1]["function"] == KERNEL_FN and ncu.parse_source_csv("") == []
+
+
+def test_hot_lines_are_ranked_with_their_share_and_reasons():
+    top = wbp.hot_lines(ncu.parse_source_csv(source_csv(PAGE + [PAGE[1]])), n=2)  # a block twice: merged
+    assert [(ln["line"], round(ln["share"])) for ln in top] == [(21, 74), (22, 21)]  # of 190 samples
+    assert top[0]["top"] == [("long_sb", 120), ("wait", 20)]
+
+
+def test_the_table_shows_each_kernels_hot_lines():
+    p = wbp.from_csv("bias_gelu", {"scalar": raw_csv([_kernel()])}, BIAS_SHAPE, sources={"scalar": source_csv(PAGE)})
+    assert [ln["line"] for ln in p.kernels[0].lines] == [21, 22, 14]
+    text = p.table()
+    assert "hot source lines scalar/forward_kernel<float>:" in text
+    assert "scalar.cu:21  70% of the stall samples (long_sb 86%, wait 14%)  const float v = x[i] + bias[c];" in text
+    assert "scalar.cu:21" in p._repr_html_()
+    assert wbp.from_csv("bias_gelu", {"scalar": raw_csv([_kernel()])}, BIAS_SHAPE).kernels[0].lines == []
+
+
 # ----------------------------------------------------------------------------- reports captured on the GPU
 
 def _fixture(name: str) -> str:
     path = FIXTURES / name
     if not path.is_file():
         pytest.skip(f"{path.relative_to(FIXTURES.parent.parent.parent)} is not committed yet: capture it on a GPU with "
-                    "STEPS=profile_fixtures bash scripts/gpu_run.sh and copy $OUT/ncu/profile_*.{csv,json} there")
+                    "STEPS=profile_fixtures bash scripts/gpu_run.sh and unpack $OUT/ncu/profile_fixtures.tar there")
     return path.read_text()
 
 
@@ -346,8 +400,12 @@ def test_captured_bias_gelu_scalar_against_vec4():
 
 def test_captured_planted_column_walk_is_uncoalesced():
     p = wbp.from_csv("bias_gelu", {"uncoalesced": _fixture("profile_bias_gelu_uncoalesced_fwd.csv")}, BIAS_SHAPE,
-                     copy_GBps=_ceilings().get("copy_GBps"))
+                     copy_GBps=_ceilings().get("copy_GBps"),
+                     sources={"uncoalesced": _fixture("profile_bias_gelu_uncoalesced_fwd_source.csv")})
     assert p.verdict().kind == "uncoalesced" and p.totals("uncoalesced")["ld_efficiency"] < 50, p.table()
+    hot = p.kernels[0].lines[0]  # the line that loads x and stores y, column by column
+    assert pathlib.Path(hot["file"]).name == "uncoalesced.cu" and "x[at]" in hot["text"], p.table()
+    assert "hot source lines uncoalesced/column_walk_kernel:" in p.table()
 
 
 def test_captured_gemm_rungs():
@@ -368,6 +426,11 @@ import json, os, pathlib, subprocess, sys, time
 args = sys.argv[1:]
 with open(os.environ["FAKE_NCU_CALLS"], "a") as f:
     f.write(json.dumps(args) + "\n")
+if "--import" in args:  # the source page of a saved report
+    print(pathlib.Path(os.environ["FAKE_NCU_SOURCE"]).read_text() if os.environ.get("FAKE_NCU_SOURCE") else "")
+    sys.exit(0)
+if "--export" in args:
+    pathlib.Path(args[args.index("--export") + 1] + ".ncu-rep").write_text("report")
 log = pathlib.Path(args[args.index("--log-file") + 1])
 metrics = args[args.index("--metrics") + 1].split(",")
 mode = os.environ.get("FAKE_NCU_MODE", "csv")
@@ -469,11 +532,21 @@ def test_a_metric_this_ncu_lacks_is_left_out_and_the_run_repeated(fake_ncu, monk
 def test_profile_end_to_end_with_a_stand_in_ncu(fake_ncu, scalar_kernel, tmp_path):
     """The whole path on the CPU: the variant built here, ncu run on the child (a stand-in here),
     the CSV kept, parsed, the verdict without ceilings (no GPU: from DRAM % of peak)."""
+    page = tmp_path / "source.csv"
+    page.write_text(source_csv(PAGE))
+    os.environ["FAKE_NCU_SOURCE"] = str(page)  # fake_ncu's monkeypatch restores the environment
     p = wb.profile("bias_gelu", "scalar", shape=(8192, 8192), keep_csv=tmp_path / "csv")
     assert (tmp_path / "csv" / "profile_bias_gelu_scalar_fwd.csv").is_file()
+    assert (tmp_path / "csv" / "profile_bias_gelu_scalar_fwd_source.csv").read_text().strip() == page.read_text().strip()
+    run, imported = fake_ncu()
+    assert run[run.index("--section") + 1] == "SourceCounters" and "--export" in run
+    assert imported[imported.index("--print-source") + 1] == "cuda,sass"
+    assert [ln["line"] for ln in p.kernels[0].lines] == [21, 22, 14] and "hot source lines" in p.table()
     assert p.variants == ["scalar"] and p.verdict().kind == "memory-bound" and "DRAM at 70% of peak" in p.verdict().summary
     assert any("no GPU visible" in n for n in p.notes) and "note: no GPU visible" in p.table()
-    assert len(fake_ncu()) == 1
+    os.environ.pop("FAKE_NCU_SOURCE")
+    q = wb.profile("bias_gelu", "scalar", shape=(8192, 8192), lines=False)
+    assert len(fake_ncu()) == 3 and "--section" not in fake_ncu()[-1] and q.kernels[0].lines == []
     with pytest.raises(ValueError, match="runs on the CPU"):
         wb.profile("bias_gelu", "cpu", shape=(64, 64))
     with pytest.raises(ValueError, match="direction must be 'fwd' or 'bwd'"):
@@ -484,12 +557,13 @@ def test_profile_end_to_end_with_a_stand_in_ncu(fake_ncu, scalar_kernel, tmp_pat
 
 def test_the_profile_command_parses_its_arguments():
     a = cli.parser().parse_args(["profile", "bias_gelu", "scalar", "vec4", "--shape", "8192x8192", "--dtype",
-                                 "float32", "--direction", "bwd", "--timeout", "60", "--csv-dir", "out"])
-    assert (a.op, a.variants, a.shape, a.dtype, a.direction, a.timeout, a.csv_dir) == (
-        "bias_gelu", ["scalar", "vec4"], (8192, 8192), "float32", "bwd", 60.0, "out")
+                                 "float32", "--direction", "bwd", "--timeout", "60", "--csv-dir", "out", "--no-lines"])
+    assert (a.op, a.variants, a.shape, a.dtype, a.direction, a.timeout, a.csv_dir, a.no_lines) == (
+        "bias_gelu", ["scalar", "vec4"], (8192, 8192), "float32", "bwd", 60.0, "out", True)
     assert a.fn is cli.cmd_profile
     d = cli.parser().parse_args(["profile", "matmul", "naive"])
-    assert (d.shape, d.dtype, d.direction, d.timeout, d.source, d.roofline) == (None, "float32", "fwd", 300.0, None, None)
+    assert (d.shape, d.dtype, d.direction, d.timeout, d.source, d.roofline, d.no_lines) == (
+        None, "float32", "fwd", 300.0, None, None, False)
     for bad in (["profile", "bias_gelu"], ["profile", "bias_gelu", "vec4", "--shape", "8192by8192"],
                 ["profile", "bias_gelu", "vec4", "--direction", "sideways"], ["profile", "bias_gelu", "vec4", "--dtype", "int8"]):
         with pytest.raises(SystemExit):
@@ -560,7 +634,8 @@ def bias_scalar_vec4():
         pytest.skip("needs Nsight Compute (ncu)")
     reports, seconds, ceil = {}, {}, {}
     for v in ("scalar", "vec4"):
-        wb.load("bias_gelu", v)  # the build, outside the timed profile
+        with wbp._line_info(True):
+            wb.load("bias_gelu", v)  # the build (with line info, as profile builds it), outside the timed profile
         started = time.perf_counter()
         p = wb.profile("bias_gelu", v, shape=BIAS_SHAPE, dtype="float32")
         seconds[v] = time.perf_counter() - started
@@ -600,6 +675,8 @@ def test_a_planted_column_walk_is_called_uncoalesced():
     bad = wb.load_source("bias_gelu", FAULTY / "uncoalesced.cu", name="uncoalesced")
     p = wb.profile("bias_gelu", bad, shape=BIAS_SHAPE, dtype="float32")
     assert p.verdict().kind == "uncoalesced", p.table()
+    hot = p.kernels[0].lines[0]  # the line that loads x and stores y, column by column
+    assert pathlib.Path(hot["file"]).name == "uncoalesced.cu" and "x[at]" in hot["text"], p.table()
     assert p.totals("uncoalesced")["ld_efficiency"] < 50 and p.totals("uncoalesced")["ld_bytes_per_request"] > 256
 
 

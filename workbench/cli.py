@@ -106,7 +106,7 @@ def cmd_profile(args) -> int:
     if args.source:  # the file is built as the first variant named (an exercise's kernel, a planted one)
         variants[0] = loader.load_source(args.op, args.source, args.variants[0])
     p = profile_.profile(args.op, variants, shape=args.shape, dtype=args.dtype, direction=args.direction,
-                         timeout_s=args.timeout, keep_csv=args.csv_dir)
+                         timeout_s=args.timeout, keep_csv=args.csv_dir, lines=not args.no_lines)
     print(p.table())
     if args.roofline:
         p.roofline(args.roofline)
@@ -257,6 +257,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, default=300.0, help="seconds for each variant's profiled run at most")
     s.add_argument("--csv-dir", help="keep ncu's raw CSV of each variant in this folder")
     s.add_argument("--roofline", metavar="PNG", help="also draw the profiled variants on the roofline, as a PNG")
+    s.add_argument("--no-lines", action="store_true", help="leave out the source lines with the most stalls (they "
+                                                             "need a build with nvcc -lineinfo and PC sampling)")
     s.set_defaults(fn=cmd_profile)
 
     s = sub.add_parser("plot", help="redraw plots from saved results")

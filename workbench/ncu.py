@@ -11,6 +11,11 @@ sandboxed container), NcuUnavailable says so and how to go on without it; the ch
 limit (NcuTimeout: ncu and everything it started are stopped), so a stuck profiler fails instead
 of hanging. A metric this ncu or this GPU does not know ("Failed to find metric") is left out and
 the run repeated without it; the result's `dropped` names what was left out.
+
+With source_lines=True the same run also samples warp stalls per instruction (the SourceCounters
+section) into a report, and ncu's source page of that report (CUDA lines with their SASS) comes
+back as `source_csv`: parse_source_csv() turns it into stall samples per source line. Lines exist
+only where the build carries line info (nvcc -lineinfo); without it the page has none.
 """
 from __future__ import annotations
 
@@ -59,6 +64,7 @@ class Kernels(list):
     metrics this ncu or GPU does not have, left out of the run."""
 
     dropped: tuple[str, ...] = ()
+    source_csv: str = ""            # ncu's source page (--print-source cuda,sass) where asked for
 
 
 def find() -> str | None:
@@ -100,6 +106,53 @@ def parse_csv(text: str) -> list[dict]:
                 d[k] = v
         out.append(d)
     return out
+
+
+def parse_source_csv(text: str) -> list[dict]:
+    """ncu --page source --csv --print-source cuda,sass: blocks of "File Path" / "Function Name"
+    lines, a header, then a row per CUDA source line (its number and text, the stall samples of its
+    instructions) followed by its SASS rows (no line number). Returns one dict per source line that
+    was sampled: function, file, line, text, samples (all warp-state samples at it), stalls
+    ({reason: samples}, the stall_* columns without the "(Not Issued)" twins)."""
+    out: list[dict] = []
+    file = function = ""
+    header: list[str] | None = None
+    for row in csv.reader(io.StringIO(text)):
+        if not row:
+            continue
+        if row[0] in ("File Path", "File Name") and len(row) > 1:
+            file, header = row[1], None
+        elif row[0] in ("Function Name", "Kernel Name") and len(row) > 1:
+            function, header = row[1], None
+        elif row[0] == "Line No":
+            header = row
+        elif header is not None and row[0].strip().isdigit() and len(row) == len(header):
+            cells = dict(zip(header[2:], row[2:]))  # "Source" twice: the line's text is row[1]
+            samples = _count(cells.get("Warp Stall Sampling (All Samples)"))
+            if not samples:
+                continue
+            stalls = {h[len("stall_"):]: n for h, v in cells.items()
+                      if h.startswith("stall_") and "(" not in h and (n := _count(v))}
+            out.append({"function": function, "file": file, "line": int(row[0]), "text": row[1].strip(),
+                        "samples": samples, "stalls": stalls})
+    return out
+
+
+def _count(v) -> float:
+    try:
+        return float(str(v).replace(",", ""))
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _source_page(exe: str, report: pathlib.Path, timeout_s: float) -> str:
+    """ncu's source page of a saved report, CUDA lines with their SASS, as CSV ("" if it fails)."""
+    try:
+        proc = subprocess.run([exe, "--import", str(report), "--page", "source", "--csv", "--print-source", "cuda,sass"],
+                              capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout if proc.returncode == 0 else ""
 
 
 def _permission_problem(text: str) -> str | None:
@@ -159,21 +212,26 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def measure(op: str, variant, size, dtype: str, direction: str = "fwd", metrics=TRAFFIC, *,
-            timeout_s: float = 300, keep_csv=None, extra_args=()) -> Kernels:
+            timeout_s: float = 300, keep_csv=None, extra_args=(), source_lines: bool = False) -> Kernels:
     """Per-kernel counters of one `direction` call of the variant at `size`, `dtype` (see module).
-    keep_csv: a path to copy ncu's raw CSV to (test fixtures are captured this way). extra_args:
-    more ncu options (e.g. ["--clock-control", "none"]). timeout_s: for the whole profiled run."""
+    keep_csv: a path to copy ncu's raw CSV to (test fixtures are captured this way; the source page
+    goes beside it as <name>_source.csv). extra_args: more ncu options (e.g. ["--clock-control",
+    "none"]). timeout_s: for the whole profiled run. source_lines: also the stall samples per
+    source line (the result's source_csv)."""
     exe = require()
     spec = isolate.variant_spec(op, variant)
     metrics, dropped = list(metrics), []
     kwargs = dict(size=list(size), dtype=dtype, direction=direction)
     with tempfile.TemporaryDirectory(prefix="workbench-ncu-") as tmp:
         log = pathlib.Path(tmp) / "ncu.csv"
+        report = pathlib.Path(tmp) / "report"  # ncu adds .ncu-rep
+        sampling = ["--section", "SourceCounters", "--import-source", "yes", "--export", str(report),
+                    "--force-overwrite"] if source_lines else []
         while True:
             log.unlink(missing_ok=True)
             prefix = [exe, "--target-processes", "all", "--nvtx", "--nvtx-include", f"{RANGE}/",
                       "--metrics", ",".join(metrics), "--csv", "--page", "raw", "--print-units", "base",
-                      *extra_args, "--log-file", str(log)]
+                      *sampling, *extra_args, "--log-file", str(log)]
             code, output = _run_child(op, spec, kwargs, prefix, timeout_s)
             text = log.read_text(errors="replace") if log.exists() else ""
             why = _permission_problem(text + output)
@@ -193,6 +251,12 @@ def measure(op: str, variant, size, dtype: str, direction: str = "fwd", metrics=
             raise IsolatedRunError(f"measure of {op}/{spec['name']} under ncu", code, tail, full)
         kernels = Kernels(parse_csv(text))
         kernels.dropped = tuple(dropped)
+        saved = report.with_name(report.name + ".ncu-rep")
+        if source_lines and saved.is_file():
+            kernels.source_csv = _source_page(exe, saved, min(timeout_s, 120))
+            if keep_csv:
+                keep = pathlib.Path(keep_csv)
+                keep.with_name(keep.stem + "_source.csv").write_text(kernels.source_csv)
         if not kernels:
             raise WorkbenchError(f"ncu profiled no kernel in the NVTX range {RANGE!r} of {op}/{spec['name']}; "
                                  f"its output:\n" + "\n".join((text + output).splitlines()[-15:]))

@@ -16,6 +16,9 @@ set of metrics (METRICS, STALLS) that ncu collects by replaying each kernel a fe
 are left as they are (--clock-control none), so durations compare with wb.bench's and with the
 measured ceilings. The child has a time limit; where ncu is missing or cannot read the counters,
 ncu.NcuUnavailable says so and how to go on without them (wb.bench, the ptxas report, roofline()).
+The same run samples warp stalls per instruction (ncu's SourceCounters section); with the
+variant built with nvcc -lineinfo (profile does that build, cached), each kernel's table ends with
+its source lines that collected the most stall samples, and why (lines=False leaves this out).
 
 The verdict (verdict(), a pure function of one kernel's metrics and the op's declared bytes and
 FLOPs) is, first rule that holds:
@@ -33,15 +36,17 @@ each with what to try next.
 """
 from __future__ import annotations
 
+import contextlib
 import html
 import math
+import os
 import pathlib
 import re
 import sys
 import types
 from dataclasses import dataclass, field
 
-from . import config, ncu, registry
+from . import config, isolate, ncu, registry
 from . import dtypes as dtypes_
 from . import roofline as roofline_
 
@@ -372,11 +377,40 @@ class KernelProfile:
     nbytes: float | None = None    # this kernel's share of the op's declared bytes and FLOPs
     flops: float | None = None
     verdict: Verdict | None = None
+    lines: list = field(default_factory=list)  # its source lines with the most stall samples (hot_lines)
 
     @property
     def seconds(self) -> float | None:
         d = self.metrics.get("duration_ns")
         return d * 1e-9 if d else None
+
+
+HOT_LINES = 3  # source lines shown per kernel
+
+
+def hot_lines(lines: list[dict], n: int = HOT_LINES) -> list[dict]:
+    """The n source lines (ncu.parse_source_csv) with the most warp-stall samples, each with its
+    share of the kernel's samples and its top stall reasons; a line listed under several files or
+    blocks is counted once."""
+    merged: dict[tuple, dict] = {}
+    for ln in lines:
+        key = (ln["file"], ln["line"])
+        m = merged.setdefault(key, dict(ln, samples=0.0, stalls={}))
+        m["samples"] += ln["samples"]
+        for r, v in ln["stalls"].items():
+            m["stalls"][r] = m["stalls"].get(r, 0.0) + v
+    total = sum(m["samples"] for m in merged.values()) or 1.0
+    top = sorted(merged.values(), key=lambda m: -m["samples"])[:n]
+    for m in top:
+        m["share"] = 100 * m["samples"] / total
+        m["top"] = sorted(m["stalls"].items(), key=lambda kv: -kv[1])[:2]
+    return top
+
+
+def _line_text(ln: dict) -> str:
+    where = f"{pathlib.Path(ln['file']).name}:{ln['line']}"
+    why = ", ".join(f"{r} {100 * v / ln['samples']:.0f}%" for r, v in ln["top"])
+    return f"{where}  {ln['share']:.0f}% of the stall samples ({why})  {ln['text']}"
 
 
 def _fmt(v, spec: str) -> str:
@@ -553,6 +587,10 @@ class Profile:
             lines.append(label.ljust(lw) + "  " + "  ".join(x.rjust(w) for x, w in zip(c, widths)))
         lines.append("")
         lines += [f"verdict {k.variant}/{k.name}: {k.verdict.line}" for k in self.kernels if k.verdict]
+        for k in self.kernels:
+            if k.lines:
+                lines.append(f"hot source lines {k.variant}/{k.name}:")
+                lines += [f"  {_line_text(ln)}" for ln in k.lines]
         lines += self.compare()
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -577,7 +615,10 @@ class Profile:
             body.append(f"<tr><th style='text-align:left'>{e(label)}</th>{tds}</tr>")
         verdicts = "".join(f"<li><b>{e(k.variant)}/{e(k.name)}</b>: {e(k.verdict.summary)}. <i>Try:</i> "
                            f"{e(k.verdict.advice)}</li>" for k in self.kernels if k.verdict)
-        extra = "".join(f"<p>{e(c)}</p>" for c in self.compare()) + "".join(f"<p><i>note: {e(n)}</i></p>" for n in self.notes)
+        hot = "".join(f"<p><b>hot source lines {e(k.variant)}/{e(k.name)}</b>:<br>"
+                      + "<br>".join(f"<code>{e(_line_text(ln))}</code>" for ln in k.lines) + "</p>"
+                      for k in self.kernels if k.lines)
+        extra = hot + "".join(f"<p>{e(c)}</p>" for c in self.compare()) + "".join(f"<p><i>note: {e(n)}</i></p>" for n in self.notes)
         return (f"<p>{e(self.header())}</p><table><thead><tr><th></th>{head}</tr></thead><tbody>{''.join(body)}"
                 f"</tbody></table><ul>{verdicts}</ul>{extra}")
 
@@ -662,11 +703,13 @@ def default_shape(spec) -> tuple:
 
 
 def from_reports(op: str, reports: dict, shape, dtype: str = "float32", direction: str = "fwd", *,
-                 copy_GBps: float | None = None, gemm_TFLOPs: float | None = None, notes=()) -> Profile:
+                 copy_GBps: float | None = None, gemm_TFLOPs: float | None = None, notes=(),
+                 sources: dict | None = None) -> Profile:
     """A Profile from ncu's rows per variant ({variant: ncu.parse_csv(text)}): the metrics, each
     kernel's share of the op's declared bytes and FLOPs (all of them for a one-kernel call; split by
     DRAM traffic and by duration where a call launches several), and the verdicts. No GPU needed:
-    tests build one from committed CSVs."""
+    tests build one from committed CSVs. sources: {variant: ncu.parse_source_csv(...)}, the stall
+    samples per source line, matched to the kernels by name (by order where the names differ)."""
     spec = registry.spec(op)
     shape = tuple(shape)
     dtype = dtypes_.name_of(dtype)
@@ -686,14 +729,27 @@ def from_reports(op: str, reports: dict, shape, dtype: str = "float32", directio
             k.flops = flops * (1.0 if len(ks) == 1 else share_t) or None
             k.verdict = verdict(k.metrics, nbytes=k.nbytes, flops=k.flops, copy_GBps=copy_GBps,
                                 gemm_TFLOPs=gemm_TFLOPs, compute_bound=spec.compute_bound)
+        _attach_lines(ks, (sources or {}).get(variant) or [])
         kernels += ks
     return Profile(op, shape, dtype, direction, [str(v) for v in reports], kernels, nbytes or None, flops or None,
                    copy_GBps, gemm_TFLOPs, spec.compute_bound, list(notes))
 
 
-def from_csv(op: str, texts: dict, shape, dtype: str = "float32", direction: str = "fwd", **kw) -> Profile:
-    """from_reports over ncu's raw CSV text per variant ({variant: text})."""
-    return from_reports(op, {v: ncu.parse_csv(t) for v, t in texts.items()}, shape, dtype, direction, **kw)
+def _attach_lines(ks: list[KernelProfile], lines: list[dict]) -> None:
+    functions = list(dict.fromkeys(ln["function"] for ln in lines))
+    by_name = {short_name(f): f for f in functions}
+    for i, k in enumerate(ks):
+        f = by_name.get(k.name) or (functions[i] if len(functions) == len(ks) else None)
+        k.lines = hot_lines([ln for ln in lines if ln["function"] == f]) if f else []
+
+
+def from_csv(op: str, texts: dict, shape, dtype: str = "float32", direction: str = "fwd", *,
+             sources: dict | None = None, **kw) -> Profile:
+    """from_reports over ncu's raw CSV text per variant ({variant: text}); sources: ncu's source
+    page per variant ({variant: text}), where captured."""
+    parsed = {v: ncu.parse_source_csv(t) for v, t in (sources or {}).items()}
+    return from_reports(op, {v: ncu.parse_csv(t) for v, t in texts.items()}, shape, dtype, direction,
+                        sources=parsed, **kw)
 
 
 def ceilings(spec, dtype: str) -> tuple[float | None, float | None, list[str]]:
@@ -717,10 +773,13 @@ def ceilings(spec, dtype: str) -> tuple[float | None, float | None, list[str]]:
 
 
 def profile(op: str, variant, shape=None, dtype: str = "float32", direction: str = "fwd", *,
-            timeout_s: float = TIMEOUT_S, keep_csv=None) -> Profile:
+            timeout_s: float = TIMEOUT_S, keep_csv=None, lines: bool = True) -> Profile:
     """Nsight Compute on one `direction` call of the variant (a name, a Kernel, or a list of them to
     compare side by side) at `shape` (default: default_shape) and `dtype`; see the module. Returns
-    a Profile. keep_csv: a folder to keep ncu's raw CSV in (profile_<op>_<variant>_<direction>.csv).
+    a Profile. keep_csv: a folder to keep ncu's raw CSV in (profile_<op>_<variant>_<direction>.csv,
+    and its source page beside it). lines: the source lines with the most warp stalls per kernel;
+    for them each C++ variant is built (once, cached) with nvcc -lineinfo, which leaves the machine
+    code as it is and adds the line table, and this build becomes the variant's newest.
     Raises ncu.NcuUnavailable (ncu missing, or no access to the counters: the message says how to go
     on without) and ncu.NcuTimeout (the run took longer than timeout_s)."""
     from . import loader
@@ -737,7 +796,9 @@ def profile(op: str, variant, shape=None, dtype: str = "float32", direction: str
     if not items:
         raise ValueError("profile: name at least one variant")
     ncu.require()  # before any build: say at once where ncu is missing
-    kernels = [v if isinstance(v, loader.Kernel) else loader.load(op, v) for v in items]  # built here, not profiled
+    with _line_info(lines):  # built here, not profiled; the child finds the same build in the cache
+        kernels = [isolate.resolve(isolate.variant_spec(op, v)) if lines or not isinstance(v, loader.Kernel) else v
+                   for v in items]
     for k in kernels:
         if k.device == "cpu":
             raise ValueError(f"profile: {op}/{k.name} runs on the CPU; Nsight Compute profiles CUDA kernels")
@@ -748,19 +809,39 @@ def profile(op: str, variant, shape=None, dtype: str = "float32", direction: str
     names = [k.name for k in kernels]
     if len(set(names)) != len(names):
         raise ValueError(f"profile: the variants must differ; got {names}")
-    notes, reports = [], {}
+    notes, reports, sources = [], {}, {}
     for k in kernels:
         keep = None
         if keep_csv is not None:
             pathlib.Path(keep_csv).mkdir(parents=True, exist_ok=True)
             keep = pathlib.Path(keep_csv) / f"profile_{op}_{k.name}_{direction}.csv"
-        rows = ncu.measure(op, k, shape, dtype, direction, metrics=requested_metrics(), timeout_s=timeout_s,
-                           keep_csv=keep, extra_args=NCU_ARGS)
+        with _line_info(lines):
+            rows = ncu.measure(op, k, shape, dtype, direction, metrics=requested_metrics(), timeout_s=timeout_s,
+                               keep_csv=keep, extra_args=NCU_ARGS, source_lines=lines)
         if rows.dropped:
             notes.append(f"{k.name}: this ncu or GPU lacks {', '.join(rows.dropped)} (left out)")
         reports[k.name] = rows
+        sources[k.name] = ncu.parse_source_csv(rows.source_csv)
+        if lines and k.kind == "c++" and not sources[k.name]:
+            notes.append(f"{k.name}: ncu's source page has no sampled CUDA lines (no line info in this build?)")
     copy, gemm, why = ceilings(spec, dtype)
-    return from_reports(op, reports, shape, dtype, direction, copy_GBps=copy, gemm_TFLOPs=gemm, notes=notes + why)
+    return from_reports(op, reports, shape, dtype, direction, copy_GBps=copy, gemm_TFLOPs=gemm, notes=notes + why,
+                        sources=sources)
+
+
+@contextlib.contextmanager
+def _line_info(on: bool):
+    """WORKBENCH_NVCC_FLAGS with -lineinfo while `on` (builds here and in the profiled child)."""
+    old = os.environ.get("WORKBENCH_NVCC_FLAGS")
+    if on and "-lineinfo" not in (old or "").split():
+        os.environ["WORKBENCH_NVCC_FLAGS"] = " ".join(filter(None, [old, "-lineinfo"]))
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("WORKBENCH_NVCC_FLAGS", None)
+        else:
+            os.environ["WORKBENCH_NVCC_FLAGS"] = old
 
 
 def command(op: str, variants, shape, dtype: str, direction: str = "fwd", source=None) -> str:
