@@ -108,8 +108,9 @@ for op, variants, shape in (("bias_gelu", ["scalar", "vec4"], (8192, 8192)),
         ceilings["copy_GBps"] = p.copy_GBps
         if p.gemm_TFLOPs:
             ceilings["gemm_TFLOPs"]["float32"] = p.gemm_TFLOPs
+    lines = {v: profile.ncu.parse_source_csv(open(f"{out}/profile_{op}_{v}_fwd_source.csv").read()) for v in variants}
     both = profile.from_reports(op, reports, shape, "float32", "fwd", copy_GBps=p.copy_GBps,
-                                gemm_TFLOPs=p.gemm_TFLOPs, notes=sorted(set(notes)))
+                                gemm_TFLOPs=p.gemm_TFLOPs, notes=sorted(set(notes)), sources=lines)
     print(both.table() + "\n", flush=True)
 with profile._line_info(True):
     bad = wb.load_source("bias_gelu", "tests/faulty/uncoalesced.cu", name="uncoalesced")

@@ -16,7 +16,7 @@ pytest.importorskip("ipykernel", reason="the notebook tests need a python3 kerne
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 NAMES = ["01_quickstart.ipynb", "02_edit_loop.ipynb", "03_your_own_op.ipynb", "04_reduction_ladder.ipynb",
-         "05_rmsnorm_three_ways.ipynb", "06_matmul_ladder.ipynb"]
+         "05_rmsnorm_three_ways.ipynb", "06_matmul_ladder.ipynb", "07_why_is_it_slow.ipynb"]
 CPU_LABEL = "No GPU visible: CPU path"
 GPU_LABEL = "GPU path: "
 # What the deliberate typo in 02_edit_loop's compile-error cells makes each compiler say.

@@ -386,7 +386,8 @@ def _ceilings() -> dict:
 def test_captured_bias_gelu_scalar_against_vec4():
     c = _ceilings()
     p = wbp.from_csv("bias_gelu", {v: _fixture(f"profile_bias_gelu_{v}_fwd.csv") for v in ("scalar", "vec4")},
-                     BIAS_SHAPE, copy_GBps=c.get("copy_GBps"))
+                     BIAS_SHAPE, copy_GBps=c.get("copy_GBps"),
+                     sources={v: _fixture(f"profile_bias_gelu_{v}_fwd_source.csv") for v in ("scalar", "vec4")})
     for k in p.kernels:  # the names are right on this GPU: ncu reported them (the tensor pipe's may be absent)
         missing = [n for key, n in wbp.METRICS.items() if n not in k.raw and key != "tensor_pct"]
         assert not missing and wbp.stall_metric("long_scoreboard") in k.raw, f"{k.variant}: ncu did not report {missing}"
@@ -396,6 +397,8 @@ def test_captured_bias_gelu_scalar_against_vec4():
     assert v["ld_bytes_per_request"] == pytest.approx(512, rel=0.05)    # 16-byte loads: 16 sectors per request
     assert v["duration_ns"] < s["duration_ns"] and p.verdict("vec4").kind == "memory-bound", p.table()
     assert v["dram_pct"] >= 80, p.table()
+    hot = p.of("scalar")[0].lines[0]  # waiting on the load of x: the line that reads it
+    assert "x[i]" in hot["text"] and hot["top"][0][0] == "long_sb" and hot["share"] > 50, p.table()
 
 
 def test_captured_planted_column_walk_is_uncoalesced():
@@ -416,6 +419,10 @@ def test_captured_gemm_rungs():
     if p.gemm_TFLOPs:
         assert p.verdict("warptile").kind == "compute-bound", p.table()
     assert p.totals("warptile")["duration_ns"] * 10 < p.totals("naive")["duration_ns"]
+    lines = {v: ncu.parse_source_csv(_fixture(f"profile_matmul_{v}_fwd_source.csv")) for v in ("naive", "warptile")}
+    naive, tiled = (wbp.hot_lines(lines[v])[0] for v in ("naive", "warptile"))
+    assert naive["top"][0][0] == "lg", naive  # its loads queue up (lg_throttle) in the k loop
+    assert "+=" in tiled["text"] and "*" in tiled["text"], tiled  # warptile's hottest line is its FMA loop
 
 
 # ----------------------------------------------------------------------------- errors: no ncu, no permission, a hang
