@@ -37,8 +37,13 @@ def _attrs(kernel):
 
 def _size(kernel, rows: int, cols: int) -> tuple:
     """A size of about rows x cols outputs in the op's own size pattern: (rows, cols) for the
-    row-wise ops, (m, k, n) = (rows, 64, cols) for a GEMM-shaped one."""
-    return (rows, 64, cols) if kernel.spec.size_pattern.tokens == ("m", "k", "n") else (rows, cols)
+    row-wise ops, (m, k, n) = (rows, 64, cols) for a GEMM-shaped one, (rows * cols,) for a 1-D one."""
+    return _spec_size(kernel.spec, rows, cols)
+
+
+def _spec_size(spec, rows: int, cols: int) -> tuple:
+    tokens = spec.size_pattern.tokens
+    return (rows, 64, cols) if tokens == ("m", "k", "n") else (rows * cols,) if tokens == ("n",) else (rows, cols)
 
 
 def test_check_matrix(kernel):
@@ -52,6 +57,8 @@ def test_check_matrix_seeded_wide_sizes(kernel):
     pattern = kernel.spec.size_pattern.tokens
     if pattern == ("...", "n"):
         sizes = [(1, 8), (3, 4096), (129, 1024), (1000, 264), (7, 3, 520), (2, 16392)]
+    elif pattern == ("n",):
+        sizes = [(8,), (4096 * 3 + 5,), (129 * 1024 + 1,), (1 << 20,), (3 * 520 + 2,), ((1 << 20) + 7,)]
     elif pattern == ("...",):
         sizes = [(8,), (4096 * 3 + 5,), (129, 1024), (1000, 264), (7, 3, 520), (1, 1 << 20)]
     else:
@@ -142,19 +149,20 @@ def test_large_tensor_over_int32(kernel):
         pytest.skip("its second operand is not sliced by rows: test_matmul.py::test_gpu_output_over_int32")
     cols = 4096
     rows = (2**31) // cols + 3
-    size = (rows, cols)
+    size = _size(kernel, rows, cols)
+    rows = size[0]  # a 1-D op's rows are its elements
     gen = torch.Generator("cuda").manual_seed(4)
     ts = list(spec.new_inputs(size, dtype, "cuda", gen))
     (y,) = as_tuple(kernel(*ts, **attrs))
     for sl in (slice(0, 4), slice(rows - 4, rows)):
-        part = [t[sl] if t.dim() == 2 else t for t in ts]
+        part = [t[sl] if t.dim() == len(size) else t for t in ts]
         ok, rel, *_ = wb.correctness.compare(y[sl], spec.run_reference(part, attrs)[0], dtype)
         assert ok, f"forward rows {sl}: rel {rel}"
     del y
     dy = torch.empty(spec.output_shapes(size)[0], device="cuda", dtype=dtype).normal_(generator=gen)
     grads = as_tuple(kernel.backward(dy, *ts, **attrs))
     for sl in (slice(0, 4), slice(rows - 4, rows)):
-        part = [t[sl] if t.dim() == 2 else t for t in ts]
+        part = [t[sl] if t.dim() == len(size) else t for t in ts]
         ref = spec.run_reference_backward((dy[sl],), part, attrs)
         ok, rel, *_ = wb.correctness.compare(grads[0][sl], ref[0], dtype)
         assert ok, f"first gradient rows {sl}: rel {rel}"
@@ -200,7 +208,7 @@ def test_bench_small_sweep(tmp_path, op):
     from workbench import plot, results
 
     spec = registry.spec(op)
-    shapes = [(1024, 64, 1024), (4096, 64, 1024)] if spec.size_pattern.tokens == ("m", "k", "n") else [(1024, 1024), (4096, 1024)]
+    shapes = [_spec_size(spec, 1024, 1024), _spec_size(spec, 4096, 1024)]
     r = wb.bench(op, dtypes=["float32", "bfloat16"], shapes=shapes,
                  directions=spec.benched_directions, budget_s=0.2)
     providers = {(row["dtype"], row["variant"]) for row in r.rows}
