@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up (only what is missing) and run the test suite. GPU tests skip where no GPU is visible.
-# nbclient, nbformat and ipykernel (which brings IPython) run the notebooks and the cell magic.
+# nbclient, nbformat and ipykernel (which brings IPython) run the notebooks and the cell magic; pybind11 builds the
+# NumPy front end (workbench.ndarray).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/ensure_env.sh numpy pytest matplotlib pandas nbclient nbformat ipykernel
+source scripts/ensure_env.sh numpy pytest matplotlib pandas nbclient nbformat ipykernel pybind11
 exec "$PY" -m pytest -q "$@"

@@ -23,7 +23,9 @@ from .registry import ops, variants
 _LAZY = {"bench": ("benchmark", "bench"), "check": ("correctness", "check"),
          "gradcheck": ("correctness", "gradcheck"), "nn": ("nn", None), "correctness": ("correctness", None),
          "benchmark": ("benchmark", None),
-         "profile": ("profile", None)}  # a callable module: wb.profile(...), wb.profile.roofline(...)
+         "profile": ("profile", None),  # a callable module: wb.profile(...), wb.profile.roofline(...)
+         "export": ("export", None),  # a callable module: wb.export(op, variants, out)
+         "ndarray": ("ndarray", None)}  # the NumPy front end (no torch): wb.ndarray.load(op, variant)
 
 
 def __getattr__(name: str):

@@ -1,5 +1,5 @@
 """python -m workbench list | build | check | gradcheck | bench | profile | plot | demo | sanitize | doctor | clean |
-exercise"""
+export | exercise"""
 from __future__ import annotations
 
 import argparse
@@ -206,6 +206,20 @@ def cmd_exercise_check(args) -> int:
     return exercise.cli_check(args)
 
 
+def cmd_export(args) -> int:
+    """Write the op and the named variants as a package of its own (workbench/export.py)."""
+    from .export import export
+
+    try:
+        out = export(args.op, ",".join(args.variants), args.out, name=args.name, namespace=args.namespace,
+                     force=args.force)
+    except FileExistsError as e:  # --out not empty: the message says what to do
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {out}\n  pip install --no-build-isolation {out}\n  cd {out} && pytest tests/")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m workbench", description="Kernel Workbench: build, check and time CUDA kernel variants for PyTorch.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -288,6 +302,18 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--older-than", type=float, metavar="DAYS")
     s.add_argument("--max-size", type=float, metavar="GB")
     s.set_defaults(fn=cmd_clean)
+
+    s = sub.add_parser("export", help="write an op and some of its C++ variants as a self-contained PyTorch "
+                                      "extension package (pip-installable; no workbench needed)")
+    s.add_argument("op")
+    s.add_argument("--variants", nargs="+", required=True,
+                   help="comma-separated (or space-separated), in order of preference, e.g. vec4,scalar,cpu")
+    s.add_argument("--out", required=True, help="the package's folder: new or empty (else --force)")
+    s.add_argument("--name", help="the Python package's name (default wb_OP)")
+    s.add_argument("--namespace", help="the torch.ops namespace (default: the package's name)")
+    s.add_argument("--force", action="store_true",
+                   help="write into a non-empty --out (replaces an earlier export's files, keeps others)")
+    s.set_defaults(fn=cmd_export)
 
     s = sub.add_parser("exercise", help="course exercises (exercises/): list them, check your kernel against one")
     ex = s.add_subparsers(dest="exercise_command", required=True)

@@ -1,0 +1,518 @@
+"""Graduation: one op and some of its C++ variants as a self-contained PyTorch extension package.
+
+    wb.export("bias_gelu", "cpu,vec4", "out/wb_bias_gelu")       # or: python -m workbench export ...
+    pip install --no-build-isolation out/wb_bias_gelu            # then torch.ops.wb_bias_gelu.bias_gelu
+
+The package holds copies of the variants' sources and the headers they include, the op's binding,
+a small torch-facing harness (the checks of bindings/harness, rewritten for one op with its
+variants linked in), TORCH_LIBRARY registration in the package's own namespace, the fake and
+autograd registration in its __init__.py, a setup.py with CUDAExtension (CppExtension when only CPU
+variants go in), a README and a pytest test. Everything op-specific is generated from the op's spec:
+the schemas, the typed C++ entry points, the declaration the checks run on, the Python signature,
+the test's sizes and tolerances; the spec module itself is copied for its float64 reference and
+eager math (with a stand-in for workbench.opspec). Nothing in the package imports the workbench.
+Templates: workbench/export_templates/.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import keyword
+import os
+import pathlib
+import pprint
+import re
+import shutil
+import string
+import subprocess
+import sys
+import tempfile
+import types
+
+from . import config, registry
+from .dtypes import TOLERANCES
+from .opspec import REQUIRED
+
+TEMPLATES = config.PACKAGE_DIR / "export_templates"
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+# torch.ops namespaces that are taken (torch's own, the workbench's harness and Python variants)
+_TAKEN_NAMESPACES = {"aten", "prim", "prims", "torch", "quantized", "_c", "workbench", "workbench_py"}
+_CPP_TYPES = {float: ("float", "double", "f"), int: ("int", "int64_t", "i"), bool: ("bool", "bool", "i")}
+ARCH_LIST = "8.0;9.0+PTX"  # where the build machine has no GPU to ask (issue 14: 8.0 and 9.0, plus PTX)
+TEST_SIZE_ELEMENTS = 20000  # the package test's sizes: the spec's check sizes up to this many elements per input
+
+
+def export(op: str, variants, out, *, name: str | None = None, namespace: str | None = None,
+           force: bool = False) -> pathlib.Path:
+    """Write op `op` with `variants` ("cpu,vec4" or a list, in order of preference) as a package in
+    folder `out`: the Python package `name` (default wb_<op>) registering torch.ops.<namespace>.<op>
+    (namespace default: the name). `out` must be new or empty unless force=True, which writes into
+    it, replacing the files an earlier export wrote and leaving any others. Returns `out`."""
+    _check_op(op)
+    names = _check_variants(op, variants)
+    name = _check_name("name", name or f"wb_{op}", package=True)
+    namespace = _check_name("namespace", namespace or name, package=False)
+    out = _check_out(out, force)
+    files = _package_files(op, registry.spec(op), names, name, namespace)  # the spec imports torch: last
+    _write(out, files)
+    return out
+
+
+# ---------------------------------------------------------------- arguments
+
+
+def _check_op(op: str) -> None:
+    registry.check_op(op)  # ValueError listing the ops
+    if registry.sources(op).inline:
+        tree = ", ".join(o for o in registry.ops() if not registry.sources(o).inline)
+        raise ValueError(f"op: {op!r} was defined in this process (define_op); export takes an op in the tree "
+                         f"(kernels/{op}/, bindings/{op}.cpp, workbench/specs/{op}.py): {tree}")
+
+
+def _cpp_variants(op: str) -> dict[str, pathlib.Path]:
+    return {n: p for n, p in registry.variant_sources(op).items() if p.suffix in (".cu", ".cpp")}
+
+
+def _check_variants(op: str, variants) -> list[str]:
+    cpp = _cpp_variants(op)
+    listed = ", ".join(cpp) or "none"
+    if isinstance(variants, str):
+        variants = variants.split(",")
+    if not isinstance(variants, (list, tuple)) or not all(isinstance(v, str) for v in variants):
+        raise ValueError(f"variants must be a comma-separated string or a list of names of {op}'s C++ variants "
+                         f"({listed}); got {variants!r}")
+    names = [v.strip() for v in variants if v.strip()]
+    if not names:
+        raise ValueError(f"variants must name at least one of {op}'s C++ variants ({listed}), e.g. \"{next(iter(cpp), 'cpu')}\"")
+    for v in names:
+        if names.count(v) > 1:
+            raise ValueError(f"variants: {v!r} is listed twice; got {','.join(names)}")
+        if v in cpp:
+            continue
+        py = registry.variant_sources(op).get(v)
+        if py is not None:
+            kind = registry.static_variant(op, py, v).kind
+            raise ValueError(f"variants: {op}/{v} is a Python variant (kind {kind}); an exported package compiles "
+                             f"C++ variants (.cu, .cpp): {listed}")
+        raise ValueError(f"variants: {op} has no variant {v!r}; its C++ variants: {listed}")
+    return names
+
+
+def _check_name(what: str, value, *, package: bool) -> str:
+    if not isinstance(value, str) or not _IDENT.match(value) or keyword.iskeyword(value):
+        raise ValueError(f"{what} must be an identifier (letters, digits, '_'; not a Python keyword); got {value!r}")
+    if package and (value in sys.stdlib_module_names or value in ("torch", "workbench")):
+        raise ValueError(f"{what} must not shadow a module of Python's or torch's or the workbench's; got {value!r}")
+    if not package and value.lower() in _TAKEN_NAMESPACES:
+        raise ValueError(f"{what} must be a torch.ops namespace of the package's own, not one of "
+                         f"{sorted(_TAKEN_NAMESPACES)}; got {value!r}")
+    return value
+
+
+_MANIFEST = ".wb_export_files"  # what an export wrote, so a forced export replaces exactly that
+
+
+def _check_out(out, force: bool) -> pathlib.Path:
+    if out is None or str(out) == "":
+        raise ValueError("out must be a folder path for the package; got nothing")
+    out = pathlib.Path(out).expanduser().absolute()
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"out: {out} is a file; expected a new or empty folder")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        entries = sorted(p.name for p in out.iterdir())
+        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+        raise FileExistsError(f"out: {out} exists and is not empty ({len(entries)} entries: {shown}); expected a new "
+                              f"or empty folder, or --force (force=True) to write the package into it (files of an "
+                              f"earlier export are replaced, others are left as they are)")
+    return out
+
+
+# ---------------------------------------------------------------- sources
+
+
+def _closure(source: pathlib.Path, include_dirs: list[pathlib.Path]) -> list[pathlib.Path]:
+    """The source and every quoted header it reaches (searched as the compiler does: the including
+    file's folder, then the include dirs)."""
+    seen: list[pathlib.Path] = []
+
+    def visit(path: pathlib.Path) -> None:
+        path = path.resolve()
+        if path in seen:
+            return
+        seen.append(path)
+        for inc in _INCLUDE.findall(path.read_text(errors="replace")):
+            found = next((d / inc for d in [path.parent, *include_dirs] if (d / inc).is_file()), None)
+            if found is None:
+                raise ValueError(f"{path}: #include \"{inc}\" is in none of {[str(d) for d in [path.parent, *include_dirs]]}")
+            visit(found)
+
+    visit(source)
+    return seen
+
+
+def _packaged_path(path: pathlib.Path) -> str:
+    """Where a tree file goes in the package: kernels/... and bindings/... under csrc/."""
+    for root, to in ((config.KERNELS_DIR, "csrc/kernels"), (config.BINDINGS_DIR, "csrc/bindings")):
+        try:
+            return f"{to}/{path.resolve().relative_to(root.resolve()).as_posix()}"
+        except ValueError:
+            continue
+    raise ValueError(f"{path}: an exported source must live under {config.KERNELS_DIR} or {config.BINDINGS_DIR}")
+
+
+def _spec_source(op: str, shim_names: set[str]) -> str:
+    """The spec module's text, after checking that it imports nothing the package lacks."""
+    path = config.PACKAGE_DIR / "specs" / f"{op}.py"
+    text = path.read_text()
+    for node in ast.walk(ast.parse(text, filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            names = {a.name for a in node.names}
+            if node.level != 2 or node.module != "opspec" or not names <= shim_names:
+                raise ValueError(f"{path}:{node.lineno}: an exported package carries the spec with a stand-in for "
+                                 f"workbench.opspec ({', '.join(sorted(shim_names))}); the spec may import only those "
+                                 f"(from ..opspec) and modules outside the workbench")
+        modules = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                   [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        if any(m.split(".")[0] == "workbench" for m in modules):
+            raise ValueError(f"{path}:{node.lineno}: the spec imports the workbench, which an exported package must "
+                             f"not depend on")
+    return text
+
+
+def _opspec_shim() -> tuple[str, set[str]]:
+    """workbench.opspec's records as plain dataclasses with the same fields and defaults (the
+    derived methods are not needed: the package derives what it needs at export time)."""
+    from . import opspec
+
+    lines = ['"""A stand-in for workbench.opspec: the records the op\'s spec is written with, fields only."""',
+             "from __future__ import annotations", "", "from dataclasses import dataclass, field", "",
+             "REQUIRED = object()  # an attribute without a default", f"DIRECTIONS = {opspec.DIRECTIONS!r}",
+             f"LAYOUTS = {opspec.LAYOUTS!r}", "", "", "def as_tuple(out) -> tuple:",
+             "    return tuple(out) if isinstance(out, (tuple, list)) else (out,)"]
+    names = {"REQUIRED", "DIRECTIONS", "LAYOUTS", "as_tuple"}
+    for cls in (opspec.Tensor, opspec.Attr, opspec.Output, opspec.ErrorCase, opspec.Layer, opspec.OpSpec):
+        lines += ["", "", "@dataclass(frozen=True)", f"class {cls.__name__}:"]
+        for f in dataclasses.fields(cls):
+            if f.default_factory is not dataclasses.MISSING:
+                value = f"field(default_factory=lambda: {f.default_factory()!r})"
+            elif f.default is dataclasses.MISSING:
+                value = None
+            elif f.default is REQUIRED:
+                value = "REQUIRED"
+            elif callable(f.default):
+                value = "None"
+            else:
+                value = repr(f.default)
+            lines.append(f"    {f.name}: object" + (f" = {value}" if value is not None else ""))
+        names.add(cls.__name__)
+    return "\n".join(lines) + "\n", names
+
+
+# ---------------------------------------------------------------- generated text
+
+
+def _fill(template: str, **values) -> str:
+    return string.Template((TEMPLATES / template).read_text()).substitute(values)
+
+
+def _literal(value) -> str:
+    return pprint.pformat(value, width=110, sort_dicts=False)
+
+
+def _attr_default_suffix(spec) -> list[str]:
+    """' = value' for each attribute that has a default and is followed only by such (schema
+    and Python both want defaults last); '' otherwise."""
+    out, trailing = [], True
+    for a in reversed(spec.attrs):
+        trailing = trailing and not a.required
+        out.append(f"={a.default!r}" if trailing else "")
+    return out[::-1]
+
+
+def _schemas(spec) -> tuple[str, str | None]:
+    defaults = _attr_default_suffix(spec)
+    attrs = [f"{_CPP_TYPES[a.kind][0]} {a.name}{d}" for a, d in zip(spec.attrs, defaults)]
+    plain = [f"{_CPP_TYPES[a.kind][0]} {a.name}" for a in spec.attrs]
+    rets = "Tensor" if len(spec.outputs) == 1 else "(" + ", ".join("Tensor" for _ in spec.outputs) + ")"
+    fwd = f"{spec.name}({', '.join([f'Tensor {t.name}' for t in spec.inputs] + attrs + ['str variant=' + chr(34) * 2])}) -> {rets}"
+    diff = spec.differentiable
+    if not diff:
+        return fwd, None
+    args = [f"Tensor grad_{o.name}" for o in spec.outputs] + [f"Tensor {t.name}" for t in spec.inputs] + plain
+    brets = "Tensor" if len(diff) == 1 else "(" + ", ".join("Tensor" for _ in diff) + ")"
+    return fwd, f"{spec.name}_backward({', '.join(args + ['str variant=' + chr(34) * 2])}) -> {brets}"
+
+
+def _cpp_entry(spec, step: str) -> str:
+    """A typed C++ entry point that hands its arguments to the harness."""
+    n_out = len(spec.outputs) if step == "forward" else len(spec.differentiable)
+    ret = "at::Tensor" if n_out == 1 else f"std::tuple<{', '.join(['at::Tensor'] * n_out)}>"
+    tensors = ([f"grad_{o.name}" for o in spec.outputs] if step == "backward" else []) + [t.name for t in spec.inputs]
+    params = [f"const at::Tensor& {t}" for t in tensors] + [f"{_CPP_TYPES[a.kind][1]} {a.name}" for a in spec.attrs]
+    fname = spec.name if step == "forward" else f"{spec.name}_backward"
+    body = [f"  std::vector<WbAttr> attrs({len(spec.attrs)});"]
+    for i, a in enumerate(spec.attrs):
+        field_, cast = _CPP_TYPES[a.kind][2], ("" if a.kind is float else "static_cast<int64_t>")
+        body.append(f"  attrs[{i}].{field_} = {cast}({a.name});")
+    step_c = "WB_STEP_FORWARD" if step == "forward" else "WB_STEP_BACKWARD"
+    body.append(f"  auto out = op().run({step_c}, {{{', '.join(tensors)}}}, attrs, std::string(variant.data(), variant.size()));")
+    body.append("  return out[0];" if n_out == 1 else
+                f"  return std::make_tuple({', '.join(f'out[{i}]' for i in range(n_out))});")
+    return "\n".join([f"{ret} {fname}({', '.join(params + ['c10::string_view variant'])}) {{", *body, "}"])
+
+
+def _op_cpp(spec, variants: list[dict], namespace: str, with_cuda: bool) -> str:
+    fwd, bwd = _schemas(spec)
+    decl = spec.declaration()
+    entries = [_cpp_entry(spec, "forward")] + ([_cpp_entry(spec, "backward")] if bwd else [])
+    impls = [f'  m.impl("{spec.name}", &{spec.name});'] + ([f'  m.impl("{spec.name}_backward", &{spec.name}_backward);']
+                                                          if bwd else [])
+    keys = ["CPU"] + (["CUDA"] if with_cuda else [])
+    externs = "\n".join(f'extern "C" const WbVariantInfo* {v["symbol"]}(void);' for v in variants)
+    table = ",\n".join(f'      {{"{v["name"]}", {v["symbol"]}}}' for v in variants)
+    defs = [f'  m.def(R"wb({fwd})wb");'] + ([f'  m.def(R"wb({bwd})wb");'] if bwd else [])
+    return f"""// Generated by `python -m workbench export {spec.name}`: the op's declaration, its typed entry points
+// and their registration in torch.ops.{namespace}.
+//
+// One library holds every variant. Each variant's source exports the same C symbol
+// (workbench_variant_info, from WB_EXPORT_VARIANT), so csrc/generated/ compiles each through a
+// wrapper that #defines that name to one of its own before including it (as the binding's
+// workbench_op_binding); the sources stay as the workbench had them. Everything else a variant
+// defines is internal to it (anonymous namespaces), or identical inline/template code from the
+// shared headers. One library keeps loading to `import` (no dlopen of per-variant files by path)
+// and lets the linker report any clash at build time.
+#include <ATen/core/Tensor.h>
+#include <torch/library.h>
+
+#include <tuple>
+
+// The harness is compiled as part of this file: one translation unit parses torch's headers once
+// (about 10 s less on a 2-core machine than two).
+#include "harness.cpp"
+
+{externs}
+extern "C" const WbOpBinding* {namespace}_op_binding(void);
+
+namespace {{
+
+// The spec's declaration: inputs (dims, differentiable, read by the backward), outputs, attributes.
+const char kDeclaration[] = R"wb({decl})wb";
+
+const wb_export::Op& op() {{
+  static const wb_export::Op instance("{namespace}", kDeclaration, {namespace}_op_binding(), {{
+{table}}});
+  return instance;
+}}
+
+{chr(10).join(entries)}
+
+}}  // namespace
+
+TORCH_LIBRARY({namespace}, m) {{
+{chr(10).join(defs)}
+}}
+""" + "".join(f"""
+TORCH_LIBRARY_IMPL({namespace}, {key}, m) {{
+{chr(10).join(impls)}
+}}
+""" for key in keys)
+
+
+def _wrapper(symbol_from: str, symbol_to: str, include: str, what: str) -> str:
+    return (f"// {what}, compiled with its exported C symbol renamed (see csrc/harness/op.cpp).\n"
+            f"#define {symbol_from} {symbol_to}\n#include \"{include}\"\n")
+
+
+def _python_function(spec) -> str:
+    defaults = _attr_default_suffix(spec)
+    params = [t.name for t in spec.inputs] + [f"{a.name}{d}" for a, d in zip(spec.attrs, defaults)]
+    args = [t.name for t in spec.inputs] + [a.name for a in spec.attrs]
+    doc = spec.doc.replace('"""', "'''")
+    return (f"def {spec.name}({', '.join(params + ['*', 'variant=' + chr(34) * 2])}):\n"
+            f'    """{doc}. variant: one of VARIANTS, or "" for the first that takes the tensors\' device and dtype."""\n'
+            f"    return forward_op({', '.join(args + ['variant'])})")
+
+
+def _test_sizes(spec) -> tuple[list, tuple]:
+    """The spec's check sizes up to TEST_SIZE_ELEMENTS elements per input (an empty one included
+    where the spec has one), and the first with every input non-empty for opcheck and compile."""
+    import math
+
+    small = [s for s in spec.check_sizes if max(math.prod(x) for x in spec.input_shapes(s)) <= TEST_SIZE_ELEMENTS]
+    full = [s for s in small if all(math.prod(x) > 0 for x in spec.input_shapes(s))]
+    sizes = full[:4] + [s for s in small if s not in full][:1]
+    sample = next((s for s in full if any(math.prod(x) > 1 for x in spec.input_shapes(s))), None)
+    if not sizes or sample is None:
+        sample = spec.sample_size()
+        sizes = sizes or [sample]
+    return [tuple(s) for s in sizes], tuple(sample)
+
+
+def _provenance(sources: list[pathlib.Path]) -> dict:
+    from . import __version__
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=config.REPO_ROOT, capture_output=True,
+                                text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"workbench": __version__, "commit": commit,
+            "sources": {_packaged_path(p): hashlib.sha256(p.read_bytes()).hexdigest()[:16] for p in sources}}
+
+
+def _decl_py(spec, variants: list[dict], namespace: str, fwd: str, bwd: str | None, sizes, sample, sources) -> str:
+    def kind(a):
+        return _CPP_TYPES[a.kind][0]
+
+    values = {
+        "OP": spec.name, "NAMESPACE": namespace, "DOC": spec.doc, "SCHEMA": fwd, "BACKWARD_SCHEMA": bwd,
+        "INPUTS": [{"name": t.name, "dims": t.dims, "differentiable": t.differentiable,
+                    "read_by_backward": t.read_by_backward, "grad_terms": t.grad_terms, "scale": t.scale}
+                   for t in spec.inputs],
+        "OUTPUTS": [{"name": o.name, "dims": o.dims, "terms": o.terms} for o in spec.outputs],
+        "ATTRS": [{"name": a.name, "kind": kind(a), "required": a.required, "default": None if a.required else a.default,
+                   "min": a.min, "max": a.max, "finite": a.finite} for a in spec.attrs],
+        "VARIANTS": [{k: v[k] for k in ("name", "device", "dtypes", "description", "source")} for v in variants],
+        "SIZE": spec.size_pattern.text,
+        "TEST_SIZES": sizes, "OPCHECK_SIZE": sample,
+        "SAMPLE_ATTRS": list(spec.sample_attrs()[0].items()),
+        "TOLERANCES": dict(TOLERANCES),
+        "PROVENANCE": _provenance(sources),
+    }
+    body = "\n".join(f"{k} = {_literal(v)}" for k, v in values.items())
+    return (f'"""The op\'s declaration, generated from workbench/specs/{spec.name}.py by `python -m workbench '
+            f'export`:\nwhat the fake implementation checks, the variants compiled in (in order of preference), '
+            f'and what\nthe test runs (sizes, attributes, tolerances per dtype against float64)."""\n{body}\n')
+
+
+def _package_files(op: str, spec, names: list[str], package: str, namespace: str) -> dict[str, str | bytes]:
+    """Every file of the package: relative path -> content."""
+    src = registry.sources(op)
+    cpp = _cpp_variants(op)
+    infos = {n: registry.static_variant(op, cpp[n], n) for n in names}
+    with_cuda = any(i.device == "cuda" for i in infos.values())
+    files: dict[str, str | bytes] = {}
+    copied: list[pathlib.Path] = []
+
+    def copy_closure(source: pathlib.Path, include_dirs) -> None:
+        for path in _closure(source, include_dirs):
+            if path not in copied:
+                copied.append(path)
+                files[_packaged_path(path)] = path.read_bytes()
+
+    variants = []
+    for n in names:
+        copy_closure(cpp[n], [config.COMMON_DIR, src.kernel_dir])
+        ext = cpp[n].suffix
+        symbol = f"{namespace}_variant_{n}"
+        files[f"csrc/generated/{n}{ext}"] = _wrapper("workbench_variant_info", symbol,
+                                                     "../" + _packaged_path(cpp[n])[len("csrc/"):],
+                                                     f"Variant {n} of {op} ({cpp[n].name})")
+        variants.append({"name": n, "device": infos[n].device, "dtypes": infos[n].dtypes,
+                         "description": infos[n].description, "source": _packaged_path(cpp[n]), "symbol": symbol,
+                         "generated": f"csrc/generated/{n}{ext}"})
+    copy_closure(src.binding, [config.BINDINGS_DIR, config.COMMON_DIR, src.kernel_dir])
+    binding_wrapper = "csrc/generated/_binding.cpp"
+    files[binding_wrapper] = _wrapper("workbench_op_binding", f"{namespace}_op_binding",
+                                      "../" + _packaged_path(src.binding)[len("csrc/"):], f"{op}'s binding")
+    if any(v["generated"] == binding_wrapper for v in variants):
+        raise ValueError("variants: a variant named '_binding' clashes with the binding's wrapper; rename it")
+    harness_dir = config.BINDINGS_DIR / "harness"
+    for f in ("op_decl.h", "op_decl.cpp"):
+        files[f"csrc/harness/{f}"] = (harness_dir / f).read_bytes()
+    for f in ("harness.h", "harness.cpp", "module.cpp"):
+        files[f"csrc/harness/{f}"] = (TEMPLATES / f).read_bytes()
+    files["csrc/harness/op.cpp"] = _op_cpp(spec, variants, namespace, with_cuda)
+
+    fwd, bwd = _schemas(spec)
+    sizes, sample = _test_sizes(spec)
+    shim, shim_names = _opspec_shim()
+    doc = spec.doc.replace('"""', "'''")
+    listed = ", ".join(names)
+    files[f"{package}/__init__.py"] = _fill("__init__.py.in", doc=doc + ".", namespace=namespace,
+                                            op=op, variant_list=listed, function=_python_function(spec))
+    files[f"{package}/_decl.py"] = _decl_py(spec, variants, namespace, fwd, bwd, sizes, sample, copied)
+    files[f"{package}/_shapes.py"] = ("# Copied from workbench/shapes.py by export: the Python twin of "
+                                      "csrc/harness/op_decl.cpp's shape rule.\n"
+                                      + (config.PACKAGE_DIR / "shapes.py").read_text())
+    files[f"{package}/opspec.py"] = shim
+    files[f"{package}/spec/__init__.py"] = f'"""The op\'s spec, as workbench/specs/{op}.py had it."""\n'
+    files[f"{package}/spec/{op}.py"] = (f"# Copied from workbench/specs/{op}.py by export; its ..opspec is "
+                                        f"{package}/opspec.py, a stand-in.\n" + _spec_source(op, shim_names))
+
+    sources = sorted(v["generated"] for v in variants) + [binding_wrapper] + [
+        f"csrc/harness/{f}" for f in ("module.cpp", "op.cpp", "op_decl.cpp")]  # op.cpp includes harness.cpp
+    include_dirs = ["csrc/harness", "csrc/kernels/common", f"csrc/kernels/{op}", "csrc/bindings"]
+    kind = "CUDAExtension" if with_cuda else "CppExtension"
+    why = ("a CUDA variant is exported, so nvcc builds the .cu files" if with_cuda
+           else "only CPU variants are exported, so the host compiler alone builds it")
+    files["setup.py"] = _fill("setup.py.in", package=package, ext_kind=kind, why_kind=why, with_cuda=with_cuda,
+                              sources=_literal(sources), include_dirs=_literal(include_dirs), arch_list=ARCH_LIST)
+    files["pyproject.toml"] = _fill("pyproject.toml.in", dist_name=package.replace("_", "-"), version="0.1.0",
+                                    description=f"torch.ops.{namespace}.{op}: {doc}".replace('"', "'"),
+                                    package=package)
+    files["MANIFEST.in"] = (TEMPLATES / "MANIFEST.in").read_bytes()
+    files[".gitignore"] = "build/\n*.egg-info/\n*.so\n__pycache__/\n"
+    files[f"tests/test_{op}.py"] = _fill("test_op.py.in", package=package)
+    files["tests/conftest.py"] = _fill("conftest.py.in", package=package)
+    rows = "\n".join(f"| {v['name']} | {v['device']} | {', '.join(v['dtypes'])} | {v['description']} |" for v in variants)
+    call = ", ".join([t.name for t in spec.inputs] + [f"{k}={v!r}" for k, v in spec.sample_attrs()[0].items()])
+    files["README.md"] = _fill(
+        "README.md.in", package=package, doc=doc + ".", namespace=namespace, op=op,
+        variant_csv=",".join(names), variant_rows=rows, schema=f"`{fwd}`",
+        nvcc_note=" (nvcc for the CUDA variants)" if with_cuda else "",
+        arch_note=(f"CUDA code is built for the GPU the build machine has, or where it has none for "
+                   f"TORCH_CUDA_ARCH_LIST (default `{ARCH_LIST}`)." if with_cuda else ""),
+        example=f"y = {package}.{op}({call})              # tensors {', '.join(t.name for t in spec.inputs)}: "
+                f"{', '.join(f'{t.name} [{t.dims}]' for t in spec.inputs)}")
+    return files
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _write(out: pathlib.Path, files: dict[str, str | bytes]) -> None:
+    """A new folder is written beside it and renamed into place (never half a package); an existing
+    one (force) gets the files written in place, and the files its earlier export wrote that this
+    one does not are removed."""
+    manifest = "\n".join(sorted(files)) + "\n"
+
+    def put(root: pathlib.Path) -> None:
+        for rel, content in files.items():
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                path.write_text(content)
+        (root / _MANIFEST).write_text(manifest)
+
+    if out.is_dir():
+        old = out / _MANIFEST
+        stale = set(old.read_text().split()) - set(files) if old.is_file() else set()
+        for rel in stale:
+            path = (out / rel).resolve()
+            if path.is_relative_to(out.resolve()):  # a manifest edited to point elsewhere removes nothing
+                path.unlink(missing_ok=True)
+        put(out)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        put(staging)
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+class _CallableModule(types.ModuleType):
+    """`wb.export(...)` calls export(): importing this module makes it the attribute wb.export."""
+
+    def __call__(self, *args, **kwargs) -> pathlib.Path:
+        return export(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
