@@ -8,6 +8,7 @@
 #   [reduce_sum_accuracy.{json,log}: float32/bfloat16 sums of 2^28 values against float64 and torch.sum]
 #   [matmul_tune.log: warptile's and tensor_core's tile plans against cuBLAS]
 #   [ncu/*.csv: Nsight Compute reports of rmsnorm's scalar and vectorized forward, test fixtures]
+#   [wheel.tar export.tar ndarray.tar (+ .log): issue 14's GPU scripts, scripts/gpu_{wheel,export,ndarray}.sh]
 # Usage (device tool):  bash scripts/gpu_run.sh            # everything but the notebooks
 #                       STEPS="tests" bash scripts/gpu_run.sh
 #                       STEPS="notebooks exercises" bash scripts/gpu_run.sh   # carry nbclient & co. as wheels in .whl/
@@ -124,6 +125,11 @@ PY
       # one file back instead of six (the device returns at most 8): unpack it into tests/fixtures/ncu
       (cd "$OUT/ncu" && tar -cf profile_fixtures.tar profile_*.csv profile_ceilings.json && rm -f profile_*.csv profile_ceilings.json)
       ;;
+    wheel|export|ndarray)  # issue 14: scripts/gpu_<step>.sh (the installed wheel with no compiler, the exported
+      # packages' own tests, the NumPy front end and its vector_add benchmark); its files in one tar, $OUT/<step>.tar
+      script=scripts/gpu_$step.sh
+      (OUT="$OUT/$step" timeout 560 bash "$script") 2>&1 | tee "$OUT/$step.log"
+      (cd "$OUT" && tar -cf "$step.tar" "$step" && rm -rf "$step") ;;
     probe)  # scripts/probe_bandwidth.cu: access patterns for the memory-bound kernels, against a copy
       "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" -O3 -std=c++17 -arch=sm_90 -I kernels/common -I kernels/scale_bias_relu \
         scripts/probe_bandwidth.cu -o /tmp/probe_bandwidth && timeout 300 /tmp/probe_bandwidth 2>&1 | tee "$OUT/probe.log" ;;

@@ -184,8 +184,8 @@ _in_use_fds: dict[pathlib.Path, int] = {}
 
 
 def mark_in_use(build_dir: pathlib.Path) -> None:
-    if build_dir in _in_use_fds:
-        return
+    if build_dir in _in_use_fds or build_dir == config.PREBUILT_DIR:
+        return  # a wheel's prebuilt libraries are not the cache's to clean (nor to write beside)
     with contextlib.suppress(OSError):
         fd = os.open(build_dir / "inuse", os.O_RDWR | os.O_CREAT, 0o644)
         fcntl.flock(fd, fcntl.LOCK_SH)

@@ -8,6 +8,9 @@ under the key's lock and publishes it. The library is registered with the harnes
 working after an edit. Each piece is its own library: editing one op's binding or one variant
 rebuilds that piece alone, never the harness.
 
+Installed from a wheel, each piece is first looked up among the libraries the wheel prebuilt
+(prebuilt.py): where its source and torch match, it loads with no compiler and no cache.
+
 A Python variant (kernels/<op>/<name>.py: a PyTorch formula or Triton kernels) needs neither the
 harness nor a compiler: it is imported per content (pyvariant.py) and served by a PythonKernel,
 the same interface with the same checks.
@@ -25,7 +28,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from . import build, cache, config, pyvariant, registry, toolchain, torchops
+from . import build, cache, config, prebuilt, pyvariant, registry, toolchain, torchops
 from .errors import BuildError, WorkbenchError
 
 _lock = threading.RLock()
@@ -156,11 +159,16 @@ class PythonKernel(Kernel):
 def _get_or_build(*, label: str, kind: str, sources: list[pathlib.Path], include_dirs: list[pathlib.Path],
                   with_cuda: bool, cflags: list[str], cuda_cflags: list[str], rename: dict | None = None
                   ) -> tuple[pathlib.Path, pathlib.Path, bool, str, dict]:
-    """(library, build dir, built now, key, record) for these sources, from the cache or built."""
+    """(library, build dir, built now, key, record) for these sources: an installed wheel's
+    prebuilt library (checked before anything runs nvcc), else from the cache or built."""
+    piece = prebuilt.Piece(label=label, kind=kind, sources=sources, include_dirs=include_dirs,
+                           with_cuda=with_cuda, cflags=cflags, cuda_cflags=cuda_cflags)
+    hit = prebuilt.find(piece)
+    if hit is not None:
+        return hit[0], config.PREBUILT_DIR, False, hit[1]["key"], hit[1]
     arch = toolchain.default_arch_list() if with_cuda else None
     tc = toolchain.current().fields()
-    key = cache.content_key(kind=kind, sources=sources, include_dirs=include_dirs,
-                            flags=cflags + (cuda_cflags if with_cuda else []) + (["cuda"] if with_cuda else []),
+    key = cache.content_key(kind=kind, sources=sources, include_dirs=include_dirs, flags=piece.flags,
                             arch_list=arch, toolchain=tc)
     final = cache.build_dir_for(label, key)
     lib, meta, problem = cache.lookup(final)
@@ -204,6 +212,41 @@ def harness_sources() -> list[pathlib.Path]:
     return sorted((config.BINDINGS_DIR / "harness").glob("*.cpp"))
 
 
+# The three kinds of piece, described once: the loader builds them from these, and setup.py
+# prebuilds the same descriptions into a wheel (tree_pieces), so the keys agree.
+def harness_piece(with_cuda: bool) -> prebuilt.Piece:
+    return prebuilt.Piece(label="harness", kind="harness", sources=harness_sources(),
+                          include_dirs=[config.BINDINGS_DIR / "harness", config.COMMON_DIR], with_cuda=with_cuda,
+                          cflags=["-O2"] + (["-DWORKBENCH_WITH_CUDA"] if with_cuda else []), cuda_cflags=[])
+
+
+def binding_piece(op: str) -> prebuilt.Piece:
+    src = registry.sources(op)
+    return prebuilt.Piece(label=f"binding/{op}", kind="binding", sources=[src.binding],
+                          include_dirs=[config.BINDINGS_DIR, config.COMMON_DIR, src.kernel_dir], with_cuda=False,
+                          cflags=CPU_FLAGS, cuda_cflags=[])
+
+
+def variant_piece(op: str, name: str, source: pathlib.Path) -> prebuilt.Piece:
+    src = registry.sources(op)
+    return prebuilt.Piece(label=f"{op}/{name}", kind="variant", sources=[source],
+                          include_dirs=[config.COMMON_DIR, src.kernel_dir], with_cuda=source.suffix == ".cu",
+                          cflags=CPU_FLAGS, cuda_cflags=_cuda_flags())
+
+
+def tree_pieces(devices: tuple[str, ...], harness_with_cuda: bool) -> list[prebuilt.Piece]:
+    """Every piece a wheel prebuilds (setup.py), found in the tree as the registry finds ops and
+    variants: the harness, each op's binding, each .cu (devices has "cuda") and .cpp (devices has
+    "cpu") variant. Python variants ship as sources only."""
+    pieces = [harness_piece(harness_with_cuda)]
+    for op in registry.ops():
+        pieces.append(binding_piece(op))
+        for name, source in registry.variant_sources(op).items():
+            if {".cu": "cuda", ".cpp": "cpu"}.get(source.suffix) in devices:
+                pieces.append(variant_piece(op, name, source))
+    return pieces
+
+
 def ensure_harness() -> dict:
     """Build (once per toolchain) and load the C++ harness: the registries and the one kernel that
     serves every op. It knows no op: ops are declared to it at run time."""
@@ -213,13 +256,12 @@ def ensure_harness() -> dict:
             return _harness
         import torch
 
-        with_cuda = toolchain.can_build_cuda()
-        include_dirs = [config.BINDINGS_DIR / "harness", config.COMMON_DIR]
-        cflags = ["-O2"] + (["-DWORKBENCH_WITH_CUDA"] if with_cuda else [])
+        # An installed wheel's harness says how it was built; otherwise CUDA where it can be built.
+        with_cuda = prebuilt.harness_with_cuda()
+        if with_cuda is None:
+            with_cuda = toolchain.can_build_cuda()
         start = time.perf_counter()
-        lib, bdir, built, key, _ = _get_or_build(
-            label="harness", kind="harness", sources=harness_sources(), include_dirs=include_dirs,
-            with_cuda=with_cuda, cflags=cflags, cuda_cflags=[])
+        lib, bdir, built, key, _ = _get_or_build(**harness_piece(with_cuda).kwargs())
         if not built:
             if _workbench_namespace_registered():
                 raise WorkbenchError(
@@ -272,11 +314,7 @@ def ensure_op(op: str, *, python: bool = True) -> None:
             _declared.add(op)
         if python:
             torchops.register(spec)  # the current spec: an edited one (same schema) takes over
-        src = registry.sources(op)
-        lib, bdir, built, key, _ = _get_or_build(
-            label=f"binding/{op}", kind="binding", sources=[src.binding],
-            include_dirs=[config.BINDINGS_DIR, config.COMMON_DIR, src.kernel_dir],
-            with_cuda=False, cflags=CPU_FLAGS, cuda_cflags=[])
+        lib, bdir, built, key, _ = _get_or_build(**binding_piece(op).kwargs())
         if _bindings.get(op, ("",))[0] != key:
             digest = contract(op)
             _call_harness("workbench_register_binding", op, str(lib), digest)
@@ -317,18 +355,14 @@ def _register(op: str, name: str, source: pathlib.Path, *, inline_label: str | N
     import torch
 
     static = registry.static_variant(op, source, name=name)
-    if static.device == "cuda" and not toolchain.can_build_cuda():
+    # With an installed wheel, prebuilt.find serves the variant or says why it cannot.
+    if static.device == "cuda" and not toolchain.can_build_cuda() and prebuilt.manifest() is None:
         raise WorkbenchError(
             f"{op}/{name} is a CUDA variant, and this machine cannot build CUDA code "
             f"(torch {torch.__version__} {'has no CUDA' if not toolchain.torch_has_cuda() else 'found no nvcc'}); "
             f"CPU variants here: {', '.join(v.name for v in registry.variants(op) if v.runs_on('cpu'))}")
-    src = registry.sources(op)
-    label = f"{op}/{name}"
-    with_cuda = source.suffix == ".cu"
     rename = {str(source): inline_label} if inline_label else None
-    lib, bdir, built, key, _ = _get_or_build(
-        label=label, kind="variant", sources=[source], include_dirs=[config.COMMON_DIR, src.kernel_dir],
-        with_cuda=with_cuda, cflags=CPU_FLAGS, cuda_cflags=_cuda_flags(), rename=rename)
+    lib, bdir, built, key, _ = _get_or_build(**variant_piece(op, name, source).kwargs(), rename=rename)
     build_id = key[:10]
     with _lock:
         # The contract of the binding just ensured: the variant's build key covers the same header.

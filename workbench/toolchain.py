@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -127,18 +128,21 @@ class Toolchain:
         return asdict(self)
 
 
+def abi() -> dict:
+    """What a library built against torch must agree with to load (no `undefined symbol`), known
+    without running anything: an installed wheel checks its prebuilt libraries against this where
+    no nvcc may exist (prebuilt.py). Attribute reads, so not cached: current() caches its copy."""
+    import torch
+    return {"torch": str(torch.__version__), "torch_cuda": torch.version.cuda,
+            "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI), "python": sys.implementation.cache_tag,
+            "platform": sys.platform}
+
+
 @functools.lru_cache(maxsize=None)
 def current() -> Toolchain:
-    import torch
-    return Toolchain(
-        torch=torch.__version__,
-        torch_cuda=torch.version.cuda,
-        nvcc=nvcc_version() if torch.version.cuda else None,
-        cxx11_abi=bool(torch._C._GLIBCXX_USE_CXX11_ABI),
-        python=sys.implementation.cache_tag,
-        platform=sys.platform,
-        libstdcxx=loaded_libstdcxx(),
-    )
+    fields = abi()
+    return Toolchain(**fields, nvcc=nvcc_version() if fields["torch_cuda"] else None,
+                     libstdcxx=loaded_libstdcxx())
 
 
 @functools.lru_cache(maxsize=None)
@@ -165,3 +169,10 @@ def loaded_libstdcxx() -> str | None:
 def can_build_cuda() -> bool:
     """CUDA code can be compiled and linked here: torch has CUDA and nvcc is installed."""
     return torch_has_cuda() and nvcc_path() is not None
+
+
+def can_build_cpp() -> bool:
+    """A C++ compiler ($CXX, else c++) and ninja are on PATH: what a JIT build of a CPU library
+    needs (cpp_extension.load). Looked up, never run."""
+    cxx = shlex.split(os.environ.get("CXX") or "c++") or ["c++"]
+    return shutil.which(cxx[0]) is not None and shutil.which("ninja") is not None
