@@ -128,7 +128,7 @@ PY
     wheel|export|ndarray)  # issue 14: scripts/gpu_<step>.sh (the installed wheel with no compiler, the exported
       # packages' own tests, the NumPy front end and its vector_add benchmark); its files in one tar, $OUT/<step>.tar
       script=scripts/gpu_$step.sh
-      (OUT="$OUT/$step" timeout 560 bash "$script") 2>&1 | tee "$OUT/$step.log"
+      (unset STEPS; OUT="$OUT/$step" timeout 560 bash "$script") 2>&1 | tee "$OUT/$step.log"  # STEPS is theirs too
       (cd "$OUT" && tar -cf "$step.tar" "$step" && rm -rf "$step") ;;
     probe)  # scripts/probe_bandwidth.cu: access patterns for the memory-bound kernels, against a copy
       "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" -O3 -std=c++17 -arch=sm_90 -I kernels/common -I kernels/scale_bias_relu \
