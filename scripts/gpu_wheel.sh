@@ -63,7 +63,10 @@ if has install; then
 echo "=== install ($(date -u +%H:%M:%S))"
 rm -rf "$WORK/venv" "$WORK/site"
 if $PY -m venv --system-site-packages --without-pip "$WORK/venv"; then
-  # pip comes from the system site-packages; it installs into the venv it runs under.
+  # The system python may itself be a venv (the GPU image's is): --system-site-packages then reaches
+  # its base, not its torch. A .pth with the host's site-packages does (pip comes from there too).
+  purelib=$("$VPY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  $PY -c "import site; print('\\n'.join(site.getsitepackages()))" > "$purelib/_host_packages.pth"
   "$VPY" -m pip install -q --no-deps --no-index --ignore-installed "$WHEEL" || exit 1
 else  # no venv module: a --target folder ahead of the system packages stands in for one
   echo "python3 -m venv unavailable; installing with --target" >&2
