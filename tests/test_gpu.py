@@ -224,4 +224,5 @@ def test_bench_small_sweep(tmp_path, op):
             assert row["speedup_vs_eager"] == 1.0
     path = r.save(tmp_path / "rows.jsonl")
     assert len(results.read_rows(path)) == len(r.rows)
-    assert len(plot.plot_all(results.read_rows(path), tmp_path / "plots")) >= 8
+    # per dtype and direction: speedup over eager, over compile, and bandwidth (or throughput); the roofline
+    assert len(plot.plot_all(results.read_rows(path), tmp_path / "plots")) >= 2 * len(spec.benched_directions) * 3 + 1
