@@ -8,6 +8,9 @@
 // Backward: dc read once per vector, written to da and db in the same pass.
 // Predicted: at the copy bandwidth for three arrays (12 bytes per element: a and b read, c
 // written; elementwise_mul's vec4, the same stream, ran at 102% on the H100), a few % over scalar.
+// Measured (results/gpu/1e52cd0, H100, float32): 2^26 0.259 ms, 103% of the copy bandwidth, 1.10x
+// scalar, 1.01x eager; Nsight Compute (profile_vector_add.log): DRAM 91% of peak against scalar's 83%,
+// a quarter of the load requests. Through the NumPy front end: 101% (results/gpu/36f9438/ndarray).
 #include "vector_add.h"
 #include "wb_vec.cuh"
 
