@@ -560,6 +560,23 @@ def test_profile_end_to_end_with_a_stand_in_ncu(fake_ncu, scalar_kernel, tmp_pat
         wb.profile("bias_gelu", "scalar", shape=(64, 64), direction="fwd+bwd")
 
 
+def test_where_no_line_info_build_is_possible_the_profile_goes_on_without_lines(fake_ncu, scalar_kernel, monkeypatch):
+    """An installed wheel without nvcc serves its prebuilt variant but cannot build a -lineinfo one."""
+    from workbench import errors, isolate
+
+    resolve = isolate.resolve
+
+    def no_lineinfo_builds(spec):
+        if "-lineinfo" in os.environ.get("WORKBENCH_NVCC_FLAGS", ""):
+            raise errors.WorkbenchError("bias_gelu/scalar: no usable prebuilt library, and no nvcc found")
+        return resolve(spec)
+
+    monkeypatch.setattr(isolate, "resolve", no_lineinfo_builds)
+    p = wb.profile("bias_gelu", "scalar", shape=(8192, 8192))
+    assert "--section" not in fake_ncu()[-1] and p.kernels[0].lines == []
+    assert any(n.startswith("no source lines: the variants could not be built with -lineinfo here") for n in p.notes)
+
+
 # ----------------------------------------------------------------------------- the command line
 
 def test_the_profile_command_parses_its_arguments():

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from . import config, isolate, ncu, registry
 from . import dtypes as dtypes_
 from . import roofline as roofline_
+from .errors import WorkbenchError
 
 # The metrics requested from ncu (base units), by the short names the table and the verdict use.
 # Names as in Nsight Compute's metrics reference and its own rule files (sm_70 and later).
@@ -796,9 +797,18 @@ def profile(op: str, variant, shape=None, dtype: str = "float32", direction: str
     if not items:
         raise ValueError("profile: name at least one variant")
     ncu.require()  # before any build: say at once where ncu is missing
-    with _line_info(lines):  # built here, not profiled; the child finds the same build in the cache
-        kernels = [isolate.resolve(isolate.variant_spec(op, v)) if lines or not isinstance(v, loader.Kernel) else v
-                   for v in items]
+    notes: list[str] = []
+    try:
+        with _line_info(lines):  # built here, not profiled; the child finds the same build in the cache
+            kernels = [isolate.resolve(isolate.variant_spec(op, v)) if lines or not isinstance(v, loader.Kernel) else v
+                       for v in items]
+    except WorkbenchError as e:
+        if not lines:
+            raise
+        # e.g. an installed wheel where no nvcc exists: its prebuilt libraries carry no line table
+        notes.append(f"no source lines: the variants could not be built with -lineinfo here ({str(e).splitlines()[0]})")
+        lines = False
+        kernels = [v if isinstance(v, loader.Kernel) else loader.load(op, v) for v in items]
     for k in kernels:
         if k.device == "cpu":
             raise ValueError(f"profile: {op}/{k.name} runs on the CPU; Nsight Compute profiles CUDA kernels")
@@ -809,7 +819,7 @@ def profile(op: str, variant, shape=None, dtype: str = "float32", direction: str
     names = [k.name for k in kernels]
     if len(set(names)) != len(names):
         raise ValueError(f"profile: the variants must differ; got {names}")
-    notes, reports, sources = [], {}, {}
+    reports, sources = {}, {}
     for k in kernels:
         keep = None
         if keep_csv is not None:
