@@ -186,8 +186,11 @@ def private_cache(dest: pathlib.Path, labels=("harness", "binding-bias_gelu", "b
     loader.ensure_harness()
     workbench.load("bias_gelu", "cpu")
     (dest / "builds").mkdir(parents=True, exist_ok=True)
+    # Only the builds this process loaded (it holds them in use): the session cache may be shared by
+    # several test workers and hold other builds of the same labels (another harness flavour).
+    loaded = {pathlib.Path(d).name for d in cache._in_use_fds}
     for d in cache.builds_root().iterdir():
-        if d.is_dir() and not d.name.startswith(".") and d.name.startswith(tuple(labels)):
+        if d.is_dir() and d.name in loaded and d.name.startswith(tuple(labels)):
             shutil.copytree(d, dest / "builds" / d.name, ignore=shutil.ignore_patterns("inuse"))
     if (CACHE_DIR / "toolchain").exists():
         shutil.copytree(CACHE_DIR / "toolchain", dest / "toolchain")
