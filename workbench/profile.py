@@ -46,7 +46,7 @@ import sys
 import types
 from dataclasses import dataclass, field
 
-from . import config, isolate, ncu, registry
+from . import build, config, isolate, ncu, registry
 from . import dtypes as dtypes_
 from . import roofline as roofline_
 from .errors import WorkbenchError
@@ -839,19 +839,12 @@ def profile(op: str, variant, shape=None, dtype: str = "float32", direction: str
                         sources=sources)
 
 
-@contextlib.contextmanager
 def _line_info(on: bool):
     """WORKBENCH_NVCC_FLAGS with -lineinfo while `on` (builds here and in the profiled child)."""
     old = os.environ.get("WORKBENCH_NVCC_FLAGS")
-    if on and "-lineinfo" not in (old or "").split():
-        os.environ["WORKBENCH_NVCC_FLAGS"] = " ".join(filter(None, [old, "-lineinfo"]))
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("WORKBENCH_NVCC_FLAGS", None)
-        else:
-            os.environ["WORKBENCH_NVCC_FLAGS"] = old
+    if not on or "-lineinfo" in (old or "").split():
+        return contextlib.nullcontext()
+    return build._env(WORKBENCH_NVCC_FLAGS=" ".join(filter(None, [old, "-lineinfo"])))
 
 
 def command(op: str, variants, shape, dtype: str, direction: str = "fwd", source=None) -> str:
