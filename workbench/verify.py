@@ -1,0 +1,191 @@
+"""Proof that what was timed computed the right thing: outputs checked at the timed shape.
+
+A benchmark row, a profile and an exercise's speed verdict are only as good as the output behind
+them. Correctness is checked on small shapes (correctness.py); a kernel that skips work only at the
+large size it is timed at, or that replays an earlier answer once warmed up, passes those and then
+looks fast. So every timed shape is also a checked shape:
+
+- before timing, each provider runs once on freshly drawn inputs with its outputs poisoned (NaN);
+- the timed calls rotate through several input sets (an answer cached by pointer is then an answer
+  to other inputs), and the output of the last timed call is checked against its own inputs;
+- after timing, once more on new inputs (behaviour that changes after warm-up is caught).
+
+The trusted result is the float64 reference where its float64 copies fit in memory, else the
+op's eager baseline at the dtype (compared at twice the dtype's tolerance: both round). A wrong
+output is a Verdict naming the check, the output, the largest error and where.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+
+from .opspec import as_tuple
+
+# Share of the device's free memory the float64 reference (inputs, outputs, autograd's
+# intermediates: about 3x the float64 tensors) may take; beyond it the eager baseline is trusted.
+_REFERENCE_MEMORY_SHARE = 0.5
+_CPU_REFERENCE_BYTES = 8 * 2**30
+# Input sets the timed calls rotate through, where their memory allows (at most this share of
+# the free memory); fewer (down to one, said in a note) where it does not.
+ROTATE = 3
+_ROTATE_MEMORY_SHARE = 0.25
+
+CHECKED, WRONG, NOT_CHECKED = "ok", "wrong", "not checked"
+
+
+@dataclass
+class Verdict:
+    status: str                 # CHECKED ("ok"), WRONG, NOT_CHECKED
+    detail: str = ""            # one line: for WRONG, which check, which output, the error and where
+    max_abs_err: float = math.nan
+    where: tuple | None = None
+    against: str = ""           # "float64 reference" or "eager float32 (...)"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == CHECKED
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["where"] = list(self.where) if self.where is not None else None
+        return d
+
+
+def _free_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    return _CPU_REFERENCE_BYTES
+
+
+def tensors_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def rotation(inputs_bytes: int, device: torch.device) -> int:
+    """How many input sets the timed calls can rotate through here (1 to ROTATE)."""
+    if inputs_bytes <= 0:
+        return ROTATE
+    fits = int(_free_bytes(device) * _ROTATE_MEMORY_SHARE // inputs_bytes)
+    return max(1, min(ROTATE, fits))
+
+
+def _float64_fits(spec, size, device: torch.device) -> bool:
+    numel = sum(math.prod(s) for s in spec.input_shapes(size)) + 2 * sum(math.prod(s) for s in spec.output_shapes(size))
+    return 3 * 8 * numel <= _REFERENCE_MEMORY_SHARE * _free_bytes(device)
+
+
+def grads_for(outs, gen: torch.Generator) -> list[torch.Tensor]:
+    """Random output gradients for a backward, in the outputs' dtypes."""
+    return [torch.randn(o.shape, generator=gen, device=o.device, dtype=torch.float32).to(o.dtype) for o in outs]
+
+
+def expected(spec, size, inputs, attrs: dict, direction: str, grads=None) -> tuple[tuple, str, int]:
+    """(trusted results, what they are, tolerance scale) for one `direction` step on `inputs`:
+    the forward's outputs ("fwd"), the differentiable inputs' gradients for `grads` ("bwd",
+    "fwd+bwd": what the timed call returns)."""
+    device = inputs[0].device if inputs else torch.device("cpu")
+    if _float64_fits(spec, size, device):
+        if direction == "fwd":
+            return spec.run_reference(inputs, attrs), "float64 reference", 1
+        return spec.run_reference_backward(grads, inputs, attrs), "float64 reference", 1
+    dname = str(inputs[0].dtype).replace("torch.", "")
+    what = f"eager {dname} (float64 copies do not fit in memory)"
+    if direction == "fwd":
+        with torch.no_grad():
+            return as_tuple(spec.eager(*inputs, **attrs)), what, 2
+    leaves = [t.detach().requires_grad_(s.differentiable) for s, t in zip(spec.inputs, inputs)]
+    outs = as_tuple(spec.eager(*leaves, **attrs))
+    wanted = [x for s, x in zip(spec.inputs, leaves) if s.differentiable]
+    got = torch.autograd.grad(outs, wanted, grads, allow_unused=True)
+    return tuple(torch.zeros_like(w) if g is None else g.detach() for g, w in zip(got, wanted)), what, 2
+
+
+def names_of(spec, direction: str) -> list[str]:
+    if direction == "fwd":
+        return [o.name for o in spec.outputs]
+    return [f"d{t.name}" for t in spec.differentiable]
+
+
+def judge(spec, size, dname: str, direction: str, got, refs, against: str, scale: int, when: str) -> Verdict:
+    """Compare a step's results with the trusted ones; `when` names the check ("before timing",
+    "the last timed call", "after timing")."""
+    from .correctness import compare
+
+    got = as_tuple(got)
+    names = names_of(spec, direction)
+    label = spec.label(size)
+    if len(got) != len(refs):
+        return Verdict(WRONG, f"{when}: {len(got)} tensors returned, {len(refs)} expected ({label} {dname})",
+                       against=against)
+    out_terms, grad_terms = spec.terms(size)
+    terms = out_terms if direction == "fwd" else grad_terms
+    worst = Verdict(CHECKED, f"checked at {label} {dname} against the {against}", 0.0, None, against)
+    for name, g, r, t in zip(names, got, refs, terms):
+        # scale**2 terms: the absolute tolerance grows as sqrt(terms), so this is scale x it
+        passed, _rel, max_abs, where, note = compare(g, r, dname, terms=max(t, 1) * scale * scale)
+        if not passed:
+            at = f" at {list(where)}" if where is not None else ""
+            return Verdict(WRONG, f"{when}: {name} wrong at {label} {dname}: largest |difference| {max_abs:.3g}{at}"
+                           f" ({note}; against the {against})", max_abs, where, against)
+        if not math.isnan(max_abs) and max_abs > worst.max_abs_err:
+            worst.max_abs_err = max_abs
+    return worst
+
+
+def run_step(call, spec, inputs, attrs: dict, direction: str, grads=None):
+    """One `direction` step of `call` (the op's signature) on `inputs`, with autograd where it
+    needs it; returns the outputs (fwd) or the differentiable inputs' gradients."""
+    if direction == "fwd":
+        with torch.no_grad():
+            return as_tuple(call(*inputs, **attrs))
+    leaves = [t.detach().requires_grad_(s.differentiable) for s, t in zip(spec.inputs, inputs)]
+    outs = as_tuple(call(*leaves, **attrs))
+    wanted = [x for s, x in zip(spec.inputs, leaves) if s.differentiable]
+    return torch.autograd.grad(outs, wanted, grads)
+
+
+def check_call(call, spec, size, dname: str, direction: str, attrs: dict, gen: torch.Generator,
+               device: torch.device, *, when: str) -> Verdict:
+    """Fresh inputs, outputs poisoned, one step of `call`, compared with the trusted result."""
+    from .correctness import _poisoned_outputs
+
+    inputs = spec.new_inputs(size, dname, device, gen)
+    grads = None
+    if direction != "fwd":
+        shapes = spec.output_shapes(size)
+        grads = [torch.randn(s, generator=gen, device=device, dtype=torch.float32).to(inputs[0].dtype)
+                 for s in shapes]
+    try:
+        with _poisoned_outputs():
+            got = run_step(call, spec, inputs, attrs, direction, grads)
+    except Exception as e:  # noqa: BLE001 - a call that raises at the timed shape is a wrong row, named
+        if "CUDA error" in str(e) or isinstance(e, torch.cuda.OutOfMemoryError):
+            raise
+        return Verdict(WRONG, f"{when}: raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    refs, against, scale = expected(spec, size, inputs, attrs, direction, grads)
+    return judge(spec, size, dname, direction, got, refs, against, scale, when)
+
+
+def check_kernel_at(kernel, size, dtype: str, direction: str, *, seed: int = 0) -> Verdict:
+    """A loaded variant checked at one size: the step wb.profile measures ("fwd" or "bwd"),
+    on fresh inputs with its outputs poisoned, against the float64 reference (or eager)."""
+    spec = kernel.spec
+    device = torch.device(kernel.device if kernel.device != "cuda" else f"cuda:{torch.cuda.current_device()}")
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    size = tuple(size)
+    attrs = spec.sample_attrs()[0]
+    if direction == "bwd":
+        from .correctness import _poisoned_outputs
+
+        inputs = spec.new_inputs(size, dtype, device, gen)
+        with torch.no_grad():
+            outs = as_tuple(kernel(*inputs, **attrs))
+        grads = grads_for(outs, gen)
+        with _poisoned_outputs():
+            got = as_tuple(kernel.backward(*grads, *inputs, **attrs))
+        refs, against, scale = expected(spec, size, inputs, attrs, "bwd", grads)
+        return judge(spec, size, dtype, "bwd", got, refs, against, scale, "the profiled call")
+    return check_call(kernel, spec, size, dtype, direction, attrs, gen, device, when="the profiled call")
