@@ -146,46 +146,57 @@ def run_step(call, spec, inputs, attrs: dict, direction: str, grads=None):
     return torch.autograd.grad(outs, wanted, grads)
 
 
-def check_call(call, spec, size, dname: str, direction: str, attrs: dict, gen: torch.Generator,
-               device: torch.device, *, when: str) -> Verdict:
-    """Fresh inputs, outputs poisoned, one step of `call`, compared with the trusted result."""
-    from .correctness import _poisoned_outputs
+class Probe:
+    """Inputs drawn once (and output gradients for a backward) with their trusted results,
+    computed on first use: one probe serves every provider of a benchmark group, so the float64
+    reference runs once per group, not once per provider."""
 
-    inputs = spec.new_inputs(size, dname, device, gen)
-    grads = None
-    if direction != "fwd":
-        shapes = spec.output_shapes(size)
-        grads = [torch.randn(s, generator=gen, device=device, dtype=torch.float32).to(inputs[0].dtype)
-                 for s in shapes]
-    try:
-        with _poisoned_outputs():
-            got = run_step(call, spec, inputs, attrs, direction, grads)
-    except Exception as e:  # noqa: BLE001 - a call that raises at the timed shape is a wrong row, named
-        if "CUDA error" in str(e) or isinstance(e, torch.cuda.OutOfMemoryError):
-            raise
-        return Verdict(WRONG, f"{when}: raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-    refs, against, scale = expected(spec, size, inputs, attrs, direction, grads)
-    return judge(spec, size, dname, direction, got, refs, against, scale, when)
+    def __init__(self, spec, size, dname: str, direction: str, attrs: dict, gen: torch.Generator,
+                 device: torch.device, inputs=None):
+        self.spec, self.size, self.dname, self.direction, self.attrs = spec, tuple(size), dname, direction, attrs
+        self.inputs = tuple(inputs) if inputs is not None else spec.new_inputs(self.size, dname, device, gen)
+        self.grads = None if direction == "fwd" else [
+            torch.randn(s, generator=gen, device=device, dtype=torch.float32).to(self.inputs[0].dtype)
+            for s in spec.output_shapes(self.size)]
+        self._expected = None
+
+    def expected(self) -> tuple[tuple, str, int]:
+        if self._expected is None:
+            self._expected = expected(self.spec, self.size, self.inputs, self.attrs, self.direction, self.grads)
+        return self._expected
+
+    def judge(self, got, when: str) -> Verdict:
+        refs, against, scale = self.expected()
+        return judge(self.spec, self.size, self.dname, self.direction, got, refs, against, scale, when)
+
+    def check(self, call, when: str) -> Verdict:
+        """One step of `call` on the probe's inputs, its outputs poisoned (NaN), judged."""
+        from .correctness import _poisoned_outputs
+
+        try:
+            with _poisoned_outputs():
+                got = run_step(call, self.spec, self.inputs, self.attrs, self.direction, self.grads)
+        except Exception as e:  # noqa: BLE001 - a call that raises at the timed shape is a wrong row, named
+            if "CUDA error" in str(e) or isinstance(e, torch.cuda.OutOfMemoryError):
+                raise
+            first = str(e).splitlines()[0] if str(e) else ""
+            return Verdict(WRONG, f"{when}: raised {type(e).__name__}: {first} ({self.spec.label(self.size)} {self.dname})")
+        return self.judge(got, when)
 
 
 def check_kernel_at(kernel, size, dtype: str, direction: str, *, seed: int = 0) -> Verdict:
-    """A loaded variant checked at one size: the step wb.profile measures ("fwd" or "bwd"),
-    on fresh inputs with its outputs poisoned, against the float64 reference (or eager)."""
+    """A loaded variant checked at one size: the step wb.profile measures ("fwd", or "bwd": the
+    variant's backward step alone), on fresh inputs with its outputs poisoned, against the float64
+    reference (or eager where it does not fit)."""
+    from .correctness import _poisoned_outputs
+
     spec = kernel.spec
     device = torch.device(kernel.device if kernel.device != "cuda" else f"cuda:{torch.cuda.current_device()}")
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
-    size = tuple(size)
-    attrs = spec.sample_attrs()[0]
-    if direction == "bwd":
-        from .correctness import _poisoned_outputs
-
-        inputs = spec.new_inputs(size, dtype, device, gen)
-        with torch.no_grad():
-            outs = as_tuple(kernel(*inputs, **attrs))
-        grads = grads_for(outs, gen)
-        with _poisoned_outputs():
-            got = as_tuple(kernel.backward(*grads, *inputs, **attrs))
-        refs, against, scale = expected(spec, size, inputs, attrs, "bwd", grads)
-        return judge(spec, size, dtype, "bwd", got, refs, against, scale, "the profiled call")
-    return check_call(kernel, spec, size, dtype, direction, attrs, gen, device, when="the profiled call")
+    probe = Probe(spec, size, dtype, direction, spec.sample_attrs()[0], gen, device)
+    if direction != "bwd":
+        return probe.check(kernel, "the profiled call")
+    with _poisoned_outputs():
+        got = kernel.backward(*probe.grads, *probe.inputs, **probe.attrs)
+    return probe.judge(got, "the profiled call")
