@@ -4,8 +4,9 @@ op model its flops and bytes; the cpu variant is right at odd sizes, gives zeros
 outputs for m or n = 0, reads transposed and offset views as their contiguous copies, computes the
 backward as the two GEMMs of the contract and is the same bits for any thread count; bad input is
 refused by name; the vector rungs and the tensor-core rung issue the instructions their comments
-claim (read from the SASS). On a GPU: every CUDA rung at the lab's sizes, both of its routes, and
-the same bits twice."""
+claim (read from the SASS), the Hopper rungs HGMMA and TMA loads. On a GPU: every CUDA rung at the
+lab's sizes, both of its routes, and the same bits twice; the Hopper rungs on a Hopper GPU only,
+declining by name elsewhere."""
 from __future__ import annotations
 
 import pathlib
@@ -19,7 +20,9 @@ import workbench as wb
 from workbench import correctness, registry
 
 SPEC = registry.spec("matmul")
-LADDER = ("naive", "coalesced", "smem_tiling", "blocktile_1d", "blocktile_2d", "vectorized", "warptile", "tensor_core")
+LADDER = ("naive", "coalesced", "smem_tiling", "blocktile_1d", "blocktile_2d", "vectorized", "warptile", "tensor_core",
+          "wgmma_tma", "warp_specialized", "persistent")
+HOPPER = LADDER[LADDER.index("tensor_core") + 1:]  # sm_90a: TMA, wgmma (kernels/matmul/hopper.cuh)
 CUDA_VARIANTS = [v.name for v in registry.variants("matmul") if v.device == "cuda"]
 LAB_SIZES = [(1, 1, 1), (3, 5, 7), (127, 1000, 33), (1000, 127, 4095), (4095, 65, 1000)]
 gpu = pytest.mark.gpu
@@ -43,23 +46,27 @@ def test_the_ladder_is_declared_in_order_and_every_rung_is_a_variant():
     assert set(CUDA_VARIANTS) == set(LADDER) and "cpu" in names
     dtypes = {v.name: v.dtypes for v in registry.variants("matmul")}
     assert dtypes["naive"] == ("float32", "float64"), "naive takes float64: a true float64 gradcheck on the GPU"
-    assert all(dtypes[r] == ("float32",) for r in LADDER[1:-1]), "the CUDA-core rungs are float32"
-    assert dtypes["tensor_core"] == ("float16", "bfloat16")
+    assert all(dtypes[r] == ("float32",) for r in LADDER[1:LADDER.index("tensor_core")]), \
+        "the CUDA-core rungs are float32"
+    assert all(dtypes[r] == ("float16", "bfloat16") for r in ("tensor_core",) + HOPPER)
     assert dtypes["cpu"] == ("float32", "float64", "float16", "bfloat16")
 
 
 @pytest.mark.parametrize("rung", LADDER)
 def test_every_rung_opens_with_its_change_and_prediction(rung):
     """Each rung's file opens with what it changes over the rung before, the gain siboehm/SGEMM_CUDA
-    measured for that step (a figure), and what the committed GPU run measured (x cuBLAS, naming
-    its results/gpu/<commit>)."""
+    measured for that step (a figure; the Hopper rungs cite fast.cu's H100 ladder), and what the
+    committed GPU run measured (x cuBLAS, naming its results/gpu/<commit>)."""
     opening = _opening(rung)
     i = LADDER.index(rung)
     if i:
         assert re.search(rf"\bover {LADDER[i - 1]}\b", opening, re.IGNORECASE), \
             f"{rung}: say what changes over {LADDER[i - 1]}"
     assert re.search(r"Predicted:.*\d", opening), f"{rung}: no prediction"
-    if rung != "tensor_core":  # siboehm's ladder stops at warp tiling
+    if rung in HOPPER:  # the public Hopper ladder
+        assert "fast.cu" in opening and re.search(r"\d+% of cuBLAS", opening), f"{rung}: cite the measured step"
+        assert "sm_90a" in opening, f"{rung}: say which target it needs"
+    elif rung != "tensor_core":  # siboehm's ladder stops at warp tiling
         assert "siboehm" in opening and re.search(r"\d+\.\d% of cuBLAS", opening), f"{rung}: cite the measured step"
     measured = opening[opening.find("Measured"):]
     assert re.search(r"results/gpu/[0-9a-f]{7}", measured), f"{rung}: the measurement must name its results"
@@ -167,15 +174,15 @@ def test_bad_input_is_refused_by_name(cpu_kernel):
 
 # ----------------------------------------------------------------------------- the rungs' machine code
 
-def _sass(rung: str) -> dict[str, dict[str, int]]:
-    """kernel -> opcode counts of the rung's sm_90 SASS."""
+def _sass(rung: str, arch: str = "sm_90") -> dict[str, dict[str, int]]:
+    """kernel -> opcode counts of the rung's SASS for arch."""
     from workbench import ptxas, toolchain
 
     if toolchain.nvcc_path() is None or ptxas.cuobjdump() is None:
         pytest.skip("needs nvcc and cuobjdump")
     with tempfile.TemporaryDirectory() as tmp:
         cubin = pathlib.Path(tmp) / "out.cubin"
-        ptxas.compile_report(registry.variant_source("matmul", rung), "sm_90", cubin=cubin)
+        ptxas.compile_report(registry.variant_source("matmul", rung), arch, cubin=cubin)
         counts = ptxas.sass_counts(ptxas.sass(cubin))
     return {kernel: dict(c) for (_, kernel), c in counts.items()}
 
@@ -220,7 +227,58 @@ def test_tensor_core_rung_issues_mma_ldmatrix_and_cp_async():
     assert sorted(set(flags.values())) == [(False, False), (False, True), (True, False)]
 
 
+@pytest.mark.parametrize("rung", HOPPER)
+def test_hopper_rungs_issue_hgmma_and_tma_loads(rung):
+    """Each Hopper rung's own kernels (2 dtypes x 3 transpose cases) multiply with HGMMA and load
+    with UTMALDG on mbarriers; the producer/consumer rungs reallocate registers (USETMAXREG). The
+    rest of the library is tensor_core's kernel, the route for operands TMA cannot address."""
+    kernels = _sass(rung, "sm_90a")
+    own = {k: c for k, c in kernels.items() if f"{rung}_kernel" in k and "tc_route" not in k}
+    assert len(own) == 6, list(kernels)
+    for k, c in own.items():
+        assert _has(c, "HGMMA.64"), k
+        assert _has(c, "UTMALDG.2D"), k
+        assert _has(c, "SYNCS.PHASECHK"), k  # mbarrier waits
+        assert not _has(c, "HMMA") and not _has(c, "FFMA"), k
+        assert _has(c, "USETMAXREG") == (rung != "wgmma_tma"), k
+    assert all(_has(c, "HMMA.16816.F32") for k, c in kernels.items() if "tc_route" in k)
+
+
+def test_hopper_rungs_build_for_sm90a_where_the_arch_list_has_9_0():
+    from workbench import toolchain
+
+    for rung in HOPPER:
+        source = registry.variant_source("matmul", rung)
+        assert toolchain.variant_arch_flags(source, "8.0;9.0") == [
+            "-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90a,code=sm_90a"]
+        assert toolchain.variant_arch_flags(source, "9.0+PTX")[-1] == "-gencode=arch=compute_90a,code=compute_90a"
+    assert toolchain.variant_arch_flags(registry.variant_source("matmul", "tensor_core"), "8.0;9.0") == []
+
+
 # ----------------------------------------------------------------------------- GPU
+
+def _gpu_load(variant):
+    """The variant, or a skip where it cannot run on this GPU (the Hopper rungs off sm_90)."""
+    from workbench import toolchain
+
+    why = toolchain.unmet_arch(registry.variant_source("matmul", variant), torch.device("cuda"))
+    if why:
+        pytest.skip(f"{variant} {why}")
+    return wb.load("matmul", variant)
+
+
+@gpu
+@pytest.mark.parametrize("variant", HOPPER)
+def test_gpu_hopper_rungs_decline_by_name_off_hopper(variant):
+    from workbench import toolchain
+
+    if not toolchain.unmet_arch(registry.variant_source("matmul", variant), torch.device("cuda")):
+        pytest.skip("a Hopper GPU: the rung runs (the other GPU tests)")
+    k = wb.load("matmul", variant)
+    a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(Exception, match=f"{variant} needs an sm_90a GPU"):
+        k(a, a)
+
 
 def _gpu_dtypes(k) -> list[str]:
     return [d for d in ("float32", "float64", "bfloat16", "float16") if d in k.dtypes]
@@ -229,7 +287,7 @@ def _gpu_dtypes(k) -> list[str]:
 @gpu
 @pytest.mark.parametrize("variant", CUDA_VARIANTS)
 def test_gpu_lab_sizes_every_variant(variant):
-    k = wb.load("matmul", variant)
+    k = _gpu_load(variant)
     correctness.check("matmul", k, dtypes=_gpu_dtypes(k), shapes=LAB_SIZES, seed=13,
                       layouts=("contiguous", "offset", "transposed")).raise_if_failed()
 
@@ -239,7 +297,7 @@ def test_gpu_lab_sizes_every_variant(variant):
 def test_gpu_both_routes_and_every_tile_edge(variant):
     """Sizes whose rows are whole 16-byte vectors (the vector routes), and the same plus one (the
     one-value-per-access routes), around each rung's tile sizes (32, 64, 128; k slices 8, 16, 32)."""
-    k = wb.load("matmul", variant)
+    k = _gpu_load(variant)
     sizes = [(128, 64, 128), (256, 512, 384), (136, 40, 264), (129, 65, 257), (64, 33, 200), (2, 4096, 8)]
     correctness.check("matmul", k, dtypes=_gpu_dtypes(k)[:2], shapes=sizes, seed=14,
                       layouts=("contiguous", "offset")).raise_if_failed()
@@ -249,7 +307,7 @@ def test_gpu_both_routes_and_every_tile_edge(variant):
 @pytest.mark.parametrize("variant", CUDA_VARIANTS)
 def test_gpu_same_bits_twice(variant):
     """No atomics, no split-k: each output is one fixed-order sum, so every run gives the same bits."""
-    k = wb.load("matmul", variant)
+    k = _gpu_load(variant)
     gen = torch.Generator("cuda").manual_seed(15)
     dtype = getattr(torch, _gpu_dtypes(k)[0])
     for m, kk, n in [(1000, 127, 4095), (4096, 4096, 4096) if variant != "naive" else (1024, 1024, 1024)]:
@@ -268,7 +326,7 @@ def test_gpu_output_over_int32(variant):
     """C with more than 2^31 elements (m * n past int32, k small): the last rows, whose flat
     offsets need 64 bits, are right in the forward and in da (test_gpu's row-sliced version does
     not fit an op whose second operand is not sliced by rows)."""
-    k = wb.load("matmul", variant)
+    k = _gpu_load(variant)
     dtype = getattr(torch, _gpu_dtypes(k)[0])
     n, kk = 4096, 8
     m = 2**31 // n + 3

@@ -114,6 +114,47 @@ def default_arch_list() -> str:
     return "8.0;9.0"
 
 
+# A CUDA variant whose source names this marker issues Hopper's arch-specific instructions (wgmma,
+# setmaxnreg: the sm_90a target; kernels/matmul/hopper.cuh) and runs on compute capability 9.0 only.
+SM90A_MARKER = "WB_NEEDS_SM90A"
+
+
+def needs_sm90a(source) -> bool:
+    try:
+        return SM90A_MARKER in pathlib.Path(source).read_text(errors="replace")
+    except (OSError, TypeError):
+        return False
+
+
+def variant_arch_flags(source, arch_list: str | None = None) -> list[str]:
+    """Explicit -gencode flags for a CUDA variant that needs sm_90a: the arch list with 9.0 built as
+    9.0a (a plain sm_90 pass rejects wgmma and setmaxnreg), every other entry as listed. [] for any
+    other source: cpp_extension derives the flags from TORCH_CUDA_ARCH_LIST as before (it adds none
+    of its own where the flags already name an arch)."""
+    if not needs_sm90a(source):
+        return []
+    flags = []
+    for entry in re.split(r"[;\s,]+", (arch_list or default_arch_list()).strip()):
+        m = re.fullmatch(r"(\d+)\.(\d+)([a-z]?)(\+PTX)?", entry)
+        if not m:
+            continue
+        num = m.group(1) + m.group(2) + (m.group(3) or ("a" if m.group(1) + m.group(2) == "90" else ""))
+        flags.append(f"-gencode=arch=compute_{num},code=sm_{num}")
+        if m.group(4):
+            flags.append(f"-gencode=arch=compute_{num},code=compute_{num}")
+    return flags
+
+
+def unmet_arch(source, device) -> str | None:
+    """Why a variant cannot run on this torch device (its sm_90a code needs compute capability 9.0),
+    or None where it can."""
+    if getattr(device, "type", device) != "cuda" or not needs_sm90a(source):
+        return None
+    import torch
+    cap = torch.cuda.get_device_capability(device)
+    return None if tuple(cap) == (9, 0) else f"needs an sm_90a GPU (Hopper); this one is sm_{cap[0]}{cap[1]}"
+
+
 @dataclass(frozen=True)
 class Toolchain:
     torch: str
