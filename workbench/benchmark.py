@@ -145,6 +145,8 @@ def _providers(op: str, spec, names: list[str], baselines, device: torch.device,
         k = loader.get(op, name)
         if not k.runs_on(device.type) or dname not in k.dtypes:
             continue
+        if toolchain.unmet_arch(getattr(k, "source", None), device):  # e.g. sm_90a code off Hopper
+            continue
         out[name] = ("variant", k)
     return out
 

@@ -231,7 +231,7 @@ def variant_piece(op: str, name: str, source: pathlib.Path) -> prebuilt.Piece:
     src = registry.sources(op)
     return prebuilt.Piece(label=f"{op}/{name}", kind="variant", sources=[source],
                           include_dirs=[config.COMMON_DIR, src.kernel_dir], with_cuda=source.suffix == ".cu",
-                          cflags=CPU_FLAGS, cuda_cflags=_cuda_flags())
+                          cflags=CPU_FLAGS, cuda_cflags=_cuda_flags() + toolchain.variant_arch_flags(source))
 
 
 def tree_pieces(devices: tuple[str, ...], harness_with_cuda: bool) -> list[prebuilt.Piece]:
