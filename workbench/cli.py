@@ -46,11 +46,31 @@ def cmd_build(args) -> int:
     return 0
 
 
+def _as_variant(op: str, name: str):
+    """A variant's name, or a path to a source file anywhere (a kernel being edited, not in the tree)."""
+    import pathlib
+
+    from . import loader, registry
+
+    path = pathlib.Path(name)
+    if path.suffix in registry.SUFFIXES and path.is_file():
+        return loader.load_source(op, path)
+    return name
+
+
 def _run_reports(args, fn) -> int:
+    """Each variant's report; a variant whose check raised (a build error, a kernel call the check
+    could not turn into a failed case) is a failure with its message, and the others still run."""
     ok = True
     out = []
     for name in _variants_for(args.op, args.variants, runnable_only=True):
-        report = fn(args, name)
+        try:
+            report = fn(args, _as_variant(args.op, name))
+        except Exception as e:  # noqa: BLE001 - reported, exit status 1
+            ok = False
+            print(f"{args.op}/{name}: FAIL: {type(e).__name__}: {e}".rstrip())
+            out.append({"variant": name, "ok": False, "method": "", "failures": [f"{type(e).__name__}: {e}"]})
+            continue
         ok &= report.ok
         print(report.table() if args.verbose else report.summary())
         out.append({"variant": name, "ok": report.ok, "method": report.method, "failures": [c.line() for c in report.failures]})
@@ -237,7 +257,8 @@ def parser() -> argparse.ArgumentParser:
                                ("gradcheck", cmd_gradcheck, "gradcheck in float64, or gradients vs the reference")):
         s = sub.add_parser(name, help=helptext)
         s.add_argument("op")
-        s.add_argument("variants", nargs="*", help="default: every variant this machine can run")
+        s.add_argument("variants", nargs="*", help="default: every variant this machine can run; a path to a "
+                                                   ".cu/.cpp/.py file checks that file as a variant")
         if name == "check":
             s.add_argument("--dtypes", nargs="+", choices=DTYPE_NAMES)
         s.add_argument("--seed", type=int)

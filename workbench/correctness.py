@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import math
 import os
 from dataclasses import dataclass, field
@@ -27,17 +28,31 @@ class Case:
     dtype: str
     layout: str          # "contiguous", "strided", "offset", "transposed"
     passed: bool
-    rel_err: float = 0.0
-    max_abs_err: float = 0.0
+    # What was measured, and only that: NaN where no difference was measured (a determinism
+    # comparison of bits, a passing gradcheck, a call that raised), and then not printed.
+    rel_err: float = math.nan
+    max_abs_err: float = math.nan
     where: tuple | None = None   # index of the worst element
     note: str = ""
+
+    @property
+    def measured(self) -> bool:
+        return _measured(self.rel_err) or _measured(self.max_abs_err)
 
     def line(self) -> str:
         mark = "ok  " if self.passed else "FAIL"
         shape = "x".join(map(str, self.shape)) or "scalar"
+        nums = ""
+        if _measured(self.rel_err):
+            nums += f" rel {self.rel_err:.2e}"
+        if _measured(self.max_abs_err):
+            nums += f" max|d| {self.max_abs_err:.2e}"
         where = f" worst at {list(self.where)}" if self.where is not None and not self.passed else ""
-        return (f"{mark} {self.what:15s} {shape:>10s} {self.dtype:9s} {self.layout:10s} "
-                f"rel {self.rel_err:.2e} max|d| {self.max_abs_err:.2e}{where} {self.note}").rstrip()
+        return f"{mark} {self.what:15s} {shape:>10s} {self.dtype:9s} {self.layout:10s}{nums}{where} {self.note}".rstrip()
+
+
+def _measured(x) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
 
 
 @dataclass
@@ -82,7 +97,10 @@ class Report:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Report":
-        cases = [Case(**{**c, "shape": tuple(c["shape"]), "where": tuple(c["where"]) if c["where"] else None})
+        def num(x):  # JSON carries NaN; an older report may hold None
+            return math.nan if x is None else float(x)
+        cases = [Case(**{**c, "shape": tuple(c["shape"]), "where": None if c["where"] is None else tuple(c["where"]),
+                         "rel_err": num(c.get("rel_err")), "max_abs_err": num(c.get("max_abs_err"))})
                  for c in d["cases"]]
         return cls(d["op"], d["variant"], d["device"], cases, list(d["skipped"]), d["method"])
 
@@ -150,6 +168,41 @@ def _compare_all(prefix: str, names, got, refs, terms, shape, dname, layout) -> 
                      note=f"{len(got)} tensors returned, {len(refs)} expected")]
     return [Case(f"{prefix}{n}".strip(), shape, dname, layout, *compare(g, r, dname, terms=t))
             for n, g, r, t in zip(names, got, refs, terms)]
+
+
+# What a launcher returns for a dtype its dispatch lacks (kernels/common/wb_cpu.h, wb_cuda.h), in
+# the harness's message: "... forward failed: dtype not supported by this variant (status -1)".
+DTYPE_REFUSED = "dtype not supported by this variant"
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _fatal(e: BaseException, device: torch.device) -> bool:
+    """An error that leaves the CUDA context unusable (an illegal address, a device-side assert):
+    every later case would fail with it, so it propagates (isolate=True keeps it in a child)."""
+    if isinstance(e, getattr(torch, "AcceleratorError", ())):
+        return True
+    if device.type == "cuda":
+        try:
+            torch.cuda.synchronize(device)
+        except Exception:  # noqa: BLE001 - the context is gone, whatever the type
+            return True
+    return False
+
+
+def _raised(what: str, e: Exception, size, dname: str, layout: str, device: torch.device) -> Case:
+    """A failed case for a kernel call that raised, naming the case; a fatal CUDA error is re-raised."""
+    if _fatal(e, device):
+        raise e
+    msg = _first_line(e)
+    if DTYPE_REFUSED in msg:
+        note = f"declared {dname} but the launcher refused it: {msg}"
+    else:
+        note = f"raised {type(e).__name__}: {msg}"
+    return Case(what, tuple(size), dname, layout, False, note=note)
 
 
 def _device_for(kernel) -> torch.device:
@@ -259,7 +312,10 @@ def check(op: str, variant, *, dtypes=None, shapes=None, layouts=("contiguous", 
     gen = _generator(device, _seed(seed))
     n = 0
     for dname in wanted:
+        refused = False  # the launcher refused this declared dtype: one failed case says so, the rest skip
         for size in (shapes or spec.check_sizes):
+            if refused:
+                break
             size = tuple(size)
             out_terms, grad_terms = spec.terms(size)
             for layout in layouts:
@@ -269,38 +325,51 @@ def check(op: str, variant, *, dtypes=None, shapes=None, layouts=("contiguous", 
                 n += 1
                 inputs = [with_layout(t, layout) for t in spec.new_inputs(size, dname, device, gen)]
                 label = f"{spec.label(size)} {dname} {layout}" + (f" {attrs}" if attrs else "")
-                if on_case:
-                    on_case(f"forward {label}")
-                with _poisoned_outputs():
-                    out = kernel(*inputs, **attrs)
-                cases = _compare_all("forward " if out_names != [""] else "forward", out_names, out,
-                                     spec.run_reference(inputs, attrs), out_terms, size, dname, layout)
-                if backward:
-                    grads = [with_layout(torch.randn(r.shape, generator=gen, device=device,
-                                                     dtype=torch.float32).to(r.dtype), layout)
-                             for r in as_tuple(out)]
+                cases = []
+                try:
+                    step = "forward"
                     if on_case:
-                        on_case(f"backward {label}")
+                        on_case(f"forward {label}")
                     with _poisoned_outputs():
-                        got = kernel.backward(*grads, *inputs, **attrs)
-                    cases += _compare_all("backward d", grad_names, got,
-                                          spec.run_reference_backward(grads, inputs, attrs), grad_terms,
-                                          size, dname, layout)
-                if on_case:
-                    on_case(f"determinism {label}")
-                # Run again on the same inputs, poisoned alike (an unwritten element is the forward's
-                # failure, not this one's), and compare bits, NaN included.
-                with _poisoned_outputs():
-                    same = all(same_bits(a, b) for a, b in zip(as_tuple(out), as_tuple(kernel(*inputs, **attrs))))
+                        out = kernel(*inputs, **attrs)
+                    cases += _compare_all("forward " if out_names != [""] else "forward", out_names, out,
+                                          spec.run_reference(inputs, attrs), out_terms, size, dname, layout)
                     if backward:
-                        same = same and all(same_bits(a, b) for a, b in
-                                            zip(as_tuple(got), as_tuple(kernel.backward(*grads, *inputs, **attrs))))
-                cases.append(Case("determinism", size, dname, layout, same,
-                                  note="" if same else "two runs on the same inputs gave different bits"))
+                        step = "backward"
+                        grads = [with_layout(torch.randn(r.shape, generator=gen, device=device,
+                                                         dtype=torch.float32).to(r.dtype), layout)
+                                 for r in as_tuple(out)]
+                        if on_case:
+                            on_case(f"backward {label}")
+                        with _poisoned_outputs():
+                            got = kernel.backward(*grads, *inputs, **attrs)
+                        cases += _compare_all("backward d", grad_names, got,
+                                              spec.run_reference_backward(grads, inputs, attrs), grad_terms,
+                                              size, dname, layout)
+                    step = "determinism"
+                    if on_case:
+                        on_case(f"determinism {label}")
+                    # Run again on the same inputs, poisoned alike (an unwritten element is the
+                    # forward's failure, not this one's), and compare bits, NaN included.
+                    with _poisoned_outputs():
+                        same = all(same_bits(a, b) for a, b in zip(as_tuple(out), as_tuple(kernel(*inputs, **attrs))))
+                        if backward:
+                            same = same and all(same_bits(a, b) for a, b in
+                                                zip(as_tuple(got), as_tuple(kernel.backward(*grads, *inputs, **attrs))))
+                    cases.append(Case("determinism", size, dname, layout, same,
+                                      note="" if same else "two runs on the same inputs gave different bits"))
+                except Exception as e:  # noqa: BLE001 - a call that raised is this case's failure
+                    cases.append(_raised(step, e, size, dname, layout, device))
+                    if DTYPE_REFUSED in _first_line(e):
+                        refused = True
+                        report.skipped.append(f"{dname}: the rest of its cases, after the launcher refused it "
+                                              f"in {step} {label}")
                 report.cases += cases
                 if verbose:
                     for c in cases:
                         print(c.line())
+                if refused:
+                    break
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return report
@@ -328,27 +397,140 @@ def gradcheck(op: str, variant, *, seed: int | None = None, shapes=None, isolate
     attrs = spec.sample_attrs()[0]
     diff = [t.differentiable for t in spec.inputs]
     if "float64" in kernel.dtypes:
-        report.method = "torch.autograd.gradcheck in float64"
+        report.method = f"torch.autograd.gradcheck in float64 (eps {GRADCHECK_EPS:g}, atol {GRADCHECK_ATOL:g}, " \
+                        f"rtol {GRADCHECK_RTOL:g})"
+        fn = lambda *a: kernel(*a, **attrs)  # noqa: E731
         for size in sizes:
             inputs = tuple(t.requires_grad_(d) for t, d in zip(spec.new_inputs(size, "float64", device, gen), diff))
             try:
-                ok = torch.autograd.gradcheck(lambda *a: kernel(*a, **attrs), inputs, eps=1e-6, atol=1e-6, rtol=1e-4)
-                note = ""
-            except torch.autograd.gradcheck.GradcheckError as e:
-                ok, note = False, str(e).splitlines()[0]
-            report.cases.append(Case("gradcheck", size, "float64", "contiguous", ok, note=note))
+                torch.autograd.gradcheck(fn, inputs, eps=GRADCHECK_EPS, atol=GRADCHECK_ATOL, rtol=GRADCHECK_RTOL)
+            except _GradcheckError as e:
+                report.cases.append(_gradcheck_failure(spec, fn, inputs, diff, size, e, device))
+            except Exception as e:  # noqa: BLE001 - the kernel raised: a failed case, not a crash
+                report.cases.append(_raised("gradcheck", e, size, "float64", "contiguous", device))
+                if DTYPE_REFUSED in _first_line(e):
+                    break
+            else:
+                report.cases.append(Case("gradcheck", size, "float64", "contiguous", True,
+                                         note="Jacobians agree (numerical vs analytical)"))
         return report
     report.method = "gradients vs the float64 reference at the dtype's tolerance (no float64 support)"
     names = [t.name for t in spec.differentiable]
     for dname in kernel.dtypes:
         for size in sizes:
-            inputs = [t.requires_grad_(d) for t, d in zip(spec.new_inputs(size, dname, device, gen), diff)]
-            outs = as_tuple(kernel(*inputs, **attrs))
-            grads = [torch.randn(o.shape, generator=gen, device=device, dtype=torch.float32).to(o.dtype) for o in outs]
-            got = torch.autograd.grad(outs, [t for t, d in zip(inputs, diff) if d], grads)
-            report.cases += _compare_all("grad ", names, got, spec.run_reference_backward(grads, inputs, attrs),
-                                         spec.terms(size)[1], size, dname, "contiguous")
+            try:
+                inputs = [t.requires_grad_(d) for t, d in zip(spec.new_inputs(size, dname, device, gen), diff)]
+                outs = as_tuple(kernel(*inputs, **attrs))
+                grads = [torch.randn(o.shape, generator=gen, device=device, dtype=torch.float32).to(o.dtype)
+                         for o in outs]
+                got = torch.autograd.grad(outs, [t for t, d in zip(inputs, diff) if d], grads)
+                report.cases += _compare_all("grad ", names, got, spec.run_reference_backward(grads, inputs, attrs),
+                                             spec.terms(size)[1], size, dname, "contiguous")
+            except Exception as e:  # noqa: BLE001
+                report.cases.append(_raised("grad", e, size, dname, "contiguous", device))
+                if DTYPE_REFUSED in _first_line(e):
+                    break
     return report
+
+
+GRADCHECK_EPS, GRADCHECK_ATOL, GRADCHECK_RTOL = 1e-6, 1e-6, 1e-4
+# torch.autograd.gradcheck is the function (torch/autograd/__init__ imports it over its module's
+# name); its exception lives in the module, reached through sys.modules.
+_GradcheckError = getattr(importlib.import_module("torch.autograd.gradcheck"), "GradcheckError", RuntimeError)
+
+
+def _jacobians(fn, inputs, diff, eps: float):
+    """The two Jacobians gradcheck compares, as {(input index, output index): (analytical,
+    numerical)}, each [input elements, output elements]: the numerical one by central differences
+    (eps) on a copy of each input, the analytical one by one backward call per output element."""
+    xs = [t.detach().contiguous().clone() for t in inputs]
+    with torch.no_grad():
+        outs0 = [o.detach() for o in as_tuple(fn(*xs))]
+    num = {}
+    with torch.no_grad():
+        for i, (x, d) in enumerate(zip(xs, diff)):
+            if not d:
+                continue
+            flat = x.view(-1)
+            cols = [torch.empty(x.numel(), o.numel(), dtype=torch.float64, device=x.device) for o in outs0]
+            for j in range(x.numel()):
+                orig = flat[j].item()
+                flat[j] = orig + eps
+                plus = [o.detach().to(torch.float64).reshape(-1).clone() for o in as_tuple(fn(*xs))]
+                flat[j] = orig - eps
+                minus = [o.detach().to(torch.float64).reshape(-1) for o in as_tuple(fn(*xs))]
+                flat[j] = orig
+                for k, (p_, m_) in enumerate(zip(plus, minus)):
+                    cols[k][j] = (p_ - m_) / (2 * eps)
+            for k, c in enumerate(cols):
+                num[(i, k)] = c
+    xg = [x.clone().requires_grad_(d) for x, d in zip(xs, diff)]
+    wrt = [x for x, d in zip(xg, diff) if d]
+    idx = [i for i, d in enumerate(diff) if d]
+    outs = as_tuple(fn(*xg))
+    ana = {(i, k): torch.zeros(xg[i].numel(), o.numel(), dtype=torch.float64, device=o.device)
+           for i in idx for k, o in enumerate(outs)}
+    for k, o in enumerate(outs):
+        for m in range(o.numel()):
+            g = torch.zeros(o.shape, dtype=o.dtype, device=o.device)
+            g.view(-1)[m] = 1
+            got = torch.autograd.grad(o, wrt, g, retain_graph=True, allow_unused=True)
+            for i, gi in zip(idx, got):
+                if gi is not None:
+                    ana[(i, k)][:, m] = gi.detach().to(torch.float64).reshape(-1)
+    return {key: (ana[key], num[key]) for key in num}
+
+
+def _gradcheck_failure(spec, fn, inputs, diff, size, err: Exception, device: torch.device) -> Case:
+    """The failed gradcheck case with its numbers: the Jacobian entry whose analytical and numerical
+    values differ most, where (which output element by which input element), the tolerance, and how
+    many entries are beyond it. gradcheck's own message only prints (possibly abbreviated) tensors."""
+    told = _first_line(err).rstrip(",")
+    case = Case("gradcheck", size, "float64", "contiguous", False, note=f"gradcheck: {told}")
+    try:
+        jac = _jacobians(fn, inputs, diff, GRADCHECK_EPS)
+    except Exception as e:  # noqa: BLE001 - the numbers are a courtesy; the failure stands
+        if _fatal(e, device):
+            raise
+        case.note += f" (the Jacobians could not be recomputed: {_first_line(e)})"
+        return case
+    out_names = [o.name for o in spec.outputs]
+    worst = None
+    n_bad = total = 0
+    for (i, k), (a, n) in jac.items():
+        d = (a - n).abs()
+        bad = (d > GRADCHECK_ATOL + GRADCHECK_RTOL * n.abs()) | torch.isnan(d)
+        n_bad += int(bad.sum())
+        total += d.numel()
+        if d.numel() == 0:
+            continue
+        flat = int(torch.argmax(torch.nan_to_num(d, nan=math.inf)))
+        m = float(d.reshape(-1)[flat])
+        if worst is None or not (m <= worst[0]):
+            rel = float((a - n).norm() / max(float(n.norm()), 1e-300))
+            worst = (m, i, k, *divmod(flat, d.shape[1]), float(a.reshape(-1)[flat]), float(n.reshape(-1)[flat]), rel)
+    if worst is None or n_bad == 0:
+        case.note += " (recomputed, the Jacobians agree: the failure is in what gradcheck checks besides them)"
+        return case
+    m, i, k, j, col, a_v, n_v, rel = worst
+    x_idx = _unravel(j, inputs[i].shape)
+    y_idx = _unravel(col, as_tuple(fn(*[t.detach() for t in inputs]))[k].shape)
+    x_name = spec.inputs[i].name
+    y_name = out_names[k] if k < len(out_names) else f"output {k}"
+    tol = GRADCHECK_ATOL + GRADCHECK_RTOL * abs(n_v)
+    case.rel_err, case.max_abs_err, case.where = rel, m, x_idx
+    case.note = (f"d {y_name}{list(y_idx)} / d {x_name}{list(x_idx)}: analytical {a_v:.6g}, numerical {n_v:.6g}, "
+                 f"|difference| {m:.3g} > tolerance {tol:.3g} (atol {GRADCHECK_ATOL:g} + rtol {GRADCHECK_RTOL:g} "
+                 f"x |numerical|); {n_bad} of {total} Jacobian entries beyond it (gradcheck: {told})")
+    return case
+
+
+def _unravel(flat: int, shape) -> tuple:
+    out = []
+    for dim in reversed(tuple(shape)):
+        flat, r = divmod(flat, dim) if dim else (flat, 0)
+        out.append(r)
+    return tuple(reversed(out))
 
 
 def gradcheck_sizes(spec) -> list[tuple]:
