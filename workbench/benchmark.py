@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import __version__, config, loader, registry, results, timing, toolchain
+from . import __version__, conditions, config, loader, physics, registry, results, timing, toolchain, verify
 from . import dtypes as dtypes_
 from .opspec import DIRECTIONS, as_tuple
 
@@ -27,7 +27,7 @@ def baselines_of(spec) -> tuple[str, ...]:
 
 # The columns of BenchResult.table(), as BenchResult.frame() returns them.
 TABLE_COLUMNS = ("direction", "dtype", "shape", "variant", "median_ms", "p20_ms", "p80_ms", "GBps",
-                 "pct_of_ceiling", "speedup_vs_eager", "speedup_vs_compile")
+                 "pct_of_ceiling", "speedup_vs_eager", "speedup_vs_compile", "verified", "impossible", "clock_warning")
 
 
 @dataclass
@@ -36,23 +36,29 @@ class BenchResult:
     notes: list[str] = field(default_factory=list)
 
     def table(self) -> str:
-        """Medians, spread, GB/s, % of the copy ceiling and speedups, one line per row."""
+        """Medians, spread, GB/s, % of the copy ceiling and speedups, one line per row; then what the
+        output checks found ("check": ok, WRONG, IMPOSSIBLE) and the SM clock during the row (MHz,
+        min-max; "!" where the clocks moved or throttled); the notes say why."""
         w = max([10] + [len(str(r["variant"])) for r in self.rows])  # ladder rungs have long names
         # Compute-bound rows (matmul) show TFLOP/s and % of the matmul ceiling in those columns.
         compute = any("pct_of_matmul_ceiling" in r for r in self.rows)
         rate, pct = ("TFLOPs", "pct_of_matmul_ceiling") if compute else ("GBps", "pct_of_ceiling")
         head = (f"{'direction':9s} {'dtype':9s} {'shape':>12s} {'provider':{w}s} {'median ms':>10s} "
                 f"{'p20-p80 ms':>17s} {'TFLOP/s' if compute else 'GB/s':>8s} {'%peak' if compute else '%ceil':>6s} "
-                f"{'x eager':>8s} {'x compile':>9s}")
+                f"{'x eager':>8s} {'x compile':>9s} {'check':10s} {'SM MHz':>10s}")
         lines = [head, "-" * len(head)]
         for r in self.rows:
-            def f(v, spec):
-                return format(v, spec) if isinstance(v, (int, float)) and not math.isnan(v) else "-"
+            def f(v, spec):  # "-" in the column's width where nothing was measured
+                if isinstance(v, (int, float)) and not math.isnan(v):
+                    return format(v, spec)
+                return format("-", spec.split(".")[0] if spec[0] in "<>" else ">" + spec.split(".")[0])
             lines.append(
                 f"{r['direction']:9s} {r['dtype']:9s} {r['shape']:>12s} {r['variant']:{w}s} "
-                f"{f(r['median_ms'], '10.4f')} {f(r['p20_ms'], '8.4f')}-{f(r['p80_ms'], '<8.4f')} "
+                f"{f(r['median_ms'], '10.4f')} "
+                f"{f(r['p20_ms'], '8.4f') + '-' + f(r['p80_ms'], '<8.4f') if r['median_ms'] == r['median_ms'] else f(math.nan, '17')} "
                 f"{f(r.get(rate, math.nan), '8.1f')} {f(r.get(pct, math.nan), '6.1f')} "
-                f"{f(r['speedup_vs_eager'], '8.2f')} {f(r['speedup_vs_compile'], '9.2f')}")
+                f"{f(r['speedup_vs_eager'], '8.2f')} {f(r['speedup_vs_compile'], '9.2f')} "
+                f"{_row_status(r):10s} {_clock_text(r):>10s}")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -91,7 +97,7 @@ class BenchResult:
         (provenance included) with all_columns=True."""
         from . import results
         df = results.to_dataframe(self.rows)
-        return df if all_columns else df[list(TABLE_COLUMNS)]
+        return df if all_columns else df.reindex(columns=list(TABLE_COLUMNS))  # rows saved before a column existed
 
     def __repr__(self) -> str:
         return self.table()
@@ -173,21 +179,179 @@ def _no_donated_buffers():
     return config.patch(donated_buffer=False)
 
 
-def _timed_call(kind_fn, spec, inputs, attrs: dict, direction: str, gen: torch.Generator):
-    """A zero-argument callable doing one `direction` step, with its inputs prepared outside."""
-    _, fn = kind_fn
+class _Timed:
+    """One `direction` step of a provider, as timed: each call takes the next of several input
+    sets, and refresh() (run between samples, outside the timed region) draws new values into the
+    set the next call will take, in place: an answer cached by pointer is then the answer to other
+    inputs. The result of the newest call and its set are kept, so that the output of the timed
+    calls themselves is checked. A backward ("bwd") replays one forward graph per set, so its
+    refresh draws new output gradients (the forward's saved tensors must stay as they were);
+    "fwd+bwd" runs both each call."""
+
+    def __init__(self, fn, group: "_Group", attrs: dict):
+        self.group, self.calls = group, []
+        spec, direction = group.spec, group.direction
+        diff = [t.differentiable for t in spec.inputs]
+        for probe in group.sets:
+            inputs, g = probe.inputs, probe.grads
+            if direction == "fwd":
+                self.calls.append(lambda inputs=inputs: fn(*inputs, **attrs))
+                continue
+            leaves = [t.detach().requires_grad_(d) for t, d in zip(inputs, diff)]
+            wanted = [t for t, d in zip(leaves, diff) if d]
+            if direction == "bwd":
+                outs = as_tuple(fn(*leaves, **attrs))
+                self.calls.append(lambda outs=outs, wanted=wanted, g=g:
+                                  torch.autograd.grad(outs, wanted, g, retain_graph=True))
+            else:
+                self.calls.append(lambda leaves=leaves, wanted=wanted, g=g:
+                                  torch.autograd.grad(as_tuple(fn(*leaves, **attrs)), wanted, g))
+        self.index, self.last = -1, None
+
+    def __call__(self):
+        self.index = (self.index + 1) % len(self.calls)
+        self.last = self.calls[self.index]()
+        return self.last
+
+    def refresh(self) -> None:
+        self.group.redraw((self.index + 1) % len(self.calls))
+
+
+class _Group:
+    """What every provider of one (dtype, size, direction) shares: the input sets the timed calls
+    rotate through (with their output gradients), and the probes checked before and after timing.
+    The trusted result of each is computed once, on first use (verify.Probe)."""
+
+    def __init__(self, spec, shape, dname, direction, attrs, gen, device, sets):
+        self.spec, self.shape, self.dname, self.direction, self.gen = spec, shape, dname, direction, gen
+        self.sets = [verify.Probe(spec, shape, dname, direction, attrs, gen, device, inputs=s) for s in sets]
+        self.before = verify.Probe(spec, shape, dname, direction, attrs, gen, device)
+        self.after = verify.Probe(spec, shape, dname, direction, attrs, gen, device)
+
+    def timed(self, fn, attrs) -> _Timed:
+        return _Timed(fn, self, attrs)
+
+    def redraw(self, i: int) -> None:
+        """New values, in place, for set i's inputs (its output gradients for a backward)."""
+        p = self.sets[i]
+        with torch.no_grad():
+            if self.direction == "bwd":
+                for g in p.grads:
+                    g.copy_(torch.randn(g.shape, generator=self.gen, device=g.device, dtype=torch.float32))
+            else:
+                for t, new in zip(p.inputs, self.spec.new_inputs(self.shape, self.dname, p.inputs[0].device, self.gen)):
+                    t.copy_(new)
+        p.forget()
+
+    def check_timed(self, timed: _Timed) -> verify.Verdict:
+        return self.sets[timed.index].judge(timed.last, "the last timed call")
+
+
+_NOT_TIMED = dict(median_ms=math.nan, p20_ms=math.nan, p80_ms=math.nan, n_samples=0, rel_std_err=math.nan,
+                  method="not timed", peak_mem_bytes=-1, unseen_ms=math.nan, synced_ms=math.nan)
+
+
+def _verdict_fields(v: verify.Verdict) -> dict:
+    return dict(verified=v.status, verify_detail=v.detail, verify_max_abs_err=v.max_abs_err,
+                verify_where=list(v.where) if v.where is not None else None, verify_against=v.against)
+
+
+def _measure_provider(kind_fn, group: _Group, attrs: dict, device: torch.device, stop: dict) -> dict:
+    """One provider of a group: checked on fresh inputs, timed over the rotating sets (with the
+    GPU's clocks sampled meanwhile), the last timed call's output checked, then checked once more
+    on new inputs. A provider wrong before timing is not timed."""
+    kind, fn = kind_fn
     if isinstance(fn, _Compiled):
         fn = fn.fresh()
-    if direction == "fwd":
-        return lambda: fn(*inputs, **attrs)
-    diff = [t.differentiable for t in spec.inputs]
-    leaves = [t.detach().requires_grad_(d) for t, d in zip(inputs, diff)]
-    wanted = [t for t, d in zip(leaves, diff) if d]
-    outs = as_tuple(fn(*leaves, **attrs))
-    grads = [torch.randn(o.shape, generator=gen, device=o.device, dtype=torch.float32).to(o.dtype) for o in outs]
-    if direction == "bwd":
-        return lambda: torch.autograd.grad(outs, wanted, grads, retain_graph=True)
-    return lambda: torch.autograd.grad(as_tuple(fn(*leaves, **attrs)), wanted, grads)
+    poison = kind == "variant"
+    verdict = group.before.check(fn, "before timing", poison=poison)
+    if not verdict.ok:
+        return dict(_NOT_TIMED, **_verdict_fields(verdict), clocks={}, clock_warning="")
+    timed = group.timed(fn, attrs)
+    clocks: dict = {}
+    if device.type == "cuda":
+        with conditions.Sampler(device.index if device.index is not None else torch.cuda.current_device()) as s:
+            m = timing.time_cuda(timed, between=timed.refresh, **stop)
+        clocks = s.conditions
+    else:
+        m = timing.time_cpu(timed, between=timed.refresh, **stop)
+    last = group.check_timed(timed)
+    after = group.after.check(fn, "after timing", poison=poison)
+    verdict = next((v for v in (last, after) if not v.ok), after)
+    if verdict.ok:
+        verdict.max_abs_err = max(last.max_abs_err, after.max_abs_err)
+    out = dict(median_ms=m.median_ms, p20_ms=m.p20_ms, p80_ms=m.p80_ms, n_samples=m.n_samples,
+               rel_std_err=m.rel_std_err, method=m.method, unseen_ms=m.unseen_ms, synced_ms=m.synced_ms,
+               peak_mem_bytes=timing.peak_memory_bytes(timed, device) if device.type == "cuda" else -1,
+               **_verdict_fields(verdict), clocks=clocks, clock_warning=conditions.warning(clocks))
+    if m.unseen_ms > 0:
+        out["impossible_reason"] = (
+            f"{m.unseen_ms:.3f} ms of GPU work per call ran outside the timed stream: back to back, with the "
+            f"whole device synchronised, a call took {m.synced_ms:.3f} ms, while the stream's events saw "
+            f"{m.median_ms:.3f} ms (launch on the caller's stream, WbLaunch.stream, and finish before returning)")
+    return out
+
+
+def _verdict_notes(rows: list[dict], rotated: set) -> list[str]:
+    """What the checks found, for the table's notes: how outputs were checked, then each wrong or
+    impossible row and each row whose clocks moved."""
+    if not rows:
+        return []
+    against = sorted({r["verify_against"] for r in rows if r.get("verify_against")})
+    notes = ["outputs checked at every timed shape: before timing (fresh inputs, outputs poisoned), the last "
+             "timed call, after timing (new inputs); against the " + " / ".join(against or ["float64 reference"])]
+    if rotated and min(rotated) > 1:
+        notes.append(f"the timed calls rotated through {min(rotated)} input sets")
+    elif rotated:
+        notes.append("the timed calls used one input set at some sizes (memory): an answer replayed by "
+                     "pointer is caught there only by the checks before and after timing")
+    for r in rows:
+        where = f"{r['variant']} {r['direction']} {r['dtype']} {r['shape']}"
+        if r.get("verified") == verify.WRONG:
+            notes.append(f"WRONG {where}: {r['verify_detail']}")
+        elif r.get("impossible"):
+            notes.append(f"IMPOSSIBLE {where}: {r['impossible_reason']}")
+        if r.get("clock_warning"):
+            notes.append(f"clocks {where}: {r['clock_warning']}")
+    return notes
+
+
+def _clock_text(row: dict) -> str:
+    c = row.get("clocks") or {}
+    if not c:
+        return "-"
+    lo, hi = c["sm_mhz_min"], c["sm_mhz_max"]
+    return (f"{hi}" if lo == hi else f"{lo}-{hi}") + ("!" if row.get("clock_warning") else "")
+
+
+def _row_status(row: dict) -> str:
+    """"ok", "WRONG" or "IMPOSSIBLE" (a row that was checked, or rows from before the checks: "-")."""
+    if row.get("verified") == verify.WRONG:
+        return "WRONG"
+    if row.get("impossible"):
+        return "IMPOSSIBLE"
+    return "ok" if row.get("verified") == verify.CHECKED else "-"
+
+
+def trusted(row: dict) -> bool:
+    """A row whose time may be reported as a speedup: not wrong, not impossible (rows saved before
+    outputs were checked carry no verdict and count as they did then)."""
+    return row.get("verified") != verify.WRONG and not row.get("impossible")
+
+
+def add_speedups(rows: list[dict]) -> None:
+    """speedup_vs_eager / _vs_compile per (op, dtype, shape, direction) group, from the rows
+    themselves (a run's rows, or the rows children returned, merged): NaN where the baseline is
+    missing or either row is wrong or impossible."""
+    base: dict[tuple, float] = {}
+    for r in rows:
+        if r.get("kind") == "baseline" and trusted(r):
+            base[(r["op"], r["dtype"], r["shape"], r["direction"], r["variant"])] = r["median_ms"]
+    for r in rows:
+        for b in BASELINES:
+            ms = base.get((r["op"], r["dtype"], r["shape"], r["direction"], b))
+            ok = ms is not None and trusted(r) and r.get("median_ms") and not math.isnan(r["median_ms"])
+            r[f"speedup_vs_{b}"] = ms / r["median_ms"] if ok else math.nan
 
 
 def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=None,
@@ -248,6 +412,9 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     if compute:
         result.notes.append("compute-bound: TFLOP/s against cuBLAS's own rate at 8192^3 per dtype (%peak); "
                             "float32 with TF32 off (allow_tf32 = False)")
+    limits = physics.Limits(device, config.cache_dir(), dtypes, gemm_tflops=peaks) if device.type == "cuda" else None
+    if device.type == "cuda" and conditions.unavailable():
+        result.notes.append(f"clocks not recorded: {conditions.unavailable()}")
     prov = results.provenance(config.REPO_ROOT, __version__)
     gen = torch.Generator(device=device)
     gen.manual_seed(0)
@@ -255,17 +422,20 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     stop = {"budget_s": budget_s, "target_rse": target_rse, "min_samples": 30}
     providers = {dname: _providers(op, spec, names, baselines, device, dname) for dname in dtypes}
     total = sum(len(p) for p in providers.values()) * len(shapes) * len(directions)
-    done = 0
+    done, rotated = 0, set()
     with _tf32_off(compute), _no_donated_buffers():
         for dname, provs in providers.items():
             skipped = [n for n in names if n not in provs]
             if skipped:
                 result.notes.append(f"{dname}: skipped {', '.join(skipped)} (not for {device.type} {dname})")
             for shape in shapes:
-                inputs = spec.new_inputs(shape, dname, device, gen)
-                numel = inputs[0].numel()
+                first = spec.new_inputs(shape, dname, device, gen)
+                numel = first[0].numel()
+                n_sets = verify.rotation(verify.tensors_bytes(first), device)
+                sets = [first] + [spec.new_inputs(shape, dname, device, gen) for _ in range(n_sets - 1)]
+                rotated.add(n_sets)
                 for direction in directions:
-                    group = []
+                    group = _Group(spec, shape, dname, direction, attrs, gen, device, sets)
                     for name, kind_fn in provs.items():
                         done += 1
                         if direction != "fwd" and kind_fn[0] == "variant" and "backward" not in kind_fn[1].steps:
@@ -274,32 +444,23 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
                                 result.notes.append(note)
                             continue
                         _progress(done, total, f"{op} {direction} {dname} {spec.label(shape)} {name}")
-                        call = _timed_call(kind_fn, spec, inputs, attrs, direction, gen)
-                        if device.type == "cuda":
-                            m = timing.time_cuda(call, **stop)
-                            peak = timing.peak_memory_bytes(call, device)
-                        else:
-                            m = timing.time_cpu(call, **stop)
-                            peak = -1
-                        nbytes = spec.bytes(shape, dname, direction)
-                        flops = spec.flop_count(shape, direction)
-                        gbps = nbytes / (m.median_ms * 1e-3) / 1e9
-                        group.append(dict(prov, op=op, variant=name, kind=kind_fn[0], dtype=dname,
-                                          shape=spec.label(shape), numel=numel, direction=direction,
-                                          median_ms=m.median_ms, p20_ms=m.p20_ms, p80_ms=m.p80_ms,
-                                          n_samples=m.n_samples, rel_std_err=m.rel_std_err, method=m.method,
-                                          bytes=nbytes, flops=flops, GBps=gbps,
-                                          TFLOPs=flops / (m.median_ms * 1e-3) / 1e12,
-                                          pct_of_ceiling=100 * gbps / ceiling, ceiling_GBps=ceiling,
-                                          peak_mem_bytes=peak, attrs=dict(attrs)))
+                        row = dict(prov, op=op, variant=name, kind=kind_fn[0], dtype=dname, shape=spec.label(shape),
+                                   numel=numel, direction=direction, attrs=dict(attrs),
+                                   bytes=spec.bytes(shape, dname, direction), flops=spec.flop_count(shape, direction))
+                        row.update(_measure_provider(kind_fn, group, attrs, device, stop))
+                        seconds = row["median_ms"] * 1e-3
+                        row.update(GBps=row["bytes"] / seconds / 1e9, TFLOPs=row["flops"] / seconds / 1e12)
                         if compute:
-                            group[-1].update(matmul_ceiling_TFLOPs=peaks[dname],
-                                             pct_of_matmul_ceiling=100 * group[-1]["TFLOPs"] / peaks[dname])
-                    base = {r["variant"]: r["median_ms"] for r in group}
-                    for r in group:
-                        r["speedup_vs_eager"] = base["eager"] / r["median_ms"] if "eager" in base else math.nan
-                        r["speedup_vs_compile"] = base["compile"] / r["median_ms"] if "compile" in base else math.nan
-                    result.rows.extend(group)
+                            row.update(matmul_ceiling_TFLOPs=peaks[dname],
+                                       pct_of_matmul_ceiling=100 * row["TFLOPs"] / peaks[dname])
+                        row.update(ceiling_GBps=ceiling, pct_of_ceiling=100 * row["GBps"] / ceiling)
+                        if limits is not None:
+                            row.update(limits.fields())
+                            why = row.get("impossible_reason") or limits.judge(row)
+                            row.update(impossible=bool(why), impossible_reason=why)
+                        result.rows.append(row)
+    add_speedups(result.rows)
+    result.notes += _verdict_notes(result.rows, rotated)
     if save:
         result.save(results_path)
     return result
@@ -318,6 +479,8 @@ def _bench_isolated(op, variants, kwargs, *, save, results_path) -> BenchResult:
         spec = isolate.variant_spec(op, v)
         out = isolate.run("bench", spec, dict(kwargs, baselines=kwargs["baselines"] if i == 0 else []))
         result.rows.extend(out["rows"])
+        result.notes += [n for n in out.get("notes", []) if n not in result.notes]
+    add_speedups(result.rows)  # over the merged rows: the baselines were timed in the first child
     if save:
         result.save(results_path)
     return result

@@ -1,7 +1,9 @@
-"""The child side of isolate: `python -m workbench _child JOB` runs one check, gradcheck or bench
-and writes its result as JSON; `python -m workbench _worker WARM` is an isolate.Worker, which warms
-up and then runs jobs read from stdin. Kept apart from isolate.py, which only starts children, so
-that correctness and benchmark can call isolate without an import cycle."""
+"""The child side of isolate: `python -m workbench _child JOB` runs one load, check, gradcheck,
+bench or measure and writes its result as JSON; `python -m workbench _worker WARM` is an
+isolate.Worker, which warms up and then runs jobs read from stdin. Kept apart from isolate.py,
+which only starts children, so that correctness and benchmark can call isolate without an import
+cycle. A "load" job is where a library built elsewhere (the exercise checker builds without
+loading) first runs: its static initializers, then its exported descriptor, reported back."""
 from __future__ import annotations
 
 import json
@@ -20,10 +22,26 @@ def _announce(what: str) -> None:
 
 
 def _run_job(job: dict) -> None:
-    kernel = isolate.resolve(job["spec"])
     kind, kwargs, op = job["kind"], dict(job["kwargs"]), job["spec"]["op"]
+    if kind == "load":  # the first time this library's code runs anywhere: its static initializers, now
+        print(f"[load] {op}/{job['spec']['name']} from {job['spec'].get('source', 'kernels/' + op)} "
+              f"(pid {os.getpid()})", file=sys.stderr, flush=True)
+    built_here = None
+    if kind == "load" and "source" in job["spec"]:
+        # Built without loading first (a cache hit where the parent built it): the load below then
+        # finds the build and takes no build lock while the library's code runs.
+        from . import loader
+        built_here = loader.build_source(op, job["spec"]["source"], job["spec"]["name"]).built
+    kernel = isolate.resolve(job["spec"])
     announce = kwargs.pop("announce", False)
-    if kind == "check":
+    if kind == "load":
+        # What the library says of itself (its exported workbench_variant_info, read by the harness,
+        # which has checked its ABI version and op): the parent compares it with the source's text.
+        out = {"info": {k: kernel.info.get(k) for k in ("op", "name", "build_id", "device", "dtypes", "steps",
+                                                        "description")},
+               "build_id": kernel.build_id, "built": bool(built_here or kernel.built), "library": str(kernel.library), "pid": os.getpid()}
+        print(f"[load] loaded, descriptor: {json.dumps(out['info'])}", file=sys.stderr, flush=True)
+    elif kind == "check":
         out = correctness.check(op, kernel, on_case=_announce if announce else None, **kwargs).to_dict()
     elif kind == "gradcheck":
         out = correctness.gradcheck(op, kernel, **kwargs).to_dict()
@@ -32,7 +50,8 @@ def _run_job(job: dict) -> None:
     elif kind == "bench":
         from .benchmark import bench
         variants = kwargs.pop("variants", [kernel.name])
-        out = {"rows": bench(op, variants=variants, **kwargs).rows}
+        r = bench(op, variants=variants, **kwargs)
+        out = {"rows": r.rows, "notes": r.notes}
     else:
         raise ValueError(f"unknown job kind {kind!r}")
     import torch

@@ -30,8 +30,17 @@ _DPI = 120
 Row = dict[str, Any]
 
 
-def _newest_run(rows: Iterable[Row], *, op: str, dtype: str, direction: str) -> list[Row]:
-    """The rows for op/dtype/direction from the newest run_id among them.
+def _untrusted(r: Row) -> str:
+    """"WRONG" or "IMPOSSIBLE" for a row whose output check failed or whose rate is beyond the
+    device (benchmark.py): never drawn as a speedup or a rate; "" for any other row."""
+    if r.get("verified") == "wrong":
+        return "WRONG"
+    return "IMPOSSIBLE" if r.get("impossible") else ""
+
+
+def _newest_run(rows: Iterable[Row], *, op: str, dtype: str, direction: str, untrusted: bool = False) -> list[Row]:
+    """The trusted rows for op/dtype/direction from the newest run_id among them (untrusted=True:
+    that run's WRONG and IMPOSSIBLE rows instead, which the plots name but do not draw).
 
     "Newest" is the run with the latest timestamp (ISO 8601 UTC strings sort chronologically).
     Rows already filtered to one run come back unchanged.
@@ -44,7 +53,18 @@ def _newest_run(rows: Iterable[Row], *, op: str, dtype: str, direction: str) -> 
         rid, ts = r.get("run_id"), str(r.get("timestamp") or "")
         latest[rid] = max(latest.get(rid, ""), ts)
     newest = max(latest, key=lambda rid: latest[rid])
-    return [r for r in sel if r.get("run_id") == newest]
+    return [r for r in sel if r.get("run_id") == newest and bool(_untrusted(r)) == untrusted]
+
+
+def _mark_untrusted(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direction: str) -> None:
+    """Name, in red under the axes, the rows of this panel that are not drawn and why."""
+    bad = _newest_run(rows, op=op, dtype=dtype, direction=direction, untrusted=True)
+    if bad:
+        text = "not drawn: " + "; ".join(f"{r['variant']} {r['shape']} {_untrusted(r)}" for r in bad[:4]) \
+            + (f"; {len(bad) - 4} more" if len(bad) > 4 else "")
+        # below the x axis label, clear of the data and the legend (constrained layout makes room)
+        ax.annotate(text, xy=(0, 0), xycoords="axes fraction", xytext=(0, -40), textcoords="offset points",
+                    color="red", fontsize="x-small", va="top", annotation_clip=False)
 
 
 def _median_by_provider(rows: list[Row]) -> dict[str, dict[str, tuple[int, float]]]:
@@ -95,6 +115,7 @@ def _draw_speedup(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, directi
     ax.set_xlabel("size (elements)")
     ax.set_ylabel(f"speedup over {baseline} (x)")
     ax.set_title(f"{op} {direction} {dtype}: speedup over {baseline}")
+    _mark_untrusted(ax, rows, op=op, dtype=dtype, direction=direction)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(title=_gpu_title(sel), fontsize="small")
 
@@ -162,6 +183,7 @@ def _draw_throughput(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, dire
     ax.set_xlabel("work (FLOPs per call)")
     ax.set_ylabel(ylabel)
     ax.set_title(f"{op} {direction} {dtype}: achieved TFLOP/s")
+    _mark_untrusted(ax, rows, op=op, dtype=dtype, direction=direction)
     ax.set_ylim(bottom=0)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(title=_gpu_title(sel), fontsize="x-small", loc="best")
@@ -187,6 +209,7 @@ def _draw_bandwidth(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direc
     ax.set_xlabel("size (elements)")
     ax.set_ylabel("achieved GB/s")
     ax.set_title(f"{op} {direction} {dtype}: achieved bandwidth")
+    _mark_untrusted(ax, rows, op=op, dtype=dtype, direction=direction)
     ax.set_ylim(bottom=0)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(title=_gpu_title(sel), fontsize="small")
@@ -266,6 +289,7 @@ def _draw_ladder(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, directio
     ax.set_ylabel(ylabel)
     ax.set_ylim(0, top * 1.55)  # room above the bars for their labels, the text box and the legend
     ax.set_title(f"{op} {direction} {dtype} {shape}: the ladder")
+    _mark_untrusted(ax, rows, op=op, dtype=dtype, direction=direction)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(title=_gpu_title(sel), fontsize="small", loc="upper right")
 
@@ -344,6 +368,7 @@ def _panels(rows: list[Row]) -> list[tuple[str, str, str, list[Row], list[str]]]
     for op, dtype, direction in sorted({(str(r["op"]), str(r["dtype"]), str(r["direction"])) for r in rows}):
         sel = _newest_run(rows, op=op, dtype=dtype, direction=direction)
         providers = {r.get("variant") for r in sel if r.get("median_ms") is not None}
+        sel += _newest_run(rows, op=op, dtype=dtype, direction=direction, untrusted=True)  # named, not drawn
         panels = [f"speedup_vs_{b}" for b in BASELINES if b in providers]
         if _compute_bound(sel):
             panels.append("throughput")

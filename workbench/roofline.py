@@ -30,6 +30,8 @@ def points(rows: list[Row], *, ops=None, direction: str = "fwd", every: bool = F
     for r in rows:
         if r.get("kind") != "variant" or r.get("direction") != direction or (ops and r.get("op") not in ops):
             continue
+        if r.get("verified") == "wrong" or r.get("impossible"):  # no point for a row that cannot be trusted
+            continue
         if not (_finite(r.get("flops")) and r["flops"] > 0 and _finite(r.get("bytes")) and r["bytes"] > 0
                 and _finite(r.get("median_ms"))):
             continue

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Measurement",
     "copy_bandwidth_gbps",
+    "read_bandwidth_gbps",
     "driver_version",
     "peak_memory_bytes",
     "sample_until_stable",
@@ -76,6 +77,11 @@ class Measurement:
     method: str  # "cuda-events", "cuda-graph" or "cpu"
     stop_reason: str  # "stable", "budget" or "max-samples"
     samples_ms: list[float] = field(default_factory=list, repr=False)
+    # GPU work per call that the timed stream's events did not see (time_cuda: the device-wide
+    # synchronised time per call beyond the events' median and the host's enqueue time); 0 when
+    # none, NaN where not measured (CPU timing).
+    unseen_ms: float = math.nan
+    synced_ms: float = math.nan  # per call, back to back, the whole device synchronised after them
 
     def to_dict(self, include_samples: bool = False) -> dict[str, Any]:
         """Plain-JSON dict; the raw samples are left out unless asked for (they can be large)."""
@@ -166,16 +172,20 @@ def sample_until_stable(
     return summarize(samples, method=method, stop_reason=reason)
 
 
-def time_cpu(fn: Callable[[], object], *, warmup: int = 3, **stop_kwargs: Any) -> Measurement:
+def time_cpu(fn: Callable[[], object], *, warmup: int = 3, between: Callable[[], object] | None = None,
+             **stop_kwargs: Any) -> Measurement:
     """Wall-clock time per call of ``fn`` with ``time.perf_counter`` (no device sync).
 
-    ``stop_kwargs`` go to :func:`sample_until_stable` (min_samples, max_samples, target_rse,
-    budget_s, clock).
+    ``between()``, where given, runs before each sample, outside the timed region (the benchmark
+    draws new inputs there). ``stop_kwargs`` go to :func:`sample_until_stable` (min_samples,
+    max_samples, target_rse, budget_s, clock).
     """
     for _ in range(warmup):
         fn()
 
     def run_once() -> float:
+        if between is not None:
+            between()
         t0 = time.perf_counter()
         fn()
         return (time.perf_counter() - t0) * 1e3
@@ -261,9 +271,13 @@ def time_cuda(
     flush_l2: bool = True,
     use_graph: bool | None = None,
     warmup_ms: float = 25.0,
+    between: Callable[[], object] | None = None,
     **stop_kwargs: Any,
 ) -> Measurement:
     """GPU time per call of ``fn`` (which launches work on the current CUDA device and stream).
+
+    ``between()``, where given, runs before each sample (before the L2 flush), outside the timed
+    region: the benchmark draws new inputs there, so no sample can replay an earlier answer.
 
     Warm-up calls (~warmup_ms worth) run before sampling. Each sample is one call between two
     CUDA events; with ``flush_l2`` the L2 is flushed by reading a buffer of 2x its size before
@@ -309,17 +323,22 @@ def time_cuda(
             # No L2 flush here: an op this short touches little enough data that in a real model
             # its inputs are usually still in L2, and a flush per call is impossible inside a graph.
             def run_graph() -> float:
+                if between is not None:
+                    between()
                 start.record()
                 graph.replay()
                 end.record()
                 end.synchronize()
                 return start.elapsed_time(end) / calls
 
-            return sample_until_stable(run_graph, method="cuda-graph", **stop_kwargs)
+            m = sample_until_stable(run_graph, method="cuda-graph", **stop_kwargs)
+            return _with_unseen_work(torch, fn, m)
 
     buf = _l2_flush_buffer(torch, device) if flush_l2 else None
 
     def run_events() -> float:
+        if between is not None:
+            between()
         if buf is not None:
             _flush_l2(buf)
         # A GPU spin queued ahead of the start event (nvbench's "blocking kernel"): while it runs,
@@ -332,7 +351,38 @@ def time_cuda(
         end.synchronize()
         return start.elapsed_time(end)
 
-    return sample_until_stable(run_events, method="cuda-events", **stop_kwargs)
+    return _with_unseen_work(torch, fn, sample_until_stable(run_events, method="cuda-events", **stop_kwargs))
+
+
+# Work the timer cannot see: a kernel launched on a stream of its own (or left running past the end
+# event) is outside the events' region, so such a call looks free. Back-to-back calls followed by a
+# synchronisation of the whole device take at least the GPU time of everything the calls started;
+# an honest call takes about max(its GPU time, the host's enqueue time) that way, so a synchronised
+# time well beyond both is work the events did not count.
+_UNSEEN_FACTOR = 1.5
+_UNSEEN_SLACK_MS = 0.02   # the device synchronisation's own latency, spread over the calls
+_SYNCED_TARGET_MS = 5.0   # how long the synchronised calls run together (2 to 50 calls)
+
+
+def unseen_work_ms(median_ms: float, host_ms: float, synced_ms: float) -> float:
+    """GPU time per call beyond what the events saw (0 when within the honest bound)."""
+    honest = max(median_ms, host_ms)
+    return max(0.0, synced_ms - honest) if synced_ms > _UNSEEN_FACTOR * honest + _UNSEEN_SLACK_MS else 0.0
+
+
+def _with_unseen_work(torch: Any, fn: Callable[[], object], m: Measurement) -> Measurement:
+    calls = min(50, max(2, math.ceil(_SYNCED_TARGET_MS / max(m.median_ms, 1e-3))))
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()  # every stream of the device, not only the current one
+    t2 = time.perf_counter()
+    host_ms, synced_ms = (t1 - t0) * 1e3 / calls, (t2 - t0) * 1e3 / calls
+    m.synced_ms = synced_ms
+    m.unseen_ms = unseen_work_ms(m.median_ms, host_ms, synced_ms)
+    return m
 
 
 def _gpu_ms(torch: Any, fn: Callable[[], object], spin_cycles: int) -> float:
@@ -424,6 +474,45 @@ def _sanitize(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_.") or "unknown"
 
 
+def _cached_ceiling(device: Any, what: str, cache_dir: pathlib.Path, refresh: bool, key: str,
+                    measure: Callable[[Any, Any, str], dict[str, Any]]) -> dict[str, Any]:
+    """A ceiling of the device, measured once per GPU model and kept in
+    ``cache_dir/ceilings/<device name><what>.json``: a cached entry for the same device name is
+    returned without touching the GPU unless ``refresh``. ``measure(torch, dev, name)`` returns the
+    figures (``key`` among them); provenance is added here and the file is written atomically."""
+    torch = _require_cuda("a ceiling measurement")
+    dev = _resolve_cuda_device(torch, device)
+    name = torch.cuda.get_device_name(dev)
+    path = pathlib.Path(cache_dir) / "ceilings" / f"{_sanitize(name)}{what}.json"
+    if not refresh and path.is_file():
+        try:
+            cached = json.loads(path.read_text())
+            if cached.get("device_name") == name and isinstance(cached.get(key), (int, float)):
+                return cached
+        except (OSError, ValueError, AttributeError):
+            pass  # unreadable or foreign file: measure again and overwrite it
+    result: dict[str, Any] = {"device_name": name, **measure(torch, dev, name),
+                              "driver_version": driver_version(), "torch_version": torch.__version__,
+                              "cuda_version": torch.version.cuda or "",
+                              "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new, never half
+    return result
+
+
+def _stream_bytes(torch: Any, dev: Any, name: str) -> int:
+    """Bytes for a streaming measurement: 1 GiB, less where free memory is short (leaving room
+    for the L2 flush buffer and other users of the device)."""
+    free, _total = torch.cuda.mem_get_info(dev)
+    nbytes = min(2**30, int(free * 0.4))
+    nbytes -= nbytes % 2**20
+    if nbytes < 2**20:
+        raise RuntimeError(f"not enough free memory on {name} ({free} bytes) to measure its bandwidth")
+    return nbytes
+
+
 def copy_bandwidth_gbps(
     device: Any = None, *, cache_dir: pathlib.Path, refresh: bool = False
 ) -> dict[str, Any]:
@@ -433,51 +522,39 @@ def copy_bandwidth_gbps(
     short) and stored in ``cache_dir/ceilings/<device name>.json``. A cached entry for the same
     device name is returned without touching the GPU unless ``refresh``.
     """
-    torch = _require_cuda("copy_bandwidth_gbps")
-    dev = _resolve_cuda_device(torch, device)
-    name = torch.cuda.get_device_name(dev)
-    path = pathlib.Path(cache_dir) / "ceilings" / f"{_sanitize(name)}.json"
+    def measure(torch: Any, dev: Any, name: str) -> dict[str, Any]:
+        nbytes = _stream_bytes(torch, dev, name)
+        with torch.cuda.device(dev):
+            src = torch.ones(nbytes, dtype=torch.uint8, device=dev)
+            dst = torch.empty_like(src)
+            # 1 GiB is far beyond any L2, so no flush is needed; no graph, a copy this long is not
+            # launch-bound.
+            m = time_cuda(lambda: dst.copy_(src), flush_l2=False, use_graph=False)
+            src = dst = None  # release the 2 GiB before empty_cache
+            torch.cuda.empty_cache()
+        return {"total_memory_bytes": int(torch.cuda.mem_get_info(dev)[1]), "buffer_bytes": nbytes,
+                "copy_GBps": 2 * nbytes / (m.median_ms * 1e-3) / 1e9, "measurement": m.to_dict()}
 
-    if not refresh and path.is_file():
-        try:
-            cached = json.loads(path.read_text())
-            if cached.get("device_name") == name and isinstance(cached.get("copy_GBps"), (int, float)):
-                return cached
-        except (OSError, ValueError, AttributeError):
-            pass  # unreadable or foreign file: measure again and overwrite it
+    return _cached_ceiling(device, "", cache_dir, refresh, "copy_GBps", measure)
 
-    free, total = torch.cuda.mem_get_info(dev)
-    # Two buffers; leave headroom for the L2 flush buffer and other users of the device.
-    nbytes = min(2**30, int(free * 0.4))
-    nbytes -= nbytes % 2**20
-    if nbytes < 2**20:
-        raise RuntimeError(f"not enough free memory on {name} ({free} bytes) to measure copy bandwidth")
 
-    with torch.cuda.device(dev):
-        src = torch.ones(nbytes, dtype=torch.uint8, device=dev)
-        dst = torch.empty_like(src)
-        # 1 GiB is far beyond any L2, so no flush is needed; no graph, a copy this long is not
-        # launch-bound.
-        m = time_cuda(lambda: dst.copy_(src), flush_l2=False, use_graph=False)
-        src = dst = None  # release the 2 GiB before empty_cache
-        torch.cuda.empty_cache()
+def read_bandwidth_gbps(
+    device: Any = None, *, cache_dir: pathlib.Path, refresh: bool = False
+) -> dict[str, Any]:
+    """The device's read-only bandwidth (GB/s): a max-reduction over 1 GiB of int32 (it reads
+    every byte and writes 4), cached like the copy ceiling in ``<device name>-read.json``. Ops
+    that mostly read (a sum, a norm's statistics) can run faster than a copy, which turns the bus
+    around between reads and writes; the benchmark's physics guard allows for that."""
+    def measure(torch: Any, dev: Any, name: str) -> dict[str, Any]:
+        nbytes = _stream_bytes(torch, dev, name)
+        with torch.cuda.device(dev):
+            buf = torch.ones(nbytes // 4, dtype=torch.int32, device=dev)
+            m = time_cuda(lambda: buf.max(), flush_l2=False, use_graph=False)
+            buf = None
+            torch.cuda.empty_cache()
+        return {"buffer_bytes": nbytes, "read_GBps": nbytes / (m.median_ms * 1e-3) / 1e9, "measurement": m.to_dict()}
 
-    result: dict[str, Any] = {
-        "device_name": name,
-        "total_memory_bytes": int(total),
-        "driver_version": driver_version(),
-        "torch_version": torch.__version__,
-        "cuda_version": torch.version.cuda or "",
-        "buffer_bytes": nbytes,
-        "copy_GBps": 2 * nbytes / (m.median_ms * 1e-3) / 1e9,
-        "measurement": m.to_dict(),
-        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new, never half
-    return result
+    return _cached_ceiling(device, "-read", cache_dir, refresh, "read_GBps", measure)
 
 
 MATMUL_CEILING_SIZE = 8192
@@ -490,38 +567,20 @@ def matmul_ceiling_tflops(
     MATMUL_CEILING_SIZE^3 operands, float32 with TF32 off (CUDA cores, the ceiling a float32
     kernel on CUDA cores is measured against). Measured once per GPU model and dtype, cached in
     ``cache_dir/ceilings/<device name>-gemm-<dtype>.json`` like the copy ceiling."""
-    torch = _require_cuda("matmul_ceiling_tflops")
-    dev = _resolve_cuda_device(torch, device)
-    name = torch.cuda.get_device_name(dev)
-    path = pathlib.Path(cache_dir) / "ceilings" / f"{_sanitize(name)}-gemm-{dtype}.json"
-    if not refresh and path.is_file():
+    def measure(torch: Any, dev: Any, name: str) -> dict[str, Any]:
+        n = MATMUL_CEILING_SIZE
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
         try:
-            cached = json.loads(path.read_text())
-            if cached.get("device_name") == name and isinstance(cached.get("TFLOPs"), (int, float)):
-                return cached
-        except (OSError, ValueError, AttributeError):
-            pass
-    n = MATMUL_CEILING_SIZE
-    tf32 = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        with torch.cuda.device(dev):
-            a = torch.randn(n, n, device=dev).to(getattr(torch, dtype))
-            b = torch.randn(n, n, device=dev).to(getattr(torch, dtype))
-            m = time_cuda(lambda: torch.matmul(a, b), flush_l2=False, use_graph=False)
-            a = b = None
-            torch.cuda.empty_cache()
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-    result: dict[str, Any] = {
-        "device_name": name, "dtype": dtype, "size": n, "tf32": False,
-        "TFLOPs": 2 * n**3 / (m.median_ms * 1e-3) / 1e12,
-        "driver_version": driver_version(), "torch_version": torch.__version__,
-        "cuda_version": torch.version.cuda or "", "measurement": m.to_dict(),
-        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, path)
-    return result
+            with torch.cuda.device(dev):
+                a = torch.randn(n, n, device=dev).to(getattr(torch, dtype))
+                b = torch.randn(n, n, device=dev).to(getattr(torch, dtype))
+                m = time_cuda(lambda: torch.matmul(a, b), flush_l2=False, use_graph=False)
+                a = b = None
+                torch.cuda.empty_cache()
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+        return {"dtype": dtype, "size": n, "tf32": False, "TFLOPs": 2 * n**3 / (m.median_ms * 1e-3) / 1e12,
+                "measurement": m.to_dict()}
+
+    return _cached_ceiling(device, f"-gemm-{dtype}", cache_dir, refresh, "TFLOPs", measure)

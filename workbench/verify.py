@@ -76,11 +76,6 @@ def _float64_fits(spec, size, device: torch.device) -> bool:
     return 3 * 8 * numel <= _REFERENCE_MEMORY_SHARE * _free_bytes(device)
 
 
-def grads_for(outs, gen: torch.Generator) -> list[torch.Tensor]:
-    """Random output gradients for a backward, in the outputs' dtypes."""
-    return [torch.randn(o.shape, generator=gen, device=o.device, dtype=torch.float32).to(o.dtype) for o in outs]
-
-
 def expected(spec, size, inputs, attrs: dict, direction: str, grads=None) -> tuple[tuple, str, int]:
     """(trusted results, what they are, tolerance scale) for one `direction` step on `inputs`:
     the forward's outputs ("fwd"), the differentiable inputs' gradients for `grads` ("bwd",
@@ -137,9 +132,8 @@ def judge(spec, size, dname: str, direction: str, got, refs, against: str, scale
 def run_step(call, spec, inputs, attrs: dict, direction: str, grads=None):
     """One `direction` step of `call` (the op's signature) on `inputs`, with autograd where it
     needs it; returns the outputs (fwd) or the differentiable inputs' gradients."""
-    if direction == "fwd":
-        with torch.no_grad():
-            return as_tuple(call(*inputs, **attrs))
+    if direction == "fwd":  # grad mode left on: torch.compile's guards would recompile under no_grad
+        return as_tuple(call(*inputs, **attrs))
     leaves = [t.detach().requires_grad_(s.differentiable) for s, t in zip(spec.inputs, inputs)]
     outs = as_tuple(call(*leaves, **attrs))
     wanted = [x for s, x in zip(spec.inputs, leaves) if s.differentiable]
@@ -165,16 +159,24 @@ class Probe:
             self._expected = expected(self.spec, self.size, self.inputs, self.attrs, self.direction, self.grads)
         return self._expected
 
+    def forget(self) -> None:
+        """The inputs (or gradients) were redrawn in place: compute the trusted result anew."""
+        self._expected = None
+
     def judge(self, got, when: str) -> Verdict:
         refs, against, scale = self.expected()
         return judge(self.spec, self.size, self.dname, self.direction, got, refs, against, scale, when)
 
-    def check(self, call, when: str) -> Verdict:
-        """One step of `call` on the probe's inputs, its outputs poisoned (NaN), judged."""
+    def check(self, call, when: str, *, poison: bool = True) -> Verdict:
+        """One step of `call` on the probe's inputs, its outputs poisoned (NaN) unless poison is
+        False (PyTorch's own baselines: torch.compile's guards would recompile under the
+        deterministic mode the poisoning uses), judged."""
+        import contextlib
+
         from .correctness import _poisoned_outputs
 
         try:
-            with _poisoned_outputs():
+            with _poisoned_outputs() if poison else contextlib.nullcontext():
                 got = run_step(call, self.spec, self.inputs, self.attrs, self.direction, self.grads)
         except Exception as e:  # noqa: BLE001 - a call that raises at the timed shape is a wrong row, named
             if "CUDA error" in str(e) or isinstance(e, torch.cuda.OutOfMemoryError):
