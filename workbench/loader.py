@@ -17,6 +17,7 @@ the same interface with the same checks.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import hashlib
@@ -396,6 +397,90 @@ def load_source(op: str, path, name: str | None = None, *, python: bool = True) 
     name = name or path.stem
     registry.check_variant_name(name)
     return _register(op, name, path, python=python)
+
+
+@dataclass
+class BuiltVariant:
+    """A C++/CUDA variant's library, built (or found in the cache) and NOT loaded: what a process
+    that must never run the variant's code (the exercise checker's) knows of it, from its source
+    text and its files. `device`, `dtypes` and `description` are the declaration read from the
+    source (registry.static_variant), not the library's exported descriptor: reading that means
+    loading the library, which runs its static initializers (a child does it: isolate, "load")."""
+    op: str
+    name: str
+    source: pathlib.Path
+    library: pathlib.Path       # the built .so (cuobjdump reads it as a file)
+    build_dir: pathlib.Path     # holds build.log (ptxas's report)
+    built: bool                 # compiled by this call (False: found in the cache)
+    seconds: float
+    key: str                    # the content key; a load of the same source finds the same build
+    device: str
+    dtypes: tuple[str, ...]
+    description: str
+
+    @property
+    def build_id(self) -> str:
+        return self.key[:10]    # as a loaded Kernel's
+
+
+@contextlib.contextmanager
+def _built_not_loaded():
+    """While it lasts, a build links the library and stops there: cpp_extension.load, through
+    which every build goes (build.build_library), ends by loading what it built into the building
+    process (torch.ops.load_library: the library's static initializers would run here, and under
+    the build lock); here it returns the path instead. Fails closed: if this torch has no such
+    step to replace, nothing is built, and a load that happens anyway raises. For a process that
+    builds and never loads (the exercise checker's; it builds in one thread)."""
+    import torch
+    from torch.utils import cpp_extension
+
+    if not callable(getattr(cpp_extension, "_import_module_from_library", None)):
+        raise WorkbenchError("cannot build without loading with this torch (no cpp_extension._import_module_from_library "
+                             f"in torch {torch.__version__}); refusing to build code this process must not run")
+
+    def path_only(module_name, path, is_python_module):
+        if is_python_module:
+            raise WorkbenchError("build_source builds libraries, not Python modules")
+        return os.path.join(path, f"{module_name}{cpp_extension.LIB_EXT}")
+
+    def refuse(path):
+        raise WorkbenchError(f"refused to load {path}: this process builds without loading")
+
+    saved, own = cpp_extension._import_module_from_library, vars(torch.ops).get("load_library")
+    cpp_extension._import_module_from_library, torch.ops.load_library = path_only, refuse
+    try:
+        yield
+    finally:
+        cpp_extension._import_module_from_library = saved
+        if own is None:
+            del torch.ops.load_library  # the class's method again
+        else:
+            torch.ops.load_library = own
+
+
+def build_source(op: str, path, name: str | None = None) -> BuiltVariant:
+    """Build (or find in the cache) a C++/CUDA variant of `op` from a source file, without loading
+    it in this process: no dlopen, so none of its code runs here (compiling it is safe). A later
+    load_source of the same file (in a child process) finds this build in the cache and only loads
+    it; no build lock is held by then. Raises BuildError, ValueError or WorkbenchError as
+    load_source does."""
+    registry.check_op(op)
+    path = pathlib.Path(path).resolve()
+    if not path.is_file() or path.suffix not in (".cu", ".cpp"):
+        raise ValueError(f"build_source: path must be an existing .cu or .cpp file; got {str(path)!r}")
+    name = name or path.stem
+    registry.check_variant_name(name)
+    start = time.perf_counter()
+    static = registry.static_variant(op, path, name=name)
+    if static.device == "cuda" and not toolchain.can_build_cuda() and prebuilt.manifest() is None:
+        raise WorkbenchError(f"{op}/{name} is a CUDA variant, and this machine cannot build CUDA code "
+                             f"({'torch has no CUDA' if not toolchain.torch_has_cuda() else 'no nvcc found'})")
+    with _built_not_loaded():
+        lib, bdir, built, key, _ = _get_or_build(**variant_piece(op, name, path).kwargs())
+    cache.mark_in_use(bdir)  # a shared lock that keeps `clean` away until this process ends, not a build lock
+    return BuiltVariant(op=op, name=name, source=path, library=lib, build_dir=bdir, built=built,
+                        seconds=time.perf_counter() - start, key=key, device=static.device, dtypes=static.dtypes,
+                        description=static.description)
 
 
 def _write_text(path: pathlib.Path, text: str) -> None:
