@@ -1,6 +1,8 @@
 """isolate=True: check, gradcheck and bench in a child process. A planted crashing variant
 (tests/faulty/cpu_segfault.cpp) is reported as IsolatedRunError; the caller keeps running. Also
-the sanitize command's refusals, which need no GPU."""
+the sanitize command's refusals, which need no GPU, and children that never report (planted static
+initializers, tests/faulty/static_*.cu): an exit with status 0, SIGABRT, a hang, each an
+IsolatedRunError that says which."""
 from __future__ import annotations
 
 import pathlib
@@ -98,3 +100,50 @@ def test_a_worker_runs_jobs_in_turn_and_survives_a_crash_by_restarting(cpu_kerne
         after = worker.run("check", isolate.variant_spec("bias_gelu", "cpu"), kwargs)
         assert wb.correctness.Report.from_dict(after).ok and worker._proc.pid != pid
         assert "[worker] ready in" in first["child_output"] or "[worker] check in" in after["child_output"]
+
+
+# ----------------------------------------------------------------------------- children that never report
+
+def _planted(stem: str):
+    """A planted static initializer (tests/faulty/static_*.cu), built as the checker builds it
+    (not loaded here), and how a child finds it."""
+    from workbench import isolate, loader
+
+    built = loader.build_source("bias_gelu", FAULTY / f"{stem}.cu", f"ex01_{stem}")  # the names the CLI tests use
+    return isolate.variant_spec("bias_gelu", built)
+
+
+@pytest.mark.parametrize("stem, how", [("static_exit", "exited with status 0 before reporting its result"),
+                                       ("static_abort", "was killed by SIGABRT before reporting its result")])
+def test_a_child_that_ends_before_reporting_is_an_error_even_with_status_0(cuda_buildable, cpu_kernel, stem, how):
+    """A one-shot child and a Worker alike: only a result received counts, never an exit status;
+    the Worker's next job runs in a fresh child."""
+    from workbench import isolate
+
+    spec = _planted(stem)
+    with pytest.raises(wb.IsolatedRunError, match=how) as info:
+        isolate.run("load", spec, {}, timeout_s=300)
+    assert "[load] bias_gelu/ex01_" in info.value.output  # its last words
+    with isolate.Worker({"op": "bias_gelu"}) as worker:
+        with pytest.raises(wb.IsolatedRunError, match=how):
+            worker.run("load", spec, {}, timeout_s=300)
+        again = worker.run("check", isolate.variant_spec("bias_gelu", "cpu"), dict(seed=1, shapes=[[3, 5]]))
+        assert wb.correctness.Report.from_dict(again).ok
+
+
+def test_a_child_that_hangs_is_killed_and_says_so(cuda_buildable, cpu_kernel):
+    import subprocess
+
+    from workbench import isolate
+
+    spec = _planted("static_hang")
+    with pytest.raises(isolate.ChildTimeout, match=r"did not finish within 15 s and was killed") as info:
+        isolate.run("load", spec, {}, timeout_s=15)  # a one-shot child's time includes its start-up
+    assert isinstance(info.value, subprocess.TimeoutExpired) and isinstance(info.value, wb.IsolatedRunError)
+    with isolate.Worker({"op": "bias_gelu"}) as worker:
+        # The job's time counts from when the child is ready: its start-up (import torch) is not in the 2 s.
+        with pytest.raises(isolate.ChildTimeout, match=r"did not finish within 2 s and was killed") as info:
+            worker.run("load", spec, {}, timeout_s=2)
+        assert not info.value.starting and "[load] bias_gelu/ex01_static_hang" in info.value.output
+        again = worker.run("check", isolate.variant_spec("bias_gelu", "cpu"), dict(seed=1, shapes=[[3, 5]]))
+        assert wb.correctness.Report.from_dict(again).ok

@@ -18,6 +18,7 @@ import os
 import pathlib
 import selectors
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,11 +27,15 @@ import time
 from . import config
 from .errors import IsolatedRunError
 
+STARTUP_TIMEOUT_S = 600  # a Worker's warm-up (import torch, CUDA, a check of a reference variant)
+
 
 def variant_spec(op: str, variant) -> dict:
     """How a child finds the same variant: by name for kernels/<op>/, by source path otherwise."""
     from . import loader, registry
 
+    if isinstance(variant, loader.BuiltVariant):  # built, never loaded here: the child loads that source
+        return {"op": op, "name": variant.name, "source": str(variant.source)}
     if isinstance(variant, loader.Kernel):
         in_tree = registry.variant_sources(op).get(variant.name)
         if in_tree is not None and in_tree.resolve() == variant.source.resolve():
@@ -53,22 +58,69 @@ def _child_env(extra_env: dict | None = None) -> dict:
     return env
 
 
+class ChildTimeout(IsolatedRunError, subprocess.TimeoutExpired):
+    """A child that did not finish within its time: killed, and reported as an IsolatedRunError
+    (also a subprocess.TimeoutExpired, for callers that catch that). `timeout_s`: the limit."""
+
+    def __init__(self, what: str, timeout_s: float, output: str, full_output: str = "", *, starting: bool = False):
+        IsolatedRunError.__init__(self, what, -9, output, full_output)
+        self.cmd, self.timeout, self.timeout_s, self.stderr, self.starting = what, timeout_s, timeout_s, None, starting
+        doing = "did not get ready (start-up: import torch, warm-up)" if starting else "did not finish"
+        self.args = (f"{what}: the child process {doing} within {timeout_s:g} s and was killed; "
+                     f"the caller's process is unaffected.\n{output}",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _failed(what: str, returncode: int, output: str, full_output: str = "", *, before: str = "") -> IsolatedRunError:
+    """The error for a child that ended without handing over its result: exited (any status, 0
+    included: only a result received counts) or was killed by a signal."""
+    err = IsolatedRunError(what, returncode, output, full_output)
+    if returncode < 0:
+        try:
+            how = f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            how = f"was killed by signal {-returncode}"
+    else:
+        how = f"exited with status {returncode}"
+    err.args = (f"{what}: the child process {how} {before or 'before reporting its result'}; "
+                f"the caller's process is unaffected.\n{output}",)
+    return err
+
+
+def _tail(text: str, n: int = 25) -> str:
+    return "\n".join(text.strip().splitlines()[-n:])
+
+
 def run(kind: str, spec: dict, kwargs: dict, *, timeout_s: float = 1800, extra_env: dict | None = None,
         prefix: list[str] | None = None) -> dict:
-    """Run `kind` ("check", "gradcheck", "bench") in a child; return its JSON result."""
+    """Run `kind` ("load", "check", "gradcheck", "bench", "measure") in a fresh child; return its
+    JSON result. A child that exits (with any status, 0 included) or dies without writing its
+    result raises IsolatedRunError; one still running after timeout_s is killed (ChildTimeout)."""
     with tempfile.TemporaryDirectory(prefix="workbench-child-") as tmp:
         job = pathlib.Path(tmp) / "job.json"
         result = pathlib.Path(tmp) / "result.json"
         job.write_text(json.dumps({"kind": kind, "spec": spec, "kwargs": kwargs, "result": str(result)}))
         env = _child_env(extra_env)
         cmd = [*(prefix or []), sys.executable, "-m", "workbench", "_child", str(job)]  # -> jobs.child_main
-        proc = subprocess.run(cmd, env=env, cwd=config.REPO_ROOT, capture_output=True, text=True, timeout=timeout_s)
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+        what = f"{kind} of {spec['op']}/{spec['name']}"
+        proc = subprocess.Popen(cmd, env=env, cwd=config.REPO_ROOT, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+            raise ChildTimeout(what, timeout_s, _tail(stdout + stderr), stdout + stderr) from None
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
         if proc.returncode != 0 or not result.exists():
-            raise IsolatedRunError(f"{kind} of {spec['op']}/{spec['name']}", proc.returncode, tail,
-                                   proc.stdout + proc.stderr)
+            raise _failed(what, proc.returncode, _tail(stdout + stderr), stdout + stderr)
         out = json.loads(result.read_text())
-        out["child_output"] = proc.stdout + proc.stderr
+        out["child_output"] = stdout + stderr
         return out
 
 
@@ -92,6 +144,7 @@ class Worker:
         self._jobs += 1
         self._log_path = self._dir / f"stderr-{self._jobs}.log"
         self._log = open(self._log_path, "w+")
+        self._ready = False  # until the child prints "ready" (wait() reads it)
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "workbench", "_worker", json.dumps(self.warm)],  # -> jobs.worker_main
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True,
@@ -100,6 +153,14 @@ class Worker:
     def _size(self) -> int:
         """Bytes the child has written to its log so far: where a new job's output will start."""
         return self._log_path.stat().st_size
+
+    def _after_warmup(self) -> int:
+        """Where the log's warm-up ends: after the child's "[worker] ready in" line (the job may
+        have started printing by the time "ready" is read)."""
+        data = self._log_path.read_bytes()
+        at = data.rfind(b"[worker] ready in ")
+        end = data.find(b"\n", at) if at >= 0 else -1
+        return end + 1 if end >= 0 else 0
 
     def _output(self, since: int = 0) -> str:
         return self._log_path.read_bytes()[since:].decode(errors="replace")
@@ -120,37 +181,60 @@ class Worker:
             pass  # the child is gone: wait() reports how it ended
         return job
 
-    def wait(self, job: dict, *, timeout_s: float = 1800) -> dict:
-        """The submitted job's JSON result, with the child's output for it as "child_output"."""
+    def wait(self, job: dict, *, timeout_s: float = 1800, startup_s: float = STARTUP_TIMEOUT_S) -> dict:
+        """The submitted job's JSON result, with the child's output for it as "child_output".
+        timeout_s counts from when the child is ready for jobs (its warm-up has its own limit,
+        startup_s). A child that ends without reporting the result (an exit with any status, 0
+        included, or a signal) raises IsolatedRunError; one past its time is killed (ChildTimeout)."""
         proc = job["proc"]
         if proc is not self._proc:  # an earlier job ended that child: this one never ran
-            raise IsolatedRunError(job["what"], proc.returncode or -1, "the child ended before this job ran")
-        deadline = time.monotonic() + timeout_s
+            raise _failed(job["what"], proc.returncode if proc.returncode is not None else -1,
+                          "the child ended before this job ran", before="before this job ran")
+        deadline = time.monotonic() + (timeout_s if self._ready else max(startup_s, timeout_s))
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout, selectors.EVENT_READ)
         try:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0 or not sel.select(timeout=left):
-                    self._stop()
-                    raise subprocess.TimeoutExpired(job["what"], timeout_s)
+                    starting = not self._ready
+                    self._kill()
+                    out = self._output(0 if starting else job["since"])
+                    raise ChildTimeout(job["what"], max(startup_s, timeout_s) if starting else timeout_s,
+                                       _tail(out), out, starting=starting)
                 line = proc.stdout.readline()
-                if not line:  # EOF: the job raised (the child exits 1) or the child was killed
+                if not line:  # EOF: the job raised (the child exits 1), it exited, or it was killed
                     code = proc.wait()
-                    out = self._output(job["since"])
-                    tail = "\n".join(out.strip().splitlines()[-25:])
-                    raise IsolatedRunError(job["what"], code, tail, out)
-                if line.strip() == "done":
+                    out = self._output(0 if not self._ready else job["since"])
+                    raise _failed(job["what"], code, _tail(out), out,
+                                  before="" if self._ready else "while starting up, before it ran this job")
+                if line.strip() == "ready":
+                    self._ready = True
+                    deadline = time.monotonic() + timeout_s  # the job's time starts now
+                    job["since"] = max(job["since"], self._after_warmup())  # its output: after the warm-up's
+                elif line.strip() == "done":
                     break
         finally:
             sel.close()
-        out = json.loads(job["result"].read_text())
+        try:
+            out = json.loads(job["result"].read_text())
+        except (OSError, ValueError) as e:
+            err = IsolatedRunError(job["what"], 0, str(e))
+            err.args = (f"{job['what']}: the child process said it was done, but its result could not be read "
+                        f"({e}); the caller's process is unaffected.",)
+            raise err from None
         out["child_output"] = self._output(job["since"])
         return out
 
     def run(self, kind: str, spec: dict, kwargs: dict, *, timeout_s: float = 1800) -> dict:
         """Run one job and wait for it."""
         return self.wait(self.submit(kind, spec, kwargs), timeout_s=timeout_s)
+
+    def _kill(self) -> None:
+        """End the current child at once (it may be stuck in a loop: no polite close)."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
 
     def _stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
