@@ -10,7 +10,8 @@
 #   [ncu/*.csv: Nsight Compute reports of rmsnorm's scalar and vectorized forward, test fixtures]
 #   [wheel.tar export.tar ndarray.tar (+ .log): issue 14's GPU scripts, scripts/gpu_{wheel,export,ndarray}.sh]
 # Usage (device tool):  bash scripts/gpu_run.sh            # everything but the notebooks
-#                       STEPS="tests" bash scripts/gpu_run.sh
+#                       STEPS="tests" CHUNK=1 bash scripts/gpu_run.sh    # chunk 1 of 4 (CHUNKS=4); then 2, 3, 4
+#                       python3 scripts/gpu_summary.py OUT1 OUT2 ...     # adds up the chunks of several calls
 #                       STEPS="notebooks exercises" bash scripts/gpu_run.sh   # carry nbclient & co. as wheels in .whl/
 #                       OPS="scale_bias_relu" SHAPES="16384x16384" STEPS=bench bash scripts/gpu_run.sh
 set -uo pipefail
@@ -41,8 +42,14 @@ for step in $STEPS; do
         nvcc --version | tail -2; git rev-parse --short HEAD 2>/dev/null || true; } 2>&1 | tee "$OUT/env.txt" ;;
     timings)
       timeout 300 python3 scripts/build_timings.py bias_gelu scalar 2>&1 | tee "$OUT/build_timings.json" ;;
-    tests)
-      WORKBENCH_TEST_CACHE="$WORKBENCH_CACHE" timeout 560 python3 -m pytest -q -m gpu -rfEs --durations=25 -p no:logging ${TESTS:-tests} 2>&1 | tee "$OUT/gpu_tests.log" ;;
+    tests)  # chunk $CHUNK of $CHUNKS (every CHUNKS-th GPU test, tests/conftest.py --chunk): one call each, well
+      # under the device's 10 minutes; CHUNK=all runs every chunk in turn (a machine without that limit).
+      # Each writes gpu_tests_chunk<K>of<N>.log; the summary adds up every chunk log it is given.
+      for k in $( [ "${CHUNK:-all}" = all ] && seq 1 "${CHUNKS:-4}" || echo "$CHUNK" ); do
+        echo "--- GPU tests, chunk $k of ${CHUNKS:-4}"
+        WORKBENCH_TEST_CACHE="$WORKBENCH_CACHE" timeout 500 python3 -m pytest -q -m gpu -rfEs --durations=15 \
+          -p no:logging --chunk "$k/${CHUNKS:-4}" ${TESTS:-tests} 2>&1 | tee "$OUT/gpu_tests_chunk${k}of${CHUNKS:-4}.log"
+      done ;;
     bench|bench_repeat)  # bench_repeat: the same sweep again, to see run-to-run spread
       bench "$step" ;;
     notebooks)  # notebooks/*.ipynb top to bottom; the executed copies go to $OUT, nothing else is written there
@@ -136,4 +143,4 @@ PY
     *) echo "unknown step $step" ;;
   esac
 done
-python3 scripts/gpu_summary.py "$OUT" | tee "$OUT/summary.txt"
+python3 scripts/gpu_summary.py "$OUT" ${SUMMARY_DIRS:-} | tee "$OUT/summary.txt"

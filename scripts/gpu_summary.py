@@ -8,7 +8,48 @@ import re
 import sys
 
 
-def main(out: pathlib.Path) -> None:
+_COUNTS = ("passed", "failed", "errors", "skipped", "deselected")
+
+
+def chunk_counts(text: str) -> dict | None:
+    """pytest's closing tally of one log ({"passed": 130, ...}, "seconds"), or None where the run
+    ended without one (killed at the call's limit)."""
+    tail = [l for l in text.splitlines() if re.search(r"\d+ (passed|failed|errors?)\b.* in [\d.]+s", l)]
+    if not tail:
+        return None
+    found = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|errors?|skipped|deselected)", tail[-1])}
+    counts = {k: found.get(k, 0) + (found.get("error", 0) if k == "errors" else 0) for k in _COUNTS}
+    counts["seconds"] = float(re.search(r" in ([\d.]+)s", tail[-1]).group(1))
+    return counts
+
+
+def chunks(*dirs: pathlib.Path) -> None:
+    """The GPU test chunks found in the output folders (gpu_tests_chunk<K>of<N>.log; an older
+    single gpu_tests.log counts as 1 of 1), one line each, then their sum and which are missing."""
+    logs = {}
+    for d in dirs:
+        for log in sorted(d.glob("gpu_tests_chunk*of*.log")) + sorted(d.glob("gpu_tests.log")):
+            m = re.search(r"chunk(\d+)of(\d+)", log.name)
+            logs[(int(m.group(1)), int(m.group(2))) if m else (1, 1)] = log
+    if not logs:
+        return
+    total = dict.fromkeys(_COUNTS, 0)
+    total["seconds"] = 0.0
+    for (k, n), log in sorted(logs.items()):
+        c = chunk_counts(log.read_text(errors="replace"))
+        if c is None:
+            print(f"gpu tests chunk {k}/{n}: NO TALLY (cut off?) in {log}")
+            continue
+        print(f"gpu tests chunk {k}/{n}: " + ", ".join(f"{c[x]} {x}" for x in _COUNTS if c[x]) + f" in {c['seconds']:.0f} s")
+        for x in total:
+            total[x] += c[x]
+    sizes = {n for _, n in logs}
+    missing = [f"{k}/{n}" for n in sizes for k in range(1, n + 1) if (k, n) not in logs]
+    print("gpu tests, all chunks: " + ", ".join(f"{total[x]} {x}" for x in _COUNTS[:4] if total[x] or x == "failed")
+          + f" in {total['seconds']:.0f} s" + (f"; MISSING chunks {', '.join(missing)}" if missing else ""))
+
+
+def main(out: pathlib.Path, *more: pathlib.Path) -> None:
     t = out / "build_timings.json"
     if t.exists():
         try:
@@ -19,10 +60,7 @@ def main(out: pathlib.Path) -> None:
                   f"{d['import_torch_s']:.2f} s")
         except (ValueError, KeyError) as e:
             print(f"build timings unreadable: {e}")
-    log = out / "gpu_tests.log"
-    if log.exists():
-        tail = [l for l in log.read_text().splitlines() if re.search(r"\d+ (passed|failed)", l)]
-        print("gpu tests:", tail[-1] if tail else "no summary line")
+    chunks(out, *more)
     exercises = out / "exercises.log"
     if exercises.exists():  # "### exercise check NAME FILE", the report, its verdict line, "### exit N"
         header = verdict = None
@@ -70,6 +108,7 @@ def main(out: pathlib.Path) -> None:
             within = sum(d <= 0.03 for d, _ in diffs)
             print(f"repeat: {within}/{len(diffs)} rows of >= 8 MiB within 3%; median |diff| "
                   f"{sorted(d for d, _ in diffs)[len(diffs) // 2]:.2%}, worst {worst[0]:.2%} at {worst[1]}")
+    _verdicts(rows)
     print(f"bench: {rows[0]['gpu']}, copy ceiling {rows[0]['ceiling_GBps']:.0f} GB/s; each op's largest size")
     print(f"{'op':16s} {'dir':4s} {'dtype':9s} {'provider':8s} {'ms':>8s} {'GB/s':>7s} {'%ceil':>6s} {'x eager':>8s} "
           f"{'x compile':>9s}")
@@ -93,6 +132,36 @@ def main(out: pathlib.Path) -> None:
     _slower_than_compile(rows)
 
 
+def _untrusted(r: dict) -> bool:
+    return r.get("verified") == "wrong" or bool(r.get("impossible"))
+
+
+def _verdicts(rows: list) -> None:
+    """How the rows' outputs were checked, how many were wrong or impossible (each named), the SM
+    clock range over the run, and the rows whose clocks moved or throttled."""
+    tally: dict[str, int] = {}
+    for r in rows:
+        status = "wrong" if r.get("verified") == "wrong" else "impossible" if r.get("impossible") else \
+            r.get("verified", "no check recorded")
+        tally[status] = tally.get(status, 0) + 1
+    print("bench rows: " + ", ".join(f"{n} {k}" for k, n in sorted(tally.items())))
+    for r in rows:
+        if _untrusted(r):
+            why = r.get("verify_detail") if r.get("verified") == "wrong" else r.get("impossible_reason")
+            print(f"  {'WRONG' if r.get('verified') == 'wrong' else 'IMPOSSIBLE'} {r['op']}/{r['variant']} "
+                  f"{r['direction']} {r['dtype']} {r['shape']}: {why}")
+    clocks = [r["clocks"] for r in rows if r.get("clocks")]
+    if clocks:
+        warned = [r for r in rows if r.get("clock_warning")]
+        print(f"clocks: SM {min(c['sm_mhz_min'] for c in clocks)}-{max(c['sm_mhz_max'] for c in clocks)} MHz, "
+              f"memory {min(c['mem_mhz_min'] for c in clocks)}-{max(c['mem_mhz_max'] for c in clocks)} MHz, "
+              f"up to {max(c['temp_c_max'] for c in clocks)} C and {max(c['power_w_max'] for c in clocks):.0f} W over "
+              f"{len(clocks)} rows; {len(warned)} rows with a clock warning"
+              + "".join(f"\n  {r['op']}/{r['variant']} {r['dtype']} {r['shape']}: {r['clock_warning']}" for r in warned[:10]))
+    elif rows:
+        print("clocks: not recorded in these rows")
+
+
 def _ladder(op: str) -> tuple:
     try:
         from workbench import registry
@@ -113,7 +182,7 @@ def _ladder_table(op: str, ladder: tuple, rows: list) -> None:
     for dtype in dict.fromkeys(r["dtype"] for r in fwd):
         for shape in dict.fromkeys(r["shape"] for r in fwd if r["dtype"] == dtype):
             at = {r["variant"]: r for r in fwd if r["dtype"] == dtype and r["shape"] == shape}
-            rungs = [at[v] for v in ladder if v in at]
+            rungs = [at[v] for v in ladder if v in at and not _untrusted(at[v])]
             if not rungs:
                 continue
             first, best = rungs[0], min(rungs, key=lambda r: r["median_ms"])
@@ -151,4 +220,4 @@ def _slower_than_compile(rows: list) -> None:
 
 
 if __name__ == "__main__":
-    main(pathlib.Path(sys.argv[1]))
+    main(*(pathlib.Path(a) for a in sys.argv[1:]))

@@ -46,6 +46,38 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes more than a few seconds")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--chunk", default=None, metavar="K/N",
+                     help="run only chunk K of N of the selected tests (every N-th test from the K-th, so each "
+                          "chunk gets a share of every file): the GPU suite no longer fits one 10-minute call")
+
+
+def chunk_of(items: list, chunk: str) -> list:
+    """The items of chunk "K/N" (K in 1..N): items[K-1::N]."""
+    try:
+        k, n = (int(v) for v in chunk.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"--chunk must be K/N with integers, like 2/4; got {chunk!r}") from None
+    if not 1 <= k <= n:
+        raise pytest.UsageError(f"--chunk K/N needs 1 <= K <= N; got {chunk!r}")
+    return items[k - 1::n]
+
+
+@pytest.hookimpl(trylast=True)  # after -m / -k have deselected, so chunks split what would run
+def pytest_collection_modifyitems(config, items):
+    chunk = config.getoption("--chunk")
+    if not chunk:
+        return
+    keep = chunk_of(items, chunk)
+    kept = {id(i) for i in keep}
+    config.hook.pytest_deselected(items=[i for i in items if id(i) not in kept])
+    total = len(items)
+    items[:] = keep
+    reporter = config.pluginmanager.get_plugin("terminalreporter")  # none in an xdist worker
+    if reporter is not None:
+        reporter.write_line(f"chunk {chunk}: {len(keep)} of the {total} selected tests")
+
+
 def pytest_report_header(config):
     return f"workbench test cache: {CACHE_DIR} (torch {torch.__version__}, GPU visible: {HAS_GPU})"
 
