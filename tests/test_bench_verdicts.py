@@ -111,6 +111,8 @@ def test_physics_refuses_a_rate_beyond_the_device():
     assert "4.00x the device's memory bandwidth (3000 GB/s measured)" in why
     assert physics.judge(dict(big, GBps=3100.0), bandwidth_limit_GBps=limit, l2_bytes=50 * 2**20,
                          flops_limit_TFLOPs=None) == ""     # within the margin: a read-mostly op may beat a copy
+    assert physics.judge(big, bandwidth_limit_GBps=limit, l2_bytes=50 * 2**20, flops_limit_TFLOPs=None,
+                         bytes_floor=False) == ""            # a baseline: its saved tensors are its own
     small = dict(big, bytes=16 * 2**20)                      # its data can stay in L2: not held to DRAM
     assert physics.judge(small, bandwidth_limit_GBps=limit, l2_bytes=50 * 2**20, flops_limit_TFLOPs=None) == ""
     gemm = dict(GBps=10.0, bytes=1, TFLOPs=1200.0, flops=2 * 8192**3, dtype="bfloat16")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -264,9 +265,12 @@ def _measure_provider(kind_fn, group: _Group, attrs: dict, device: torch.device,
     if isinstance(fn, _Compiled):
         fn = fn.fresh()
     poison = kind == "variant"
+    started = time.perf_counter()
     verdict = group.before.check(fn, "before timing", poison=poison)
     if not verdict.ok:
-        return dict(_NOT_TIMED, **_verdict_fields(verdict), clocks={}, clock_warning="")
+        return dict(_NOT_TIMED, **_verdict_fields(verdict), clocks={}, clock_warning="",
+                    check_seconds=time.perf_counter() - started)
+    check_s = time.perf_counter() - started
     timed = group.timed(fn, attrs)
     clocks: dict = {}
     if device.type == "cuda":
@@ -275,15 +279,18 @@ def _measure_provider(kind_fn, group: _Group, attrs: dict, device: torch.device,
         clocks = s.conditions
     else:
         m = timing.time_cpu(timed, between=timed.refresh, **stop)
+    started = time.perf_counter()
     last = group.check_timed(timed)
     after = group.after.check(fn, "after timing", poison=poison)
+    check_s += time.perf_counter() - started  # the trusted results included, where this provider computed them
     verdict = next((v for v in (last, after) if not v.ok), after)
     if verdict.ok:
         verdict.max_abs_err = max(last.max_abs_err, after.max_abs_err)
     out = dict(median_ms=m.median_ms, p20_ms=m.p20_ms, p80_ms=m.p80_ms, n_samples=m.n_samples,
                rel_std_err=m.rel_std_err, method=m.method, unseen_ms=m.unseen_ms, synced_ms=m.synced_ms,
                peak_mem_bytes=timing.peak_memory_bytes(timed, device) if device.type == "cuda" else -1,
-               **_verdict_fields(verdict), clocks=clocks, clock_warning=conditions.warning(clocks))
+               **_verdict_fields(verdict), clocks=clocks, clock_warning=conditions.warning(clocks),
+               check_seconds=check_s)
     if m.unseen_ms > 0:
         out["impossible_reason"] = (
             f"{m.unseen_ms:.3f} ms of GPU work per call ran outside the timed stream: back to back, with the "
@@ -366,6 +373,7 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     "cpu" (CPU variants, CPU timers). isolate=True runs the sweep in a child process (a faulting
     kernel cannot take this one down). Returns a BenchResult (.table() .frame() .figure() .plot()
     .save()). baselines: names (default: every baseline the op has, baselines_of(spec))."""
+    sweep_started = time.perf_counter()
     if baselines is None:
         baselines = baselines_of(registry.spec(op))
     if isolate:
@@ -456,11 +464,14 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
                         row.update(ceiling_GBps=ceiling, pct_of_ceiling=100 * row["GBps"] / ceiling)
                         if limits is not None:
                             row.update(limits.fields())
-                            why = row.get("impossible_reason") or limits.judge(row)
+                            why = row.get("impossible_reason") or limits.judge(row, bytes_floor=kind_fn[0] == "variant")
                             row.update(impossible=bool(why), impossible_reason=why)
                         result.rows.append(row)
     add_speedups(result.rows)
     result.notes += _verdict_notes(result.rows, rotated)
+    checks = sum(r["check_seconds"] for r in result.rows)
+    wall = time.perf_counter() - sweep_started
+    result.notes.append(f"the output checks took {checks:.1f} s of the sweep's {wall:.1f} s ({100 * checks / wall:.0f}%)")
     if save:
         result.save(results_path)
     return result

@@ -40,10 +40,15 @@ def peak_tflops(capability: tuple[int, int], sms: int, max_sm_mhz: float, dtype:
     return rate * sms * max_sm_mhz * 1e6 / 1e12
 
 
-def judge(row: dict, *, bandwidth_limit_GBps: float, l2_bytes: int, flops_limit_TFLOPs: float | None) -> str:
-    """"" if the row is physically possible, else why not (pure: tests feed it rows)."""
+def judge(row: dict, *, bandwidth_limit_GBps: float, l2_bytes: int, flops_limit_TFLOPs: float | None,
+          bytes_floor: bool = True) -> str:
+    """"" if the row is physically possible, else why not (pure: tests feed it rows). bytes_floor:
+    whether the op's declared bytes are a floor for this provider. They are for a variant, whose
+    launcher is handed exactly the tensors the op declares; not for PyTorch's baselines, whose
+    autograd may save other tensors than the op's contract reads (torch.compile keeps a 1-byte
+    mask where the backward of a ReLU is declared to read x), so only their FLOPs are held."""
     gbps, nbytes = row.get("GBps"), row.get("bytes") or 0
-    if (gbps is not None and not math.isnan(gbps) and bandwidth_limit_GBps and not math.isnan(bandwidth_limit_GBps)
+    if (bytes_floor and gbps is not None and not math.isnan(gbps) and bandwidth_limit_GBps and not math.isnan(bandwidth_limit_GBps)
             and nbytes >= L2_MULTIPLE * l2_bytes and gbps > bandwidth_limit_GBps):
         return (f"{gbps:.0f} GB/s is {gbps / bandwidth_limit_GBps * (1 + BANDWIDTH_MARGIN):.2f}x the device's "
                 f"memory bandwidth ({bandwidth_limit_GBps / (1 + BANDWIDTH_MARGIN):.0f} GB/s measured): the "
@@ -86,9 +91,9 @@ class Limits:
                 peak = UNKNOWN_ARCH_FACTOR * gemm_tflops[d]
             self.flops_limit_TFLOPs[d] = None if peak is None else peak * (1 + FLOP_MARGIN)
 
-    def judge(self, row: dict) -> str:
+    def judge(self, row: dict, *, bytes_floor: bool = True) -> str:
         return judge(row, bandwidth_limit_GBps=self.bandwidth_limit_GBps, l2_bytes=self.l2_bytes,
-                     flops_limit_TFLOPs=self.flops_limit_TFLOPs.get(row.get("dtype")))
+                     flops_limit_TFLOPs=self.flops_limit_TFLOPs.get(row.get("dtype")), bytes_floor=bytes_floor)
 
     def fields(self) -> dict:
         return {"copy_GBps": self.copy_GBps, "read_GBps": self.read_GBps,
