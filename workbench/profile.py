@@ -23,7 +23,10 @@ its source lines that collected the most stall samples, and why (lines=False lea
 The verdict (verdict(), a pure function of one kernel's metrics and the op's declared bytes and
 FLOPs) is, first rule that holds:
     uncoalesced     global loads or stores use < 50% of the bytes of the 32-byte sectors they move
-                    (sector efficiency; unless the kernel is at >= 90% of the copy ceiling anyway)
+                    (sector efficiency), and that access kind carries >= 15% of the kernel's global
+                    sectors (a few stores, one per block, waste little however they are laid out);
+                    of loads and stores, the one wasting more bytes; unless the kernel is at >= 90%
+                    of the copy ceiling anyway
     compute-bound   compute is at least the memory's share and: >= 50% of the GEMM ceiling (cuBLAS
                     for the dtype; ops declared compute_bound) or the tensor pipe >= 60%; for other
                     ops (or without a ceiling) SM throughput >= 60% of peak, which for an op that
@@ -99,6 +102,7 @@ BOUND = 0.6              # a roof is the limit from 60% of it
 COMPUTE_BOUND = 0.5      # of the GEMM ceiling
 AT_ROOF = 0.9
 UNCOALESCED_PCT = 50.0
+MATERIAL_SHARE = 0.15    # of the kernel's global sectors: below it, an access's waste cannot be its bottleneck
 LOW_OCCUPANCY_PCT = 50.0
 TIMEOUT_S = 300.0
 
@@ -242,6 +246,34 @@ def _pct(x: float | None) -> str:
     return "?" if x is None else f"{100 * x:.0f}%"
 
 
+def _sectors(m: dict, op: str) -> float | None:
+    s = m.get(f"{op}_sectors")
+    if s is None and m.get(f"{op}_requests") is not None and m.get(f"{op}_bytes_per_request") is not None:
+        s = m[f"{op}_requests"] * m[f"{op}_bytes_per_request"] / 32
+    return s
+
+
+def access_findings(m: dict) -> list[dict]:
+    """The global loads and the global stores of one kernel, each weighed by the traffic it carries:
+    its sector efficiency, its share of the kernel's global sectors (loads + stores; None where
+    a count is missing), the sector bytes it wastes, and whether it is material (a share of at least
+    MATERIAL_SHARE, or an unknown share). An access kind with no requests is left out."""
+    sectors = {op: _sectors(m, op) for op in ("ld", "st")}
+    known = all(v is not None for v in sectors.values())
+    total = sum(sectors.values()) if known else None
+    out = []
+    for op, what in (("ld", "loads"), ("st", "stores")):
+        eff, req = m.get(f"{op}_efficiency"), m.get(f"{op}_requests")
+        if eff is None or (req is not None and req <= 0) or sectors[op] == 0:
+            continue
+        share = sectors[op] / total if total else None
+        wasted = 32 * sectors[op] * (1 - eff / 100) if sectors[op] is not None else None
+        out.append(dict(op=op, what=what, efficiency=eff, share=share, bytes_per_request=m.get(f"{op}_bytes_per_request"),
+                        wasted=wasted if wasted is not None else -1.0,  # unknown: ranks below any known
+                        material=share is None or share >= MATERIAL_SHARE))
+    return out
+
+
 def verdict(m: dict, *, nbytes: float | None = None, flops: float | None = None, copy_GBps: float | None = None,
             gemm_TFLOPs: float | None = None, compute_bound: bool = False) -> Verdict:
     """The verdict for one kernel (rules in the module's docstring). m: its metrics by short name
@@ -267,17 +299,25 @@ def verdict(m: dict, *, nbytes: float | None = None, flops: float | None = None,
     if dram is not None:
         where.append(f"DRAM {_pct(dram)} of peak")
 
-    # 1. uncoalesced: sectors fetched whose bytes the threads do not use
+    # 1. uncoalesced: sectors fetched whose bytes the threads do not use, in the accesses (loads or
+    #    stores) that carry a material share of the kernel's global traffic; of those, the one that
+    #    wastes the most bytes. One partial sum stored per block (reduce_sum/first_add) wastes most
+    #    of its sector, but the stores are a sliver of the kernel's bytes: that is not its bottleneck.
     worst = None
-    for op, what in (("ld", "loads"), ("st", "stores")):
-        eff, req = g(f"{op}_efficiency"), g(f"{op}_requests")
-        if eff is not None and (req is None or req > 0) and eff < UNCOALESCED_PCT and (worst is None or eff < worst[0]):
-            worst = (eff, what, g(f"{op}_bytes_per_request"))
+    low = [f for f in access_findings(m) if f["efficiency"] < UNCOALESCED_PCT]
+    for f in low:
+        if f["material"] and (worst is None or (f["wasted"], -f["efficiency"]) > (worst["wasted"], -worst["efficiency"])):
+            worst = f
+    # What was weighed and found too small to matter, said so with the verdict that does
+    minor_note = "".join(f"; the global {f['what']} use {f['efficiency']:.0f}% of each sector's bytes, but carry "
+                         f"{100 * f['share']:.1f}% of the kernel's global sectors: not its bottleneck"
+                         for f in low if not f["material"])
     if worst is not None and not (mem_frac is not None and mem_frac >= AT_ROOF):
-        eff, what, bpr = worst
+        eff, what, bpr = worst["efficiency"], worst["what"], worst["bytes_per_request"]
         per = f", {bpr:.0f} bytes of sectors per warp-wide request" if bpr is not None else ""
+        share = [f"{_pct(worst['share'])} of the kernel's global sectors"] if worst["share"] is not None else []
         return Verdict("uncoalesced", f"uncoalesced: the global {what} use {eff:.0f}% of the bytes of each 32-byte "
-                       f"sector they move{per} ({', '.join(where) or 'no ceiling known'})",
+                       f"sector they move{per} ({', '.join(share + where) or 'no ceiling known'})",
                        "make the 32 threads of a warp touch consecutive addresses (threadIdx.x along the "
                        "contiguous, last dimension); where the algorithm walks columns, stage a tile through "
                        "shared memory and read it transposed" + spill_note)
@@ -310,7 +350,7 @@ def verdict(m: dict, *, nbytes: float | None = None, flops: float | None = None,
             advice = ("more independent multiply-adds per thread (larger register tiles), fewer shared-memory loads "
                       "per FMA, the next tile's loads in flight during this one's math (double buffering); tensor "
                       "cores for 16-bit types")
-        return Verdict("compute-bound", head, advice + spill_note)
+        return Verdict("compute-bound", head + minor_note, advice + spill_note)
 
     # 3. memory-bound: near the copy ceiling (the op's own bytes) or DRAM near its peak
     if memory is not None and memory >= BOUND:
@@ -331,7 +371,7 @@ def verdict(m: dict, *, nbytes: float | None = None, flops: float | None = None,
         else:
             advice = ("room left under the roof: 16-byte (vector) loads and stores, more bytes in flight per "
                       "thread, a grid that fills every SM")
-        return Verdict("memory-bound", head, advice + spill_note)
+        return Verdict("memory-bound", head + minor_note, advice + spill_note)
 
     # 4. latency-bound: no roof is near
     parts = []
@@ -364,7 +404,8 @@ def verdict(m: dict, *, nbytes: float | None = None, flops: float | None = None,
         parts.append("warps stall most on " + ", ".join(f"{r} ({v:.1f})" for r, v in stalls))
         if "wave" not in advice and not (theo is not None and theo < LOW_OCCUPANCY_PCT):
             advice = _STALL_ADVICE.get(stalls[0][0], advice)
-    return Verdict("latency-bound", "latency-bound: " + "; ".join(parts or ["no roof is near"]), advice + spill_note)
+    return Verdict("latency-bound", "latency-bound: " + "; ".join(parts or ["no roof is near"]) + minor_note,
+                   advice + spill_note)
 
 
 # ----------------------------------------------------------------------------------------- the result
