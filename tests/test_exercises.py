@@ -474,7 +474,11 @@ def pretend_gpu(monkeypatch, cuda_buildable):
 
     fakes = Fakes()
     monkeypatch.setattr(wbex.checks, "gpu_present", lambda: True)
-    monkeypatch.setattr(wbex.checks, "start_worker", lambda ex, seed: None)  # called where a GPU driver is
+    monkeypatch.setattr(wbex.checks, "start_worker", lambda ex, seed, gpu=None: None)
+    # The load in a child (tests/test_checker_isolation.py runs it for real): what the library exports.
+    monkeypatch.setattr(wbex.checks, "load_in_child", lambda ex, built, worker=None, timeout_s=None: {
+        "info": {"op": ex.op, "device": built.device, "dtypes": list(built.dtypes)}, "build_id": built.build_id,
+        "built": False, "pid": -1})
     monkeypatch.setattr(wbex.checks, "in_child",
                         lambda kind, ex, kernel, worker=None, **k: getattr(fakes, kind)(ex.op, kernel, **k))
     fakes.gradcheck = lambda op, kernel, **k: correctness.Report(
@@ -571,7 +575,8 @@ def _bench_rows(student: str, reference: str, mine_ms: float, ref_ms: float):
         for d in directions:
             for t in dtypes:
                 for name, ms in ((student, mine_ms), (reference, ref_ms)):
-                    rows.append({"direction": d, "dtype": t, "variant": name, "median_ms": ms})
+                    rows.append({"direction": d, "dtype": t, "variant": name, "median_ms": ms, "shape": "8192x8192",
+                                 "verified": "ok", "verify_detail": "", "impossible": False, "clock_warning": ""})
         return BenchResult(rows)
     return bench
 
@@ -580,13 +585,74 @@ def test_speed_is_the_reference_median_over_yours(pretend_gpu):
     pretend_gpu.check = _passing_check
     pretend_gpu.bench = _bench_rows("ex02_solution", "vec4", 1.0, 0.8)
     slow = wbex.check_exercise(2, wbex.get(2).solution, seed=1)
-    assert (slow.first_failure.name, slow.first_failure.detail) == ("speed", "0.80x vec4 on fwd float32, target 0.85x")
+    assert (slow.first_failure.name, slow.first_failure.detail) == ("speed", "0.80x vec4 on fwd float32 8192x8192, target 0.85x")
     assert "yours 1.0000 ms, vec4 0.8000 ms)" in slow.summary()
     pretend_gpu.bench = _bench_rows("ex02_solution", "vec4", 0.9, 0.8)
     fast = wbex.check_exercise(2, wbex.get(2).solution, seed=1)
     assert fast.complete and fast.verdict() == "PASS", fast.summary()
     assert "0.89x vec4" in fast.summary()               # the timings print on a pass too
     assert wbex.check_exercise(2, wbex.get(2).solution, seed=1, speed=False).check("speed").status == "skipped"
+
+
+def _speed_with(monkeypatch, rows_of):
+    """checks.speed of exercise 02 (8192x8192 fwd float32) on benchmark rows that rows_of(student,
+    reference) gives; no build, no GPU: the child's bench is a stand-in."""
+    from types import SimpleNamespace
+
+    ex = wbex.get(2)
+    kernel = SimpleNamespace(name="ex02_mine", device="cuda", source=ex.solution)
+    monkeypatch.setattr(wbex.checks, "in_child",
+                        lambda kind, ex_, k, worker=None, **kw: BenchResult(rows_of(k.name, ex.reference)))
+    return wbex.checks.speed(ex, kernel)
+
+
+def _row(variant: str, ms: float, **fields):
+    row = {"direction": "fwd", "dtype": "float32", "variant": variant, "median_ms": ms, "shape": "8192x8192",
+           "verified": "ok", "verify_detail": "", "impossible": False, "impossible_reason": "", "clock_warning": ""}
+    row.update(fields)
+    return row
+
+
+def test_speed_fails_on_a_wrong_or_impossible_row_whatever_the_ratio(monkeypatch):
+    wrong = "the timed call's output: y, largest |difference| 1.5 at [6144, 0], shape 8192x8192"
+    check = _speed_with(monkeypatch, lambda me, ref: [_row(me, 0.1, verified="wrong", verify_detail=wrong),
+                                                      _row(ref, 0.4)])
+    assert check.status == "FAIL" and check.detail == f"yours, fwd float32 8192x8192: the timed output is wrong: {wrong}"
+    assert any("4.00x vec4" in ln for ln in check.lines)  # the timings are shown, and do not count
+    # The benchmark does not time a wrong row (NaN): still the same FAIL, not "no timing".
+    check = _speed_with(monkeypatch, lambda me, ref: [_row(me, math.nan, verified="wrong", verify_detail=wrong),
+                                                      _row(ref, 0.4)])
+    assert check.status == "FAIL" and check.detail == f"yours, fwd float32 8192x8192: the timed output is wrong: {wrong}"
+    assert any("not timed" in ln for ln in check.lines), check.lines
+    reason = "2512 GB/s is 1.31x the device's copy ceiling (1913 GB/s)"
+    check = _speed_with(monkeypatch, lambda me, ref: [_row(me, 0.1, impossible=True, impossible_reason=reason),
+                                                      _row(ref, 0.4)])
+    assert check.status == "FAIL" and check.detail == f"yours, fwd float32 8192x8192: impossible: {reason}"
+    # The reference's rows are held to the same: a wrong reference makes the ratio meaningless.
+    check = _speed_with(monkeypatch, lambda me, ref: [_row(me, 0.4), _row(ref, 0.4, verified="wrong",
+                                                                          verify_detail="after timing: y")])
+    assert check.status == "FAIL" and check.detail.startswith("vec4, fwd float32 8192x8192: the timed output is wrong")
+
+
+def test_speed_fails_where_the_timed_output_was_not_verified(monkeypatch):
+    check = _speed_with(monkeypatch, lambda me, ref: [_row(me, 0.4, verified="not checked",
+                                                           verify_detail="no float64 reference fits"), _row(ref, 0.4)])
+    assert (check.status, check.detail) == ("FAIL", "yours, fwd float32 8192x8192: the timed output could not be "
+                                                    "verified (no float64 reference fits)")
+    # A row without the fields (a benchmark that does not verify) counts as not verified.
+    bare = lambda me, ref: [{"direction": "fwd", "dtype": "float32", "variant": n, "median_ms": 0.4}  # noqa: E731
+                            for n in (me, ref)]
+    check = _speed_with(monkeypatch, bare)
+    assert check.status == "FAIL" and "the timed output could not be verified (not checked)" in check.detail
+
+
+def test_speed_quotes_a_clock_warning_and_says_its_shape(monkeypatch):
+    warn = "SM clock moved 1980 -> 1755 MHz during the row (thermal throttle)"
+    check = _speed_with(monkeypatch, lambda me, ref: [_row(me, 0.4, clock_warning=warn), _row(ref, 0.4)])
+    assert (check.status, check.detail) == ("ok", "at least 1.00x vec4 at 8192x8192 (target 0.85x)")
+    assert f"yours, fwd float32 8192x8192: clocks: {warn} (a note, not a failure)" in check.lines
+    slow = _speed_with(monkeypatch, lambda me, ref: [_row(me, 1.0), _row(ref, 0.8)])
+    assert (slow.status, slow.detail) == ("FAIL", "0.80x vec4 on fwd float32 8192x8192, target 0.85x")
 
 
 # ----------------------------------------------------------------------------- command line

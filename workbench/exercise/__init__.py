@@ -8,8 +8,14 @@
     report.py        the report the checks fill, and how it prints
 
 check_exercise(n, path) builds the file as a variant of the exercise's op and runs, in order:
-    build, declared dtypes, SASS rules        on any machine that can build CUDA
+    build, load, declared dtypes, SASS rules        on any machine that can build CUDA
     correctness, gradcheck, [global loads,] speed   on a GPU (skipped, with the reason, elsewhere)
+
+The student's code never runs in this process: it is built here (compiling is safe) and read as
+files (its declaration from the source text, its SASS from the .so, its registers from the build
+log); "load" loads it in a child process (isolate.Worker, started before the build so its start-up
+overlaps it), and the GPU checks run in that child. A child that ends without handing its result
+over is a FAIL; the verdict and the exit status are this process's alone.
 """
 from __future__ import annotations
 
@@ -50,21 +56,22 @@ def variant_name(ex: Exercise, source: pathlib.Path) -> str:
 
 
 def _prepare(exercise, path, seed):
-    """(exercise, source, report, worker): the worker (the GPU checks' child) starts first, before
-    this process imports torch, where a GPU driver is installed."""
+    """(exercise, source, report, worker): the worker (the child that loads the student's library
+    and runs the GPU checks) starts first, before this process imports torch."""
     ex = get(exercise)
     source = _student_path(ex, path)
     seed = new_seed() if seed is None else int(seed)
-    worker = checks.start_worker(ex, seed) if checks.gpu_likely() else None
+    likely = checks.gpu_likely()
+    worker = checks.start_worker(ex, seed)
     try:
         shown = checks.shown(source)
         command = (f"python -m workbench exercise check {ex.number}"
                    + (f" {shlex.quote(shown)}" if path is not None else "") + f" --seed {seed}")
         report = ExerciseReport(ex.slug, ex.title, shown, f"{ex.op}/{variant_name(ex, source)}", seed,
                                 ex.sizes.draw(seed, registry.spec(ex.op)), command)
-        if worker is not None and not checks.gpu_present():
-            worker.close()
-            worker = None
+        if worker is not None and likely and not checks.gpu_present():
+            worker.close()  # it would warm up on a GPU that is not usable: one for the load alone
+            worker = checks.start_worker(ex, seed, gpu=False)
     except BaseException:
         if worker is not None:
             worker.close()
@@ -90,16 +97,25 @@ def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool
             for name in ex.checks[1:]:
                 yield add(Check(name, "skipped", why))
             return
+        # The first time the student's code runs: in the child, on every machine.
+        loaded = add(checks.load(ex, kernel, worker))
+        yield loaded
         dtypes = add(checks.declared_dtypes(ex, kernel))
         yield dtypes
+        after_sass = ex.checks[ex.checks.index("SASS rules") + 1:]
         gpu = kernel.device != "cuda" or checks.gpu_present()
         sanitize = f"python -m workbench sanitize {ex.op} {kernel.name} --source {shlex.quote(report.path)}"
         # The check matrix starts in the child now; the SASS is read here meanwhile.
-        pending = checks.correctness(ex, kernel, report.shapes, report.seed, sanitize, worker) if gpu else None
+        run_gpu = gpu and loaded.status == "ok"
+        pending = checks.correctness(ex, kernel, report.shapes, report.seed, sanitize, worker) if run_gpu else None
         yield add(check_sass(ex, kernel))
         if not gpu:
-            for name in ex.checks[3:]:
+            for name in after_sass:
                 yield add(Check(name, "skipped", NEEDS_GPU))
+            return
+        if not run_gpu:
+            for name in after_sass:
+                yield add(Check(name, "skipped", "the library did not load in the child process (see load)"))
             return
         correct = add(pending())
         yield correct
@@ -126,7 +142,7 @@ def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool
 
 def check_exercise(exercise, path=None, *, seed: int | None = None, speed: bool = True) -> ExerciseReport:
     """Build `path` (default: the exercise's starter.cu) as a variant of the exercise's op and run
-    its checks: build, declared dtypes, SASS rules; then, on a GPU, correctness (the check matrix
+    its checks: build, load (in a child process), declared dtypes, SASS rules; then, on a GPU, correctness (the check matrix
     on sizes drawn from `seed`, in a child process), gradcheck, and speed against the reference
     variant (speed=False skips it). Returns an ExerciseReport: .ok, .checks, .first_failure,
     .summary(). Raises ValueError for an unknown exercise or a path that is not a .cu file."""

@@ -1,11 +1,18 @@
-"""The checks of an exercise, each returning a Check: build, declared dtypes, correctness,
-gradcheck, speed (the SASS rules are in sass.py). Correctness and gradcheck run in a child process
-(a kernel that faults or hangs cannot take the checker down), and the child says which case it was
-running, so a crash names its case."""
+"""The checks of an exercise, each returning a Check: build, load, declared dtypes, correctness,
+gradcheck, speed (the SASS rules are in sass.py). The student's library is built here and never
+loaded here: compiling is safe, loading runs its code (static initializers). "load" loads it in a
+child process first, on every machine, and compares what the library exports with what its source
+declares; correctness, gradcheck and speed run in a child too (a kernel that faults or hangs cannot
+take the checker down), and the child says which case it was running, so a crash names its case.
+A child that ends without handing its result over (an exit with any status, 0 included, a signal,
+a timeout) is a FAIL: only what this process receives and judges can pass."""
 from __future__ import annotations
 
+import math
+import os
 import pathlib
 import re
+import signal
 import subprocess
 
 from .. import dtypes as dtypes_
@@ -14,6 +21,9 @@ from .registration import Exercise
 from .report import LAYOUTS, Check
 
 CHILD_TIMEOUT_S = 600  # correctness and gradcheck each; a kernel that hangs fails instead of waiting forever
+# Loading the student's library in the child (its static initializers run then): seconds from when
+# the child is ready. WORKBENCH_LOAD_TIMEOUT_S overrides it (the tests shorten it).
+LOAD_TIMEOUT_S = 60
 # The layouts an exercise checks: a transposed view reaches the kernel as a contiguous copy, as a
 # strided one does, so it would test the harness, not the student's kernel.
 EXERCISE_LAYOUTS = ("contiguous", "strided", "offset")
@@ -30,17 +40,36 @@ def gpu_likely() -> bool:
     return pathlib.Path("/dev/nvidiactl").exists()
 
 
-def start_worker(ex: Exercise, seed: int):
-    """The child process the GPU checks run in, started before anything else (even before this
-    process imports torch), so that its start-up overlaps the build instead of following it:
-    import torch, the CUDA context, and a check of the reference variant in the exercise's dtypes
-    and layouts on the smallest of the sizes the seed draws, which loads every kernel the
-    student's check will use. The reference is an in-tree variant: the student's kernel is not
-    involved."""
+def start_worker(ex: Exercise, seed: int, gpu: bool | None = None):
+    """The child process the student's library is loaded in and the GPU checks run in, started
+    before anything else (even before this process imports torch), so that its start-up overlaps
+    the build instead of following it: import torch, the harness and the op's binding, and where a
+    GPU is (gpu: default gpu_likely()) the CUDA context and a check of the reference variant in the
+    exercise's dtypes and layouts on the smallest of the sizes the seed draws, which loads every
+    kernel the student's check will use. All of it in-tree code: the student's library is loaded
+    only by the first job ("load")."""
     from .. import isolate
 
+    if not (gpu_likely() if gpu is None else gpu):
+        return isolate.Worker({"op": ex.op})
     return isolate.Worker({"op": ex.op, "variant": ex.reference, "dtypes": list(ex.dtypes),
                            "sizes_from_seed": seed, "layouts": list(EXERCISE_LAYOUTS), "seed": seed})
+
+
+def load_timeout_s() -> float:
+    return float(os.environ.get("WORKBENCH_LOAD_TIMEOUT_S") or LOAD_TIMEOUT_S)
+
+
+def load_in_child(ex: Exercise, built, worker=None, timeout_s: float | None = None) -> dict:
+    """Load the built library in the worker (or a fresh child where there is none) and return what
+    the child read of it: {"info": its exported descriptor, "build_id", "built", "pid"}. Raises
+    IsolatedRunError (ChildTimeout past timeout_s) where the child ends without reporting."""
+    from .. import isolate
+
+    spec = isolate.variant_spec(ex.op, built)
+    timeout_s = load_timeout_s() if timeout_s is None else timeout_s
+    return worker.run("load", spec, {}, timeout_s=timeout_s) if worker is not None else \
+        isolate.run("load", spec, {}, timeout_s=timeout_s)
 
 
 def in_child(kind: str, ex: Exercise, kernel, worker=None, **kwargs):
@@ -86,7 +115,8 @@ def _resources(kernel) -> str:
 
 
 def build(ex: Exercise, source: pathlib.Path, name: str):
-    """(kernel or None, the build check)."""
+    """(the built variant or None, the build check). The library is built (or found in the
+    cache) and not loaded: loader.BuiltVariant, its declaration read from the source's text."""
     from .. import loader
     from ..errors import BuildError, WorkbenchError
 
@@ -94,10 +124,9 @@ def build(ex: Exercise, source: pathlib.Path, name: str):
         why = "torch has no CUDA" if not toolchain.torch_has_cuda() else "no nvcc found (set CUDA_HOME)"
         return None, Check("build", "skipped", f"this machine cannot build CUDA code: {why}")
     try:
-        # The harness and the binding (not part of the time the student's build took); the kernel is
-        # only built and loaded here, its checks run in a child: no fake/autograd registration.
-        loader.ensure_op(ex.op, python=False)
-        kernel = loader.load_source(ex.op, source, name=name, python=False)
+        # Built only: loading it would run its code (static initializers) in this process, the
+        # checker's. The child loads it ("load") and runs its checks.
+        kernel = loader.build_source(ex.op, source, name=name)
     except BuildError as e:
         where = f"{shown(e.file)}:{e.line}" if e.file and e.line else shown(e.file) if e.file else "build"
         first, *rest = (e.first_error or "failed").splitlines() or ["failed"]
@@ -108,6 +137,75 @@ def build(ex: Exercise, source: pathlib.Path, name: str):
         return None, Check("build", "FAIL", first, [first, *rest])
     how = f"built in {kernel.seconds:.1f} s" if kernel.built else "unchanged, cached build"
     return kernel, Check("build", "ok", f"{how}; {_resources(kernel)}")
+
+
+_LOAD_HINT = ("code in your file that runs when its library is loaded - constructors of global objects, "
+              "__attribute__((constructor)) functions, initializers of globals that call functions - runs in "
+              "the checker's child process, never in the checker; it must return, and must not end the process")
+
+
+def load(ex: Exercise, kernel, worker=None) -> Check:
+    """Load the built library in a child (its first code to run anywhere), read the descriptor
+    it exports (workbench_variant_info, whose ABI version and op the harness checks) and compare
+    it with what the source declares, which the checks here went by. Any way the child ends
+    without reporting is a FAIL naming it."""
+    from ..errors import IsolatedRunError
+
+    timeout = load_timeout_s()
+    try:
+        out = load_in_child(ex, kernel, worker, timeout)
+    except IsolatedRunError as e:
+        return load_failed(e, timeout)
+    info = out.get("info") or {}
+    declared = f"{kernel.device}; {', '.join(kernel.dtypes) or 'no dtypes'}"
+    exported = f"{info.get('device')}; {', '.join(info.get('dtypes') or []) or 'no dtypes'}"
+    problems = []
+    if info.get("op") != ex.op:
+        problems.append(f"op: it exports a variant of {info.get('op')!r}, the exercise's op is {ex.op!r}")
+    if info.get("device") != kernel.device:
+        problems.append(f"device: the source declares {kernel.device}, the library exports {info.get('device')}")
+    if sorted(info.get("dtypes") or []) != sorted(kernel.dtypes):
+        problems.append(f"dtypes: the source declares {', '.join(kernel.dtypes) or 'none the checker can read'}; "
+                        f"the library exports {', '.join(info.get('dtypes') or []) or 'none'}")
+    if out.get("build_id") != kernel.build_id:
+        problems.append(f"build: the child loaded build {out.get('build_id')}, not the one built here "
+                        f"({kernel.build_id}); the checks here would not be about the code that runs")
+    where = f"loaded in a child process (pid {out.get('pid')}), not in the checker's ({os.getpid()})"
+    if problems:
+        lines = [where, "the library's exported descriptor (workbench_variant_info) does not match "
+                        "WB_EXPORT_VARIANT(...) as written in the source:", *[f"  {p}" for p in problems]]
+        if any(p.startswith(("device", "dtypes")) for p in problems):
+            lines.append("write the device and the dtype mask literally in WB_EXPORT_VARIANT(op, WB_DEVICE_CUDA, "
+                         "WB_F32 | WB_F16, ...): the checker reads them from the text, before anything runs")
+        return Check("load", "FAIL", f"the library exports {exported}; its source declares {declared}", lines)
+    return Check("load", "ok", f"in a child process; it exports what its source declares ({declared})", [where])
+
+
+def load_failed(err, timeout_s: float) -> Check:
+    """The load check of a child that ended without reporting: how it ended, and its last words."""
+    out = [ln for ln in (err.output or "").splitlines() if ln.strip()]
+    said = ["its last lines:", *[f"    {ln}" for ln in out[-12:]]] if out else ["it printed nothing"]
+    if isinstance(err, subprocess.TimeoutExpired):
+        if getattr(err, "starting", False):
+            return Check("load", "FAIL", f"the child process that loads your library did not start within "
+                                         f"{err.timeout_s:g} s (before your code ran: the machine, not your file)",
+                         [str(err).splitlines()[0], *said])
+        return Check("load", "FAIL", f"hung: loading your library did not finish within {timeout_s:g} s "
+                                     f"(the child was killed)", [str(err).splitlines()[0], _LOAD_HINT, *said])
+    code = err.returncode
+    if code < 0:
+        try:
+            how = signal.Signals(-code).name
+        except ValueError:
+            how = f"signal {-code}"
+        detail = f"the child process loading your library was killed by {how} before reporting"
+    else:
+        raised = re.findall(r"^\w*(?:Error|Exception)\w*: (.+)$", err.full_output or "", flags=re.MULTILINE)
+        if code == 1 and raised and "Traceback (most recent call last)" in (err.full_output or ""):
+            detail = f"loading your library failed: {raised[-1].strip()}"
+        else:
+            detail = f"the child process loading your library exited with status {code} before reporting"
+    return Check("load", "FAIL", detail, [str(err).splitlines()[0], _LOAD_HINT, *said])
 
 
 def declared_dtypes(ex: Exercise, kernel) -> Check:
@@ -128,7 +226,7 @@ def stopped(name: str, err, sanitize: str) -> Check:
     announces each case before it runs ("[case] backward 37x131 float32 offset"), so the last
     announcement is the case that was running."""
     if isinstance(err, subprocess.TimeoutExpired):
-        return Check(name, "FAIL", f"timed out: not finished after {CHILD_TIMEOUT_S:.0f} s",
+        return Check(name, "FAIL", f"timed out: not finished after {getattr(err, 'timeout_s', CHILD_TIMEOUT_S):.0f} s",
                      ["a kernel never returned: look for a loop whose index never reaches its end"])
     text = err.full_output or err.output
     cases = re.findall(r"^\[case\] (.+)$", text, flags=re.MULTILINE)
@@ -235,35 +333,82 @@ def gradcheck(ex: Exercise, kernel, seed: int, sanitize: str, worker=None) -> Ch
                  + (f": {first.note}" if first.note else ""), lines)
 
 
+def _conditions(clocks) -> str:
+    """A row's sampled clocks etc. (benchmark's `clocks` dict), compactly."""
+    if not isinstance(clocks, dict) or not clocks:
+        return ""
+    return ", ".join(f"{k} {v}" for k, v in clocks.items() if not isinstance(v, (dict, list)))[:200]
+
+
+def row_problems(rows, kernel_name: str, shape: str, on_gpu: bool) -> tuple[list[str], list[str]]:
+    """(problems, notes) of the speed check's benchmark rows, the student's and the reference's:
+    a timed output that is wrong, a result the device cannot reach, or (on a GPU) a timed output
+    that was not verified are problems, whatever the ratio; a clock warning is a note. A row
+    without the fields counts as not verified."""
+    problems, notes = [], []
+    for r in rows:
+        who = "yours" if r.get("variant") == kernel_name else r.get("variant", "?")
+        label = f"{who}, {r.get('direction', '?')} {r.get('dtype', '?')} {r.get('shape') or shape}"
+        verified = r.get("verified") or "not checked"
+        detail = (r.get("verify_detail") or "").strip()
+        if verified == "wrong":
+            problems.append(f"{label}: the timed output is wrong: {detail or 'no detail given'}")
+        elif verified != "ok" and on_gpu:
+            problems.append(f"{label}: the timed output could not be verified ({detail or verified})")
+        if r.get("impossible"):
+            problems.append(f"{label}: impossible: {(r.get('impossible_reason') or '').strip() or 'above what the device can do'}")
+        if r.get("clock_warning"):
+            notes.append(f"{label}: clocks: {str(r['clock_warning']).strip()} (a note, not a failure)")
+        elif _conditions(r.get("clocks")):
+            notes.append(f"{label}: conditions: {_conditions(r.get('clocks'))}")
+    return problems, notes
+
+
 def speed(ex: Exercise, kernel, worker=None) -> Check:
     s = ex.speed
+    shape = "x".join(map(str, s.shape))
     try:
         result = in_child("bench", ex, kernel, worker=worker, variants=[kernel.name, ex.reference],
                           dtypes=list(s.dtypes), shapes=[list(s.shape)], baselines=[],
                           directions=list(s.directions), budget_s=0.5)
     except Exception as e:  # noqa: BLE001 - a kernel that fails under timing is a failed check, not a crash
-        return Check("speed", "FAIL", f"stopped with an error: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
-                     str(e).splitlines())
+        return Check("speed", "FAIL", f"stopped with an error at {shape}: "
+                     f"{str(e).splitlines()[0] if str(e) else type(e).__name__}", str(e).splitlines())
     median = {(r["direction"], r["dtype"], r["variant"]): r["median_ms"] for r in result.rows}
+    # Judged first: a row whose output is wrong is not timed at all (NaN), and none counts then.
+    problems, notes = row_problems([r for r in result.rows if r.get("variant") in (kernel.name, ex.reference)],
+                                   kernel.name, shape, kernel.device == "cuda")
     lines, worst = [], None
     for d in s.directions:
         for t in s.dtypes:
             mine, ref = median.get((d, t, kernel.name)), median.get((d, t, ex.reference))
-            if mine is None or ref is None:
-                return Check("speed", "FAIL", f"no timing for {d} {t}", [f"benchmark notes: {n}" for n in result.notes])
+            if mine is None or ref is None or math.isnan(mine) or math.isnan(ref):
+                if problems:
+                    lines.append(f"{d:7s} {t:9s} not timed (yours {mine} ms, {ex.reference} {ref} ms)")
+                    continue
+                return Check("speed", "FAIL", f"no timing for {d} {t} at {shape}",
+                             [f"benchmark notes: {n}" for n in result.notes])
             ratio = ref / mine
             lines.append(f"{d:7s} {t:9s} {ratio:5.2f}x {ex.reference}  (yours {mine:.4f} ms, {ex.reference} {ref:.4f} ms)"
                          f"  {'ok' if ratio >= s.target else 'BELOW TARGET'}")
             if worst is None or ratio < worst[0]:
                 worst = (ratio, d, t)
-    ratio, d, t = worst
     lines.append(f"target: >= {s.target:.2f}x the throughput of {ex.reference} in every row, both timed in this run "
-                 f"at {'x'.join(map(str, s.shape))} (medians of CUDA-event timings)")
-    if ratio < s.target:
+                 f"at {shape} (medians of CUDA-event timings)")
+    lines += notes
+    if worst is not None and worst[0] < s.target:
         from ..profile import command  # why: the GPU's counters for the slowest row, yours beside the reference's
 
+        ratio, d, t = worst
         why = command(ex.op, [kernel.name, ex.reference], s.shape, t, d if d in ("fwd", "bwd") else "bwd",
                       source=shown(kernel.source))
         lines.append(f"why it is slower, from the GPU's counters (Nsight Compute), yours beside {ex.reference}: {why}")
-        return Check("speed", "FAIL", f"{ratio:.2f}x {ex.reference} on {d} {t}, target {s.target:.2f}x", lines)
-    return Check("speed", "ok", f"at least {ratio:.2f}x {ex.reference} (target {s.target:.2f}x)", lines, show=True)
+    if problems:
+        # Whatever the ratio: a timing of a wrong (or unchecked) output, or one the device cannot
+        # reach, measures nothing.
+        return Check("speed", "FAIL", problems[0], [*problems, "the timings, which do not count:", *lines])
+    ratio, d, t = worst
+    if ratio < s.target:
+        return Check("speed", "FAIL", f"{ratio:.2f}x {ex.reference} on {d} {t} {shape}, target {s.target:.2f}x", lines)
+    return Check("speed", "ok", f"at least {ratio:.2f}x {ex.reference} at {shape} (target {s.target:.2f}x)", lines,
+                 show=True)

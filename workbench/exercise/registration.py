@@ -53,7 +53,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, as a package (pip i
     import tomli as tomllib
 
 EXERCISES_DIR = config.REPO_ROOT / "exercises"
-CHECKS = ("build", "declared dtypes", "SASS rules", "correctness", "gradcheck", "global loads", "speed")
+CHECKS = ("build", "load", "declared dtypes", "SASS rules", "correctness", "gradcheck", "global loads", "speed")
 OPTIONAL_CHECKS = ("global loads",)  # run only where the exercise declares the rule
 _FOLDER = re.compile(r"^(\d{2})_([a-z0-9_]+)$")
 _SASS_KINDS = ("require", "forbid", "require_kernel", "fewer_than_starter")

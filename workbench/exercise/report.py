@@ -47,9 +47,16 @@ class ExerciseReport:
         return bool(self.checks) and self.checks[0].status == "ok"
 
     @property
+    def loaded(self) -> bool:
+        """The child that loaded the library reported back, and what it read was as declared."""
+        return any(c.name == "load" and c.status == "ok" for c in self.checks)
+
+    @property
     def ok(self) -> bool:
-        """No check failed and the file was built (some checks may have been skipped)."""
-        return self.built and self.first_failure is None
+        """No check failed, the file was built, and the child that loaded it reported back (some
+        checks may have been skipped). Decided here, from what this process received: how a
+        child ended never reads as a pass."""
+        return self.built and self.loaded and self.first_failure is None
 
     @property
     def complete(self) -> bool:
@@ -72,6 +79,8 @@ class ExerciseReport:
             return f"FAIL: {bad.name} — {bad.detail}"
         if not self.built:
             return f"NOT CHECKED: {self.checks[0].detail if self.checks else 'nothing ran'}"
+        if not self.loaded:
+            return "NOT CHECKED: no child process loaded the library and reported back"
         skipped = self.skipped
         if not skipped:
             return "PASS"

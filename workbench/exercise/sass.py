@@ -75,7 +75,7 @@ def starter_code(ex: Exercise, kernel) -> Code:
         return _code(str(kernel.library))
     name = variant_name(ex, ex.starter)
     name = name + "_baseline" if name == kernel.name else name  # a student's file named starter.cu
-    return _code(str(loader.load_source(ex.op, ex.starter, name=name, python=False).library))
+    return _code(str(loader.build_source(ex.op, ex.starter, name=name).library))  # built, not loaded
 
 
 def scoped(code: Code, scope: str = "kernel") -> Listing:
