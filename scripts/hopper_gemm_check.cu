@@ -4,8 +4,9 @@
 //          bf16, at tails of every tile, odd and unit k, aligned and unaligned rows (both routes),
 //          repeated bit for bit; one output past 2^31 elements (its last rows checked);
 //   bench: the forward against cuBLAS (cublasGemmEx, float accumulation) at the issue's sizes,
-//          median of timed repeats after warm-ups, cuEvents; each size's output compared with cuBLAS's.
-// Usage: hopper_gemm_check {check|bench|big} lib.so...
+//          median of timed repeats after warm-ups, cuEvents; each size's output compared with cuBLAS's;
+//   one:MxKxN: a single bf16 forward per library, for Nsight Compute.
+// Usage: hopper_gemm_check {check|bench|big|one:MxKxN} lib.so...
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -297,6 +298,20 @@ int main(int argc, char** argv) {
   }
   const std::string mode = argv[1];
   if (mode == "check") return run_check(libs) != 0;
+  if (mode.rfind("one:", 0) == 0) {  // one:MxKxN: one bf16 forward per library (for a profiler)
+    long m, k, n;
+    if (std::sscanf(mode.c_str(), "one:%ldx%ldx%ld", &m, &k, &n) != 3) return 2;
+    WbLaunch w = launch_args();
+    uint16_t *a = dev16(m * k, 5, true), *b = dev16(k * n, 6, true), *y;
+    CK(cudaMalloc(&y, m * n * 2));
+    for (const Lib& lib : libs) {
+      WbMatmulForward f{WB_BFLOAT16, m, k, n, a, b, y};
+      const int st = lib.l->forward(&f, &w);
+      CK(cudaDeviceSynchronize());
+      std::printf("one %s %ldx%ldx%ld: status %d\n", lib.name.c_str(), m, k, n, st);
+    }
+    return 0;
+  }
   if (mode == "big") return run_big(libs) != 0;
   std::vector<std::vector<int64_t>> sizes = {{4096, 4096, 4096}, {8192, 8192, 8192}, {16384, 4096, 4096},
                                              {8192, 8192, 28672}, {512, 4096, 512}};

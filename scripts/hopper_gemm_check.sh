@@ -4,7 +4,7 @@
 # both routes, bit-for-bit repeats), the output past 2^31 elements, and the forward against
 # cuBLAS at the issue's sizes.
 # Usage: [RUNGS="wgmma_tma warp_specialized persistent"] bash scripts/hopper_gemm_check.sh [check] [big] [bench]
-# (default: all three); TUNE=1 also times persistent with its 2-block cluster (multicast). Builds under $OUT (or a temporary directory); output on stdout.
+# (default: all three). Builds under $OUT (or a temporary directory); output on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 modes=${*:-"check big bench"}
@@ -18,11 +18,14 @@ for rung in $rungs; do
     "kernels/matmul/$rung.cu" -o "$bin/$rung.so" > "$bin/$rung.ptxas.log" 2>&1 &
   libs+=("$bin/$rung.so")
 done
-if [ -n "${TUNE:-}" ]; then  # persistent with the 2-block cluster, beside the shipped one
-  nvcc -std=c++17 -O3 $gencode -Xptxas=-v -shared -Xcompiler -fPIC -Ikernels/common -Ikernels/matmul \
-    -DWB_PERSISTENT_CLUSTER=2 kernels/matmul/persistent.cu -o "$bin/persistent_c2.so" > "$bin/persistent_c2.ptxas.log" 2>&1 &
-  libs+=("$bin/persistent_c2.so")
-fi
+# TUNE="name=flag,flag ...": more builds of persistent.cu, each under its name, timed beside the rest
+# (e.g. TUNE="c2=-DWB_PERSISTENT_CLUSTER=2 c2w0=-DWB_PERSISTENT_CLUSTER=2,-DWB_PERSISTENT_WAIT=0")
+for spec in ${TUNE:-}; do
+  name=${spec%%=*}; flags=${spec#*=}
+  nvcc -std=c++17 -O3 $gencode -Xptxas=-v -shared -Xcompiler -fPIC -Ikernels/common -Ikernels/matmul ${flags//,/ } \
+    kernels/matmul/persistent.cu -o "$bin/persistent_$name.so" > "$bin/persistent_$name.ptxas.log" 2>&1 &
+  libs+=("$bin/persistent_$name.so")
+done
 nvcc -std=c++17 -O3 $gencode -Ikernels/common -Ikernels/matmul scripts/hopper_gemm_check.cu -o "$bin/check" \
   -lcublas -ldl &
 for job in $(jobs -p); do wait "$job" || { cat "$bin"/*.ptxas.log | grep -i -B2 -A2 error; exit 1; }; done

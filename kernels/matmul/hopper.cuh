@@ -66,11 +66,13 @@ __device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
-// An arrival on the barrier at the same offset in CTA `cta` of the cluster.
+// An arrival on the barrier at the same offset in CTA `cta` of the cluster. The default (CTA-scope)
+// release: the arriving thread's own reads of the stage were wgmma's, finished by wait_group; a
+// .release.cluster arrive compiles to MEMBAR.ALL.GPU before each arrival (measured: half speed).
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta) {
   asm volatile(
       "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
       "r"(cta)
       : "memory");
 }
@@ -225,12 +227,27 @@ struct Wgmma<256, wb_half_t> {
 };
 
 // The warpgroup's 64 x N accumulators into C at (row0, col0) (the wgmma layout above): pairs of
-// values as one 4-byte store where C's rows allow (PAIRS), else one at a time; nothing past m, n.
+// values as one 4-byte store where C's rows allow (pairs), else one at a time; nothing past m, n.
+// A tile wholly inside C (every tile but the last row and column of tiles) takes the unpredicated
+// path: 64 x N / 128 stores a thread with no test and no branch between them.
 template <int N, typename T>
 __device__ __forceinline__ void store_acc(const Gemm<T>& g, const float (&d)[N / 2], int64_t row0, int64_t col0,
                                           int tid, bool pairs) {
   const int w = tid / 32 % 4, l = tid % 32;
   const int64_t r = row0 + 16 * w + l / 4, c = col0 + 2 * (l % 4);
+  if (pairs && row0 + 64 <= g.m && col0 + N <= g.n) {
+    T* out = g.c + r * g.n + c;
+#pragma unroll
+    for (int i = 0; i < N / 8; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        WbVec<T, 2> v;
+        v.v[0] = wb_from_acc<T>(d[4 * i + 2 * h]);
+        v.v[1] = wb_from_acc<T>(d[4 * i + 2 * h + 1]);
+        wb_store<T, 2>(out + 8 * h * g.n + 8 * i, v);
+      }
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < N / 8; ++i)
 #pragma unroll

@@ -1,21 +1,24 @@
-// persistent: rung 11, a persistent grid over the output tiles (sm_90a), fp16 and bf16. Over
-// warp_specialized (one block per 128 x 256 tile, launched in waves; each consumer ends a tile of
-// k's wgmmas before it releases the stage and waits for the next):
-// - a persistent grid: one block per SM (as many as fit at once, cudaOccupancyMaxActiveClusters),
-//   each walking the tiles with a stride; the producer runs on into the next tile's loads while
-//   the consumers store the last one's outputs, so the pipeline does not drain between tiles; the
-//   stages' mbarrier phases run on across tiles (one counter of tiles of k);
-// - the tiles in groups of 8 tile rows, down a group's rows before the next column, so the blocks
-//   resident at once read a few rows of A and a few columns of B (both stay in L2);
-// - consumers keep one wgmma group in flight: after issuing tile t of k they wait for tile t - 1's
-//   group only (wait_group 1) and release that stage, so the tensor pipe is not idle while the
-//   release and the next full barrier go round.
-// Also here, off by default (WB_PERSISTENT_CLUSTER=2, timed by TUNE=1 scripts/hopper_gemm_check.sh):
-// 2-block clusters owning tiles above each other, each block loading its A tile and half the
-// shared B tile by TMA multicast into both blocks (an SM pulls 32 KiB a stage from L2, not 48), a
-// stage's "empty" barrier taking arrivals from both blocks' consumers (mapa + remote arrive). It is
-// correct but measured about half this rung's speed (0.43-0.50x cuBLAS; see the measured lines):
-// not understood yet, so not shipped.
+// persistent: rung 11, a persistent grid of 2-block clusters sharing B by TMA multicast (sm_90a),
+// fp16 and bf16. Over warp_specialized (one block per 128 x 256 tile, launched in waves, each
+// loading all of its tiles itself):
+// - a persistent grid: one block per SM (as many clusters as fit at once,
+//   cudaOccupancyMaxActiveClusters), each walking the tiles with a stride; the producer runs on
+//   into the next tile's loads while the consumers store the last one's outputs, so the pipeline
+//   does not drain between tiles; the stages' mbarrier phases run on across tiles (one counter);
+// - the two blocks of a cluster own the tiles above each other (rows 2i and 2i + 1 of a column):
+//   each loads its own A tile and half of the shared B tile, multicast into both blocks' shared
+//   memory, so an SM pulls 32 KiB a stage from L2 instead of 48; a stage's "empty" barrier then
+//   takes an arrival from each consumer of both blocks (mapa + a remote arrive), since the peer's
+//   producer writes into it too. The remote arrive is the default (CTA-scope) one: with
+//   .release.cluster it compiled to MEMBAR.ALL.GPU before every arrival and the rung ran at half
+//   speed (0.42-0.45x cuBLAS in the first run);
+// - the clusters' tile pairs in groups of 8, down a group's rows before the next column, so the
+//   clusters resident at once read a few rows of A and a few columns of B (both stay in L2).
+// Tried and left as switches (scripts/hopper_gemm_check.sh TUNE=...): no cluster
+// (WB_PERSISTENT_CLUSTER=1), and consumers keeping one wgmma group in flight when they release a
+// stage (WB_PERSISTENT_WAIT=1: no pause per tile of k, but each stage is held a tile longer, so
+// only three of the four stages are loading): within the run-to-run spread of each other (about
+// +-5% on this power-capped H100), the cluster ahead at 8192 x 8192 x 28672.
 // Route and refusal as wgmma_tma (hopper.cuh). Float accumulation in a fixed order: deterministic
 // (each output's sum runs over k in order, whichever block computes it).
 // Predicted: fast.cu measured its persistent kernel with mbarrier phases at 97% of cuBLAS and 2-CTA
@@ -26,8 +29,11 @@
 // WB_NEEDS_SM90A: the workbench builds this file for sm_90a where its arch list has 9.0
 // (workbench/toolchain.py variant_arch_flags), and skips it on other GPUs.
 
+#ifndef WB_PERSISTENT_WAIT
+#define WB_PERSISTENT_WAIT 0  // wgmma groups a consumer keeps in flight when it releases a stage (0 or 1)
+#endif
 #ifndef WB_PERSISTENT_CLUSTER
-#define WB_PERSISTENT_CLUSTER 1  // blocks a cluster: 2 shares B by multicast (measured slower: the opening comment)
+#define WB_PERSISTENT_CLUSTER 2  // blocks a cluster (1: each block loads all of B itself)
 #endif
 
 namespace {
@@ -119,12 +125,18 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_kernel(const __grid_co
         for (int kk = 0; kk < BK; kk += 16)
           Wgmma<BN, T>::template mma<TA, !TB>(d, operand_desc<!TA>(a, 64 * c, kk), operand_desc<TB>(b, 0, kk), 1);
         wgmma_commit();
-        wgmma_wait<1>();  // tile t - 1's group is done: its stage can go back
-        if (t > 0) release(it - 1);
+        if constexpr (WB_PERSISTENT_WAIT == 1) {
+          wgmma_wait<1>();  // tile t - 1's group is done: its stage can go back
+          if (t > 0) release(it - 1);
+        } else {
+          wgmma_wait<0>();
+          fence_regs(d);
+          release(it);
+        }
       }
       wgmma_wait<0>();
       fence_regs(d);
-      release(it - 1);
+      if constexpr (WB_PERSISTENT_WAIT == 1) release(it - 1);
       store_acc<BN>(g, d, row0 + 64 * c, col0, tid % 128, pairs);
     }
   }
@@ -184,8 +196,8 @@ WB_HOPPER_STATUS_STRING(persistent_status, "persistent")
 #ifndef WB_MATMUL_TUNING
 WB_EXPORT_VARIANT(matmul, WB_DEVICE_CUDA, WB_F16 | WB_BF16,
                   "rung 11 (sm_90a): warp_specialized's 128 x 256 x 64 tiles on a persistent grid (one block an "
-                  "SM, tiles in groups of 8 tile rows), one wgmma group kept in flight, the next tile's loads "
-                  "under the last one's stores; operands TMA cannot address go to tensor_core's kernel; fp16 "
-                  "and bf16",
+                  "SM), 2-block clusters sharing B by TMA multicast, tile pairs in groups of 8, the next tile's "
+                  "loads under the last one's stores; operands TMA cannot address go to tensor_core's kernel; "
+                  "fp16 and bf16",
                   matmul::Variant<matmul::hopper::Route<Rung>>::launchers, persistent_status)
 #endif
