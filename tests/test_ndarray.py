@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import sys
 
 import numpy as np
 import pytest
@@ -377,3 +379,47 @@ def test_gpu_kernel_and_staging_times_are_reported_apart(gpu, name):
     print(f"vector_add/{name} 2^22 float32 on {gpu['name']}: kernel {timed.kernel_ms:.4f} ms ({gbps:.0f} GB/s), "
           f"h2d {t.h2d_ms:.3f} ms, d2h {t.d2h_ms:.3f} ms")
     assert len(timed.kernel_ms_all) == 10 and timed.h2d_bytes == t.h2d_bytes
+
+
+# ----------------------------------------------------------------------------- byte order and aliasing (issue 24)
+
+@pytest.mark.parametrize("which", ["a", "b", "c"])
+def test_arrays_in_the_other_byte_order_are_refused_and_named(cpu, which):
+    f = cpu["vector_add"]
+    a, b, c = (np.arange(8, dtype=np.float32) + i for i in range(3))
+    swapped = {"a": a, "b": b, "c": c}
+    swapped[which] = swapped[which].astype(swapped[which].dtype.newbyteorder(">" if sys.byteorder == "little" else "<"))
+    name = which if which != "c" else "c (an output)"
+    with pytest.raises(TypeError, match=rf"vector_add/cpu: {re.escape(name)} is stored in the other byte order "
+                                        rf"\(dtype '[<>]f4'.*pass {which}\.astype\({which}\.dtype\.newbyteorder\('='\)\)"):
+        f(swapped["a"], swapped["b"], swapped["c"])
+    # the copy the message names works, with the right numbers
+    fixed = {k: v.astype(v.dtype.newbyteorder("=")) for k, v in swapped.items()}
+    np.testing.assert_array_equal(f(fixed["a"], fixed["b"]), a + b)
+
+
+def test_an_output_that_overlaps_an_input_is_refused_naming_both():
+    try:
+        f = wbn.load("matmul", "cpu")
+    except (ValueError, WorkbenchError) as e:
+        pytest.skip(f"no matmul cpu variant here: {e}")
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((32, 32), dtype=np.float32), rng.standard_normal((32, 32), dtype=np.float32)
+    want = A.astype(np.float64) @ B.astype(np.float64)
+    with pytest.raises(ValueError, match=r"matmul/cpu: y \(an output\) shares memory with a \(an input\)"):
+        f(A, B, A)
+    with pytest.raises(ValueError, match=r"matmul/cpu: y \(an output\) shares memory with b \(an input\)"):
+        f(A, B, out=B)
+    np.testing.assert_allclose(A @ B, want, rtol=1e-4, atol=1e-3)  # A and B untouched by the refused calls
+    np.testing.assert_allclose(f(A, B), want, rtol=1e-4, atol=1e-3)
+
+
+def test_a_partially_overlapping_view_is_refused(cpu):
+    buf = np.arange(17, dtype=np.float32)
+    a, c = buf[:16], buf[1:17]          # c starts one element into a
+    b = np.ones(16, np.float32)
+    with pytest.raises(ValueError, match=r"c \(an output\) shares memory with a \(an input\)"):
+        cpu["vector_add"](a, b, c)
+    np.testing.assert_array_equal(buf, np.arange(17, dtype=np.float32))
+    disjoint = np.empty(16, np.float32)
+    np.testing.assert_array_equal(cpu["vector_add"](a, b, disjoint), a + 1)

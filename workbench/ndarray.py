@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -208,6 +209,7 @@ class NdKernel:
         shapes = ([binder.shape_of(o.pattern) for o in spec.outputs] if step == "forward"
                   else [arrays[first + i].shape for i in diff])
         outs = self._outputs(prefix, out_names, shapes, outs, dtype)
+        _check_overlap(prefix, names, arrays, out_names, outs)
         if self.device == "cuda":
             self._need_device()
         start = time.perf_counter()
@@ -234,6 +236,7 @@ class NdKernel:
         for name, a in zip(names, arrays):
             if not isinstance(a, np.ndarray):
                 raise TypeError(f"{prefix}{name} must be a numpy.ndarray; got {type(a).__name__}")
+            _check_byte_order(prefix, name, a)
         ref_i = len(names) - len(self.spec.inputs)
         ref, x = names[ref_i], arrays[ref_i]
         for name, a in zip(names, arrays):
@@ -253,6 +256,7 @@ class NdKernel:
         for name, s, o in zip(names, shapes, given):
             if not isinstance(o, np.ndarray):
                 raise TypeError(f"{prefix}{name} (an output) must be a numpy.ndarray; got {type(o).__name__}")
+            _check_byte_order(prefix, f"{name} (an output)", o)
             if o.dtype.name != dtype:
                 raise TypeError(f"{prefix}{name} (an output) must be a {dtype} array like the inputs; got {o.dtype.name}")
             if tuple(o.shape) != tuple(s):
@@ -269,6 +273,32 @@ class NdKernel:
             cpu = [v.name for v in variants(self.op) if v.device == "cpu"]
             raise WorkbenchError(f"{self.label} is a CUDA variant and no CUDA device is visible ({why}); "
                                  f"CPU variants of {self.op}: {', '.join(cpu) or 'none'}")
+
+
+def _check_byte_order(prefix: str, name: str, a: np.ndarray) -> None:
+    """The kernels read numbers in this machine's byte order; a big-endian array (">f4") would be
+    read as garbage, so it is refused with the copy that fixes it."""
+    if not a.dtype.isnative:
+        plain = name.split()[0]
+        raise TypeError(f"{prefix}{name} is stored in the other byte order (dtype {a.dtype.str!r}, "
+                        f"{'big' if a.dtype.byteorder == '>' else 'little'}-endian); the kernels read this machine's "
+                        f"({sys.byteorder}-endian) numbers: pass {plain}.astype({plain}.dtype.newbyteorder('=')), "
+                        f"a copy in native order")
+
+
+def _check_overlap(prefix: str, names, arrays, out_names, outs) -> None:
+    """An output must not share memory with an input or another output: a kernel reads its inputs
+    while it writes its outputs, so an aliased output (mm(A, B, A)) gives silently wrong numbers."""
+    for o_name, o in zip(out_names, outs):
+        for name, a in zip(names, arrays):
+            if o.size and a.size and np.shares_memory(o, a):
+                raise ValueError(f"{prefix}{o_name} (an output) shares memory with {name} (an input); the kernel reads "
+                                 f"{name} while it writes {o_name}, which would give wrong results: pass a separate "
+                                 f"output array (or leave it out to get a new one)")
+    for i, (n1, o1) in enumerate(zip(out_names, outs)):
+        for n2, o2 in list(zip(out_names, outs))[i + 1:]:
+            if o1.size and o2.size and np.shares_memory(o1, o2):
+                raise ValueError(f"{prefix}outputs {n1} and {n2} share memory; pass separate arrays")
 
 
 def _check_layout(prefix: str, name: str, a: np.ndarray) -> None:

@@ -68,7 +68,13 @@ class Attr:
               isinstance(v, int) and not isinstance(v, bool))
         if not ok:
             raise TypeError(f"{op}: attribute {self.name} must be a {_KINDS[self.kind]}; got {type(v).__name__} {v!r}")
-        return self.kind(v)
+        if self.kind is int and not -2**63 <= v < 2**63:
+            raise ValueError(f"{op}: attribute {self.name} must fit in a 64-bit int; got an int of {len(str(abs(v)))} digits")
+        try:
+            return self.kind(v)
+        except OverflowError:
+            raise ValueError(f"{op}: attribute {self.name} must be a number a float can hold (at most about 1.8e308); "
+                             f"got an int of {len(str(abs(v)))} digits") from None
 
     def problem(self, v) -> str:
         """The harness's complaint about a value of the right kind ("" if none): same words as C++."""

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from . import config, dtypes
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")   # used with fullmatch: "abc\n" is not a name
+MAX_NAME = 64   # a variant's name goes into file names in the build cache (255 bytes at most each)
 _DTYPE_BITS = {mask: name for name, mask in dtypes.MASKS.items()}
 SUFFIXES = (".cu", ".cpp", ".py")
 # A Python variant's kinds: plain tensor ops (autograd flows through them), or Triton kernels
@@ -88,8 +89,22 @@ def check_op(op: str) -> None:
 
 
 def check_variant_name(name: str) -> None:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValueError(f"variant name must be an identifier (letters, digits, '_'); got {name!r}")
+    if len(name) > MAX_NAME:
+        raise ValueError(f"variant name must be at most {MAX_NAME} characters (it names files in the build cache); "
+                         f"got a {len(name)}-character name {name[:20]!r}...")
+
+
+def check_not_shadowing(op: str, name: str, source: pathlib.Path, replace: bool, what: str) -> None:
+    """Refuse a variant built from a string or another file under the name of one of the tree's
+    variants (kernels/<op>/<name>.*), unless replace=True: it would take that name's place in
+    torch.ops while the file still says otherwise."""
+    tree = variant_sources(op).get(name) if not sources(op).inline else None
+    if tree is not None and tree != source and not replace:
+        raise ValueError(f"{what}: name={name!r} is a variant of the tree ({tree}); loading this source under that "
+                         f"name would replace it in this process. Pick another name, or pass replace=True to "
+                         f"replace it on purpose")
 
 
 def spec(op: str):
@@ -236,7 +251,7 @@ def variant_sources(op: str) -> dict[str, pathlib.Path]:
     with '_' is a helper, not a variant)."""
     d = sources(op).kernel_dir
     found = [p for suffix in SUFFIXES for p in d.glob(f"*{suffix}")
-             if p.suffix != ".py" or (_NAME.match(p.stem) and not p.stem.startswith("_"))]
+             if p.suffix != ".py" or (_NAME.fullmatch(p.stem) and not p.stem.startswith("_"))]
     by_name: dict[str, pathlib.Path] = {}
     for p in sorted(found):
         if p.stem in by_name:
@@ -255,8 +270,14 @@ def variant_source(op: str, variant: str) -> pathlib.Path:
 
 
 def record_inline_variant(info: VariantInfo) -> None:
-    """Note a variant built from a string or a file outside the op's folder (the loader calls this)."""
+    """Note a variant built from a string or a file outside the op's folder (the loader calls this);
+    one named like a tree variant (replace=True) describes that name from now on."""
     _inline_variants[(info.op, info.name)] = info
+
+
+def forget_inline_variant(op: str, name: str) -> None:
+    """The tree's file of that name was loaded again: it describes the name again."""
+    _inline_variants.pop((op, name), None)
 
 
 def variants(op: str) -> list[VariantInfo]:
@@ -264,7 +285,7 @@ def variants(op: str) -> list[VariantInfo]:
     built from strings or other files in this process."""
     rank = {name: i for i, name in enumerate(spec(op).ladder)}
     found = sorted(variant_sources(op).items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
-    out = [static_variant(op, path, name) for name, path in found]
+    out = [_inline_variants.get((op, name)) or static_variant(op, path, name) for name, path in found]
     known = {v.name for v in out}
     for (o, name), info in sorted(_inline_variants.items()):
         if o == op and name not in known:
