@@ -172,6 +172,56 @@ def test_out_that_is_not_empty_is_refused_unless_forced(wb, tmp_path):
         wb.export("bias_gelu", "cpu", tmp_path / "file", force=True)
 
 
+def test_export_writes_a_manifest_of_what_it_wrote(wb, tmp_path):
+    import hashlib
+
+    out = wb.export("bias_gelu", "cpu", tmp_path / "pkg")
+    lines = (out / ".wb_export_files").read_text().splitlines()
+    written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name != ".wb_export_files")
+    assert sorted(line.split("  ", 1)[1] for line in lines) == written
+    for line in lines:
+        digest, rel = line.split("  ", 1)
+        assert hashlib.sha256((out / rel).read_bytes()).hexdigest() == digest, rel
+
+
+def test_force_never_replaces_a_users_own_files(wb, tmp_path):
+    out = tmp_path / "pkg"
+    out.mkdir()
+    (out / "README.md").write_text("my own README")
+    (out / "setup.py").write_text("# my own setup.py")
+    with pytest.raises(FileExistsError, match=r"--force replaces only the files an earlier export wrote .*README.md, "
+                                              r"setup.py were not written by an earlier export.*Nothing was written"):
+        wb.export("bias_gelu", "cpu", out, force=True)
+    assert (out / "README.md").read_text() == "my own README" and (out / "setup.py").read_text() == "# my own setup.py"
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "setup.py"]
+    # An exported file the user edited since is theirs now: refused too.
+    other = wb.export("bias_gelu", "cpu", tmp_path / "pkg2")
+    (other / "README.md").write_text("exported, then edited by hand")
+    with pytest.raises(FileExistsError, match="README.md changed since the export wrote it"):
+        wb.export("bias_gelu", "cpu", other, force=True)
+    assert (other / "README.md").read_text() == "exported, then edited by hand"
+
+
+def test_force_never_writes_through_a_link(wb, tmp_path):
+    out = wb.export("bias_gelu", "cpu", tmp_path / "pkg")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("outside --out")
+    (out / "README.md").unlink()
+    os.symlink(victim, out / "README.md")
+    with pytest.raises(FileExistsError, match=r"never writes through a symbolic link.*README.md -> .*victim.txt"):
+        wb.export("bias_gelu", "cpu", out, force=True)
+    assert victim.read_text() == "outside --out"
+    # a linked folder on the way counts too
+    os.unlink(out / "README.md")
+    elsewhere = tmp_path / "elsewhere"
+    (out / "csrc").rename(elsewhere)
+    os.symlink(elsewhere, out / "csrc")
+    before = {p: p.read_bytes() for p in elsewhere.rglob("*") if p.is_file()}
+    with pytest.raises(FileExistsError, match=r"never writes through a symbolic link.*csrc -> "):
+        wb.export("bias_gelu", "cpu", out, force=True)
+    assert {p: p.read_bytes() for p in elsewhere.rglob("*") if p.is_file()} == before
+
+
 def test_an_empty_out_folder_is_fine(wb, tmp_path):
     assert (wb.export("elementwise_mul", ["cpu"], tmp_path) / "wb_elementwise_mul" / "__init__.py").is_file()
 

@@ -35,7 +35,7 @@ from .dtypes import TOLERANCES
 from .opspec import REQUIRED
 
 TEMPLATES = config.PACKAGE_DIR / "export_templates"
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch: "abc\n" is not an identifier
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
 # torch.ops namespaces that are taken (torch's own, the workbench's harness and Python variants)
 _TAKEN_NAMESPACES = {"aten", "prim", "prims", "torch", "quantized", "_c", "workbench", "workbench_py"}
@@ -48,8 +48,11 @@ def export(op: str, variants, out, *, name: str | None = None, namespace: str | 
            force: bool = False) -> pathlib.Path:
     """Write op `op` with `variants` ("cpu,vec4" or a list, in order of preference) as a package in
     folder `out`: the Python package `name` (default wb_<op>) registering torch.ops.<namespace>.<op>
-    (namespace default: the name). `out` must be new or empty unless force=True, which writes into
-    it, replacing the files an earlier export wrote and leaving any others. Returns `out`."""
+    (namespace default: the name), and the manifest out/.wb_export_files (each file it wrote, with
+    its sha256). `out` must be new or empty unless force=True, which replaces only the files an
+    earlier export wrote (as it wrote them; an edited one, or a file of the user's where the package
+    puts one, is refused before anything is written), never through a symbolic link, and leaves
+    every other file. Returns `out`."""
     _check_op(op)
     names = _check_variants(op, variants)
     name = _check_name("name", name or f"wb_{op}", package=True)
@@ -101,7 +104,7 @@ def _check_variants(op: str, variants) -> list[str]:
 
 
 def _check_name(what: str, value, *, package: bool) -> str:
-    if not isinstance(value, str) or not _IDENT.match(value) or keyword.iskeyword(value):
+    if not isinstance(value, str) or not _IDENT.fullmatch(value) or keyword.iskeyword(value):
         raise ValueError(f"{what} must be an identifier (letters, digits, '_'; not a Python keyword); got {value!r}")
     if package and (value in sys.stdlib_module_names or value in ("torch", "workbench")):
         raise ValueError(f"{what} must not shadow a module of Python's or torch's or the workbench's; got {value!r}")
@@ -125,7 +128,8 @@ def _check_out(out, force: bool) -> pathlib.Path:
         shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
         raise FileExistsError(f"out: {out} exists and is not empty ({len(entries)} entries: {shown}); expected a new "
                               f"or empty folder, or --force (force=True) to write the package into it (files of an "
-                              f"earlier export are replaced, others are left as they are)")
+                              f"earlier export, listed in {_MANIFEST}, are replaced; others are left as they are, "
+                              f"and one where the package puts a file is refused)")
     return out
 
 
@@ -473,29 +477,98 @@ def _package_files(op: str, spec, names: list[str], package: str, namespace: str
 # ---------------------------------------------------------------- writing
 
 
+def _digest(content: str | bytes) -> str:
+    return hashlib.sha256(content if isinstance(content, bytes) else content.encode()).hexdigest()
+
+
+def _read_manifest(out: pathlib.Path) -> dict[str, str | None]:
+    """{relative path: sha256 as written (None: an older manifest without digests)} of the files an
+    earlier export wrote into `out`; empty where there is none (or it is not a plain file)."""
+    path = out / _MANIFEST
+    if path.is_symlink() or not path.is_file():
+        return {}
+    found: dict[str, str | None] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        digest, sep, rel = line.partition("  ")
+        if sep and re.fullmatch(r"[0-9a-f]{64}", digest):
+            found[rel] = digest
+        elif line.strip():
+            found[line.strip()] = None
+    return found
+
+
+def _link_on_the_way(out: pathlib.Path, rel: str) -> pathlib.Path | None:
+    """The first symbolic link among out/rel's folders and the file itself (None: none): the export
+    never writes through a link, which could point anywhere."""
+    path = out
+    for part in pathlib.PurePosixPath(rel).parts:
+        path = path / part
+        if path.is_symlink():
+            return path
+    return None
+
+
+def _sha256_of(path: pathlib.Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def _write(out: pathlib.Path, files: dict[str, str | bytes]) -> None:
     """A new folder is written beside it and renamed into place (never half a package); an existing
-    one (force) gets the files written in place, and the files its earlier export wrote that this
-    one does not are removed."""
-    manifest = "\n".join(sorted(files)) + "\n"
+    one (force) gets its files replaced, only those that its earlier export wrote (the manifest
+    .wb_export_files lists each with its sha256) and that nobody changed since, and never through a
+    link; the earlier export's files that this one does not write are removed. Anything else in the
+    folder (the user's README, setup.py, notes) is refused before anything is written."""
+    manifest = "".join(f"{_digest(files[rel])}  {rel}\n" for rel in sorted(files))
 
     def put(root: pathlib.Path) -> None:
         for rel, content in files.items():
             path = root / rel
             path.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(content, bytes):
-                path.write_bytes(content)
-            else:
-                path.write_text(content)
-        (root / _MANIFEST).write_text(manifest)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(content if isinstance(content, bytes) else content.encode())
+            os.replace(tmp, path)  # replaces a file; a link there was refused before
+        tmp = root / f".{_MANIFEST}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as f:
+            f.write(manifest)
+        os.replace(tmp, root / _MANIFEST)
 
     if out.is_dir():
-        old = out / _MANIFEST
-        stale = set(old.read_text().split()) - set(files) if old.is_file() else set()
-        for rel in stale:
-            path = (out / rel).resolve()
-            if path.is_relative_to(out.resolve()):  # a manifest edited to point elsewhere removes nothing
-                path.unlink(missing_ok=True)
+        out = pathlib.Path(os.path.realpath(out))
+        old = _read_manifest(out)
+        links, foreign, edited = [], [], []
+        for rel in sorted(set(files) | set(old) | {_MANIFEST}):
+            link = _link_on_the_way(out, rel)
+            if link is not None:
+                links.append(f"{link} -> {os.readlink(link)}")
+                continue
+            path = out / rel
+            if not path.exists():
+                continue
+            if rel != _MANIFEST and rel not in old:
+                foreign.append(rel)
+            elif rel in old and old[rel] is not None and path.is_file() and _sha256_of(path) != old[rel]:
+                edited.append(rel)
+        if links:
+            raise FileExistsError(f"out: the export never writes through a symbolic link, and {out} has "
+                                  f"{'these' if len(links) > 1 else 'this one'} where the package's files go: "
+                                  f"{', '.join(sorted(set(links)))}; remove the link(s) or pick another --out")
+        if foreign or edited:
+            parts = []
+            if foreign:
+                parts.append(f"{', '.join(foreign)} {'were' if len(foreign) > 1 else 'was'} not written by an "
+                             f"earlier export (not in {_MANIFEST})")
+            if edited:
+                parts.append(f"{', '.join(edited)} changed since the export wrote {'them' if len(edited) > 1 else 'it'}")
+            raise FileExistsError(f"out: --force replaces only the files an earlier export wrote into {out}, "
+                                  f"unchanged; {'; '.join(parts)}. Nothing was written: move those files away "
+                                  f"(or pick another --out) and run the export again")
+        for rel in set(old) - set(files):
+            path = out / rel
+            if path.is_file() and not path.is_symlink() and os.path.realpath(path).startswith(str(out) + os.sep):
+                path.unlink()
         put(out)
         return
     out.parent.mkdir(parents=True, exist_ok=True)
