@@ -323,7 +323,7 @@ def _corrupt(build_dir: pathlib.Path, how: str) -> str:
         return "sha256"
     if how == "missing":
         lib.unlink()
-        return "unreadable build record"
+        return "is missing"
     if how == "bad-record":
         (build_dir / "meta.json").write_text("{ not json")
         return "unreadable build record"
@@ -350,7 +350,8 @@ def test_broken_cached_library_is_detected_and_rebuilt(cpu_kernel, cpu_source_te
     second = _last_json(proc)
     assert second["built"] is True, second
     assert second["err"] < 1e-5
-    assert second["library"] == first["library"]  # republished in the same place
+    # republished in the same folder, under a file name of its own (never a path already loaded)
+    assert pathlib.Path(second["library"]).parent == build_dir and second["library"] != first["library"]
     assert cache.lookup(build_dir)[2] is None
     assert "unusable" in proc.stderr and expected in proc.stderr, proc.stderr
 

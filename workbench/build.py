@@ -3,6 +3,10 @@
 Every build goes through `load()` (so flags, include paths and link lines are PyTorch's own), in a
 fresh staging directory that nobody else uses (so load()'s own lock file can never be stale), with
 the compiler's output (including ptxas's register and spill report) captured into build.log.
+
+A build's processes (ninja and the compilers it starts, or one compiler) run in a process group of
+their own, watched by a small process that kills the whole group if this process dies, even by
+kill -9, or is interrupted: no ninja, nvcc or cc1plus outlives the build that started it.
 """
 from __future__ import annotations
 
@@ -10,7 +14,9 @@ import contextlib
 import os
 import pathlib
 import re
+import subprocess
 import sys
+import threading
 import time
 
 from . import toolchain
@@ -63,6 +69,114 @@ def _env(**values: str | None):
                 os.environ[k] = v
 
 
+# Killing a build: everything in its session (ninja puts each compiler in a process group of its own,
+# but a session is left only by setsid, which compilers do not call); /proc where there is one.
+_KILL_SESSION = """
+def kill_session(sid):
+    import os, signal
+    for _ in range(3):
+        found = False
+        try:
+            pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+        except OSError:
+            pids = []
+        for pid in pids:
+            try:
+                with open("/proc/%d/stat" % pid) as f:
+                    text = f.read()
+                if int(text[text.rindex(")") + 2:].split()[3]) == sid and pid != os.getpid():
+                    os.kill(pid, signal.SIGKILL)
+                    found = True
+            except (OSError, ValueError, IndexError):
+                pass
+        try:
+            os.killpg(sid, signal.SIGKILL)
+            found = True
+        except OSError:
+            pass
+        if not found:
+            break
+"""
+_scope: dict = {}
+exec(_KILL_SESSION, _scope)  # noqa: S102 - the same code the watchdog runs, kept in one place
+kill_session = _scope["kill_session"]
+
+# The watchdog: reads the build's session id, then waits; if its pipe closes without "done" (the
+# workbench process died, even by kill -9, or gave up on the build), it kills the whole session.
+_WATCHDOG = _KILL_SESSION + ("import sys\n"
+                             "f = sys.stdin.buffer\n"
+                             "sid = int(f.readline() or 0)\n"
+                             "rest = f.read()\n"
+                             "if sid > 1 and not rest.startswith(b'done'):\n"
+                             "    kill_session(sid)\n")
+
+
+def run_guarded(cmd, *, check: bool = False, input=None, timeout=None, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run for a build command, in a session of its own that is killed with everything
+    in it when this process dies (a watchdog sees its pipe close), when the wait is interrupted
+    (Ctrl-C), or on timeout."""
+    watch = subprocess.Popen([sys.executable, "-I", "-S", "-c", _WATCHDOG], stdin=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                             close_fds=True)
+    if input is not None:
+        kwargs["stdin"] = subprocess.PIPE
+    done = False
+    try:
+        proc = subprocess.Popen(cmd, start_new_session=True, **kwargs)
+        watch.stdin.write(f"{proc.pid}\n".encode())
+        watch.stdin.flush()
+        try:
+            out, err = proc.communicate(input, timeout=timeout)
+        except BaseException:
+            kill_session(proc.pid)
+            proc.wait()
+            raise
+        done = True
+    finally:
+        with contextlib.suppress(OSError):
+            if done:
+                watch.stdin.write(b"done")
+            watch.stdin.close()
+        watch.wait()
+    if check and proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, cmd, output=out, stderr=err)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+class _GuardedSubprocess:
+    """Stands in for cpp_extension's `subprocess` module during a build: its ninja run goes through
+    run_guarded; everything else is the real module."""
+
+    def __getattr__(self, name):
+        return getattr(subprocess, name)
+
+    def run(self, cmd, *args, **kwargs):
+        if not args and isinstance(cmd, (list, tuple)) and cmd and os.path.basename(str(cmd[0])) == "ninja":
+            return run_guarded(list(cmd), **kwargs)
+        return subprocess.run(cmd, *args, **kwargs)
+
+
+_guard_lock = threading.Lock()
+_guard_depth = 0
+
+
+@contextlib.contextmanager
+def _guarded_cpp_extension(cpp_extension):
+    global _guard_depth
+    with _guard_lock:
+        if _guard_depth == 0:
+            _guarded_cpp_extension.saved = cpp_extension.subprocess
+            cpp_extension.subprocess = _GuardedSubprocess()
+        _guard_depth += 1
+    try:
+        yield
+    finally:
+        with _guard_lock:
+            _guard_depth -= 1
+            if _guard_depth == 0:
+                cpp_extension.subprocess = _guarded_cpp_extension.saved
+
+
 def first_error(log: str, rename: dict[str, str] | None = None) -> tuple[str | None, int | None, str]:
     """(file, line, message with up to three following lines) of the first compiler error in a log."""
     best = None
@@ -93,24 +207,27 @@ def build_library(*, label: str, name: str, sources: list[pathlib.Path], include
     log_path = build_dir / "build.log"
     start = time.perf_counter()
     try:
-        with _env(TORCH_CUDA_ARCH_LIST=arch_list if with_cuda else None), _capture_output(log_path):
+        # nvcc's depfile (-MD) is what the cache's record of this build's dependencies comes from.
+        with _env(TORCH_CUDA_ARCH_LIST=arch_list if with_cuda else None, TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES=None), \
+                _capture_output(log_path):
             from torch.utils import cpp_extension  # its import-time warnings belong in the log
 
             if with_cuda and cpp_extension.CUDA_HOME is None:
                 cpp_extension.CUDA_HOME = toolchain.cuda_home()
             libstdcxx = toolchain.loaded_libstdcxx()
-            cpp_extension.load(
-                name=name,
-                sources=[str(s) for s in sources],
-                extra_cflags=cflags,
-                extra_cuda_cflags=cuda_cflags,
-                extra_ldflags=[libstdcxx] if libstdcxx else [],
-                extra_include_paths=[str(d) for d in include_dirs],
-                build_directory=str(build_dir),
-                verbose=True,
-                with_cuda=with_cuda,
-                is_python_module=False,
-            )
+            with _guarded_cpp_extension(cpp_extension):
+                cpp_extension.load(
+                    name=name,
+                    sources=[str(s) for s in sources],
+                    extra_cflags=cflags,
+                    extra_cuda_cflags=cuda_cflags,
+                    extra_ldflags=[libstdcxx] if libstdcxx else [],
+                    extra_include_paths=[str(d) for d in include_dirs],
+                    build_directory=str(build_dir),
+                    verbose=True,
+                    with_cuda=with_cuda,
+                    is_python_module=False,
+                )
     except Exception as exc:  # noqa: BLE001 - every failure becomes a BuildError with the log
         log = log_path.read_text(errors="replace") if log_path.exists() else ""
         file, line, message = first_error(log + "\n" + str(exc), rename)

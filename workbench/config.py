@@ -28,11 +28,67 @@ RESULTS_DIR = (pathlib.Path(os.environ.get("WORKBENCH_RESULTS") or "results").re
 
 
 def cache_dir() -> pathlib.Path:
-    """The build cache: $WORKBENCH_CACHE, else ~/.cache/workbench. Read on every call so that a
-    test or a notebook can point it elsewhere without re-importing."""
+    """The build cache: $WORKBENCH_CACHE, else ~/.cache/workbench, created 0700 where missing (what
+    is trusted in it: cache.py). Read on every call so that a test or a notebook can point it
+    elsewhere without re-importing."""
     env = os.environ.get("WORKBENCH_CACHE")
     root = pathlib.Path(env).expanduser() if env else pathlib.Path.home() / ".cache" / "workbench"
+    if not os.path.lexists(root):  # created private (0700), whoever asks first; cache.root() checks it
+        try:
+            root.parent.mkdir(parents=True, exist_ok=True)
+            os.mkdir(root, 0o700)
+        except OSError:
+            pass  # a read-only or missing parent: cache.root() says so, naming the folder
     return root
+
+
+def private_dir_problem(path: pathlib.Path) -> str | None:
+    """Why `path` (an existing folder) is not private to this user, else None: it must be a folder
+    owned by this user that neither group nor others may write, inside folders that nobody but this
+    user or root could rename it out of (owned by root or this user, and not writable by others
+    unless sticky, as /tmp; a group-writable folder above it is accepted: with a umask of 002 that
+    group is usually the user's own). What a shared folder holds is someone else's to change: a build or
+    bytecode planted there would run in this process."""
+    import pwd
+    import stat
+
+    def who(uid: int) -> str:
+        try:
+            return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+        except KeyError:
+            return f"uid {uid}"
+
+    me = os.geteuid()
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return f"it cannot be read ({e.strerror})"
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is not a folder"
+    if st.st_uid != me:
+        return f"it belongs to {who(st.st_uid)}, not to you ({who(me)})"
+    if st.st_mode & 0o022:
+        by = " and ".join(w for w, bit in (("group", 0o020), ("others", 0o002)) if st.st_mode & bit)
+        return f"it is writable by {by} (mode {stat.S_IMODE(st.st_mode):04o})"
+    for parent in pathlib.Path(os.path.realpath(path)).parents:
+        try:
+            pst = os.stat(parent)
+        except OSError:
+            continue
+        if pst.st_uid not in (0, me):
+            return f"the folder above it, {parent}, belongs to {who(pst.st_uid)}, who could replace it"
+        if pst.st_mode & 0o002 and not pst.st_mode & stat.S_ISVTX:
+            return (f"the folder above it, {parent}, is writable by others without the sticky bit "
+                    f"(mode {stat.S_IMODE(pst.st_mode):04o}): anyone could replace it")
+    return None
+
+
+def pycache_dir() -> pathlib.Path:
+    """Where `python -m workbench` keeps Python bytecode when the environment turned it off: a
+    private folder of its own, never inside the build cache ($XDG_CACHE_HOME, else ~/.cache,
+    /workbench-pycache)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(pathlib.Path.home() / ".cache")
+    return pathlib.Path(base).expanduser() / "workbench-pycache"
 
 
 def quiet() -> bool:

@@ -27,7 +27,11 @@ def _held_locks() -> list[tuple[str, str]]:
     held = []
     root = config.cache_dir() / "locks"
     for path in sorted(root.glob("*.lock")) if root.exists() else []:
-        fd = os.open(path, os.O_RDWR)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as e:
+            held.append((str(path), f"? (not a lock file: {e.strerror})"))
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -66,6 +70,12 @@ def report() -> tuple[list[tuple[str, str]], list[str]]:
     size = cache.dir_size(root) if root.exists() else 0
     n_builds = sum(1 for d in (root / "builds").iterdir() if d.is_dir()) if (root / "builds").exists() else 0
     rows.append(("cache", f"{root} ({n_builds} builds, {size / 2**20:.1f} MiB)"))
+    try:
+        cache.root()
+        rows.append(("cache trust", "private: yours alone, not writable by group or others"))
+    except cache.CacheError as e:
+        rows.append(("cache trust", "REFUSED"))
+        problems.append(str(e))
     held = _held_locks()
     rows.append(("build locks held", ", ".join(f"{p} (pid {pid})" for p, pid in held) or "none"))
 

@@ -175,7 +175,7 @@ def _get_or_build(*, label: str, kind: str, sources: list[pathlib.Path], include
     lib, meta, problem = cache.lookup(final)
     if lib is not None:
         return lib, final, False, key, meta
-    with cache.file_lock(cache.lock_path(key), what=label):
+    with cache.writing(label), cache.file_lock(cache.lock_path(key), what=label):
         lib, meta, problem = cache.lookup(final)  # someone may have built it while we waited
         if lib is not None:
             return lib, final, False, key, meta
@@ -188,13 +188,14 @@ def _get_or_build(*, label: str, kind: str, sources: list[pathlib.Path], include
         last_good = _last_good.get(tuple(label.split("/", 1))) if "/" in label else None
         try:
             built, seconds = build.build_library(
-                label=label, name=f"wb_{label.replace('/', '_')}_{key[:12]}", sources=sources,
+                # A name of this build's own (cpp_extension renames a second build of a name in one
+                # process; dlopen would hand back the library already loaded under a path).
+                label=label, name=f"wb_{label.replace('/', '_')}_{key[:12]}_{uuid.uuid4().hex[:6]}", sources=sources,
                 include_dirs=include_dirs, cflags=cflags, cuda_cflags=cuda_cflags, with_cuda=with_cuda,
                 arch_list=arch, build_dir=staging, rename=rename, last_good=last_good)
         except BuildError as e:
             # Keep the log where the message says it is; drop the rest of the staging dir later.
-            kept = config.cache_dir() / "logs" / f"{label.replace('/', '-')}-{key[:12]}.log"
-            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept = cache.subdir("logs") / f"{label.replace('/', '-')}-{key[:12]}.log"
             if e.log_path.exists():
                 e.log_path.replace(kept)
                 e.log_path = kept
@@ -204,7 +205,16 @@ def _get_or_build(*, label: str, kind: str, sources: list[pathlib.Path], include
         record = {"label": label, "key": key, "kind": kind, "arch_list": arch, "toolchain": tc,
                   "flags": cflags, "cuda_flags": cuda_cflags if with_cuda else [], "build_seconds": seconds,
                   "created": time.time(), "sources": [str(s) for s in sources]}
-        lib = cache.publish(staging, final, built, record)
+        # What the compilers read (ninja's log of their depfiles), each file with its digest: a hit
+        # whose dependencies changed is stale, whatever way a header was included.
+        deps = cache.ninja_deps(staging)
+        if deps is None:
+            cache.discard(staging)
+            raise WorkbenchError(f"{label}: ninja recorded no dependency list for this build (its .ninja_deps "
+                                 f"is missing), so a later edit of a header could not be seen; is "
+                                 f"TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES set, or ninja older than 1.3?")
+        lib = cache.publish(staging, final, built, record, cache.dependency_record(deps + [str(s) for s in sources],
+                                                                                    staging), rename=False)
         cache.progress(f"{label}: built in {seconds:.1f} s")
         return lib, final, True, key, json.loads((final / "meta.json").read_text())
 
@@ -344,6 +354,8 @@ def _register_python(op: str, name: str, source: pathlib.Path) -> Kernel:
         _last_good[(op, name)] = f"{op}/{kernel.qualified} ({source})"
         if registry.variant_sources(op).get(name) != source:
             registry.record_inline_variant(dataclasses.replace(v, description=v.description + " (inline)"))
+        else:
+            registry.forget_inline_variant(op, name)
     return kernel
 
 
@@ -377,6 +389,8 @@ def _register(op: str, name: str, source: pathlib.Path, *, inline_label: str | N
         if registry.variant_sources(op).get(name) != source:
             registry.record_inline_variant(registry.VariantInfo(
                 op, name, kernel.device, kernel.dtypes, kernel.description + " (inline)", source))
+        else:
+            registry.forget_inline_variant(op, name)
     return kernel
 
 
@@ -486,29 +500,35 @@ def build_source(op: str, path, name: str | None = None) -> BuiltVariant:
 def _write_text(path: pathlib.Path, text: str) -> None:
     """Write `text` to `path` atomically (a temporary file per writer, renamed into place), unless
     the file already holds exactly that text."""
-    if path.exists() and path.read_text() == text:
+    if path.is_file() and not path.is_symlink() and path.read_text() == text:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    tmp.replace(path)  # replaces a link at `path` itself, never writes through it
 
 
 def _cache_source(kind: str, text: str, suffix: str, name: str) -> pathlib.Path:
     """A source string written under the cache, named by its hash."""
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    path = config.cache_dir() / "sources" / kind / f"{name}-{digest}{suffix}"
-    _write_text(path, text)
+    path = cache.subdir("sources") / kind / f"{name}-{digest}{suffix}"
+    with cache.writing(f"writing the source of {kind}/{name}"):
+        _write_text(path, text)
     return path
 
 
-def load_inline(op: str, source: str, name: str) -> Kernel:
+def load_inline(op: str, source: str, name: str, *, replace: bool = False) -> Kernel:
     """Build a variant of `op` from a source string (a notebook cell). The text is written to the
-    cache under a name derived from its hash; errors point at lines of the string."""
+    cache under a name derived from its hash; errors point at lines of the string. A name of one of
+    the tree's variants (kernels/<op>/<name>.*) is refused unless replace=True, which makes this
+    build that name in this process (wb.variants then describes it, not the file)."""
     registry.check_op(op)
     if not isinstance(source, str) or not source.strip():
         raise ValueError("load_inline: source must be a non-empty string of CUDA C++ (or C++ for a CPU variant)")
     registry.check_variant_name(name)
+    registry.check_not_shadowing(op, name, None, replace, f"load_inline({op!r}, ..., name={name!r})")
     is_cuda = "__global__" in source or "WB_DEVICE_CUDA" in source
     path = _cache_source(op, source, ".cu" if is_cuda else ".cpp", name)
     return _register(op, name, path, inline_label=f"<inline {op}/{name}>")
@@ -534,7 +554,7 @@ def define_op(spec, header: str, binding: str) -> None:
         raise ValueError(f"define_op: the binding must end with WB_EXPORT_BINDING({spec.name}, ...) "
                          f"(see bindings/wb_binding.h)")
     digest = hashlib.sha256((texts["header"] + "\0" + texts["binding"]).encode()).hexdigest()[:16]
-    folder = config.cache_dir() / "sources" / "ops" / f"{spec.name}-{digest}"
+    folder = cache.subdir("sources") / "ops" / f"{spec.name}-{digest}"
     # The binding in a subfolder: every .cu/.cpp beside the header would be taken for a variant.
     header_path, binding_path = folder / f"{spec.name}.h", folder / "binding" / f"{spec.name}.cpp"
     _write_text(header_path, texts["header"])

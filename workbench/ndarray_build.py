@@ -24,7 +24,7 @@ import sysconfig
 import time
 
 from . import cache, config, toolchain
-from .build import first_error
+from .build import first_error, run_guarded
 from .errors import BuildError, WorkbenchError
 
 MODULE_NAME = "wb_ndarray_ext"   # PYBIND11_MODULE's name in bindings/ndarray/ndarray_module.cpp
@@ -116,7 +116,7 @@ def build(*, label: str, kind: str, source: pathlib.Path, include_dirs: list[pat
     lib, _, problem = cache.lookup(final)
     if lib is not None:
         return lib, final, False, key
-    with cache.file_lock(cache.lock_path(key), what=label):
+    with cache.writing(label), cache.file_lock(cache.lock_path(key), what=label):
         lib, _, problem = cache.lookup(final)
         if lib is not None:
             return lib, final, False, key
@@ -124,16 +124,20 @@ def build(*, label: str, kind: str, source: pathlib.Path, include_dirs: list[pat
             cache.progress(f"{label}: cached build unusable ({problem}); rebuilding")
         staging = cache.new_staging_dir(label, key)
         out = staging / f"{label.replace('/', '_')}{suffix}"
-        cmd = [*compiler, *flags, *[f"-I{d}" for d in include_dirs], str(source), "-o", str(out), *link]
+        # -MD -MF: the compiler lists every file it read (nvcc and the host compiler alike); the record
+        # keeps them with their digests, so an edit of any of them makes this build stale.
+        depfile = staging / "deps.d"
+        cmd = [*compiler, *flags, "-MD", "-MF", str(depfile), *[f"-I{d}" for d in include_dirs], str(source),
+               "-o", str(out), *link]
         cache.progress(f"{label}: compiling {source.name} ({pathlib.Path(compiler[-1]).name}) ...")
         start = time.perf_counter()
         log_path = staging / "build.log"
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        cwd = pathlib.Path.cwd()
+        proc = run_guarded(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         log_path.write_text(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
         seconds = time.perf_counter() - start
         if proc.returncode != 0 or not out.exists():
-            kept = config.cache_dir() / "logs" / f"{label.replace('/', '-')}-{key[:12]}.log"
-            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept = cache.subdir("logs") / f"{label.replace('/', '-')}-{key[:12]}.log"
             log_path.replace(kept)
             cache.discard(staging)
             file, line, message = first_error(proc.stdout + proc.stderr, {str(source): str(source)})
@@ -141,7 +145,13 @@ def build(*, label: str, kind: str, source: pathlib.Path, include_dirs: list[pat
         record = {"label": label, "key": key, "kind": kind, "arch_list": arch_list, "toolchain": toolchain_fields,
                   "compiler_version": _version_line(compiler[-1]),
                   "command": cmd, "build_seconds": seconds, "created": time.time(), "sources": [str(source)]}
-        lib = cache.publish(staging, final, out, record)
+        try:
+            deps = cache.parse_depfile(depfile.read_text(), cwd)
+        except OSError as e:
+            cache.discard(staging)
+            raise WorkbenchError(f"{label}: the compiler wrote no dependency list ({depfile}: {e.strerror}); "
+                                 f"the build cannot be cached without it. Does {compiler[-1]} take -MD -MF?") from None
+        lib = cache.publish(staging, final, out, record, cache.dependency_record(deps + [str(source)], staging))
         cache.progress(f"{label}: built in {seconds:.1f} s")
         return lib, final, True, key
 

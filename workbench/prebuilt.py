@@ -183,6 +183,8 @@ def find(piece: Piece) -> tuple[pathlib.Path, dict] | None:
             size, problem = None, f"{lib} is missing ({e.strerror})"
         if size is not None and (size != entry.get("size") or cache._sha256_file(lib) != entry.get("sha256")):
             problem = f"{lib} does not match the manifest's size and sha256 (modified or truncated)"
+        elif size is not None and (elf := cache.elf_problem(lib, size)):
+            problem = f"{lib} is damaged ({elf})"  # never dlopen'ed: a truncated file is a SIGBUS
         if problem is None:
             return lib, dict(entry, prebuilt=True, arch_list=arch_list if piece.with_cuda else None,
                              toolchain=m["toolchain"])
