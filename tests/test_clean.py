@@ -1,10 +1,16 @@
-"""clean by age and by size: idle builds go, a build that a running process has loaded stays."""
+"""clean by age and by size: idle builds go, a build that a running process has loaded stays; only
+what carries the workbench's build record is removed, links are never followed, a home folder or
+the filesystem root is refused as a cache (issue 24)."""
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
 import time
 
-from conftest import private_cache, wait_for_line
+import pytest
+
+from conftest import private_cache, run_cli, wait_for_line
 
 from workbench import cache
 
@@ -62,3 +68,72 @@ def test_clean_by_age_keeps_recent_builds(cpu_kernel, tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_CACHE", str(root))
     res = cache.clean(older_than_s=86400)
     assert res["removed"] == [] and len(list(cache.builds_root().iterdir())) == 3
+
+
+# --- issue 24: clean removes only the workbench's own builds --------------------------------------
+
+def _canaries(root, outside):
+    """Things beside the builds that are not the workbench's: each must survive any clean."""
+    (root / "builds" / "my_notes").mkdir()
+    (root / "builds" / "my_notes" / "notes.txt").write_text("mine")
+    (root / "builds" / "a_file.txt").write_text("mine too")
+    (outside / "precious").mkdir(parents=True)
+    (outside / "precious" / "data.txt").write_text("outside the cache")
+    os.symlink(outside / "precious", root / "builds" / "link-to-precious")
+    (root / "trash").mkdir(exist_ok=True)
+    (root / "trash" / "user-stuff").mkdir()
+    (root / "trash" / "user-stuff" / "keep.txt").write_text("not a build")
+    return ["builds/my_notes/notes.txt", "builds/a_file.txt", "trash/user-stuff/keep.txt"]
+
+
+def test_clean_all_removes_only_builds_and_never_follows_links(cpu_kernel, tmp_path, monkeypatch):
+    root = private_cache(tmp_path / "cache")
+    kept = _canaries(root, tmp_path / "outside")
+    builds = sorted(d.name for d in (root / "builds").iterdir() if (d / "meta.json").exists())
+    assert len(builds) == 3
+    # a broken build moved aside by publish (it carries the workbench's marker): trash that may go
+    trashed = root / "trash" / "bias_gelu-cpu-old"
+    shutil.copytree(root / "builds" / builds[0], trashed)
+    (trashed / "meta.json").write_text("[]")
+    (trashed / cache.MARKER).write_text("bias_gelu/cpu\n")
+
+    proc = run_cli("clean", "--all", env_extra={"WORKBENCH_CACHE": root})
+    assert proc.returncode == 0, proc.stderr
+    for rel in kept:
+        assert (root / rel).is_file(), rel
+    assert (tmp_path / "outside" / "precious" / "data.txt").read_text() == "outside the cache"
+    assert (root / "builds" / "link-to-precious").is_symlink()
+    assert not any((root / "builds" / b).exists() for b in builds) and not trashed.exists()
+    for b in builds:
+        assert f"removed: {root / 'builds' / b}" in proc.stdout, proc.stdout
+    assert f"removed: {trashed}" in proc.stdout
+    assert "removed 4 builds" in proc.stdout
+    assert f"left alone (a symbolic link (never followed)): {root / 'builds' / 'link-to-precious'}" in proc.stdout
+    assert f"left alone (carries no workbench build record): {root / 'builds' / 'my_notes'}" in proc.stdout
+    assert f"left alone (carries no workbench build record): {root / 'trash' / 'user-stuff'}" in proc.stdout
+
+
+def test_clean_refuses_a_home_folder_or_the_root_as_cache(tmp_path):
+    home = tmp_path / "home"
+    (home / "builds" / "thesis").mkdir(parents=True)
+    (home / "builds" / "thesis" / "chapter1.tex").write_text("years of work")
+    (home / "trash").mkdir()
+    (home / "trash" / "keep.txt").write_text("mine")
+    os.chmod(home, 0o700)
+    for cache_root in (home, "/"):
+        proc = run_cli("clean", "--all", env_extra={"WORKBENCH_CACHE": cache_root, "HOME": home})
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        what = "a home folder" if cache_root == home else "the filesystem root"
+        assert f"the build cache {cache_root} is {what}" in proc.stderr and "WORKBENCH_CACHE" in proc.stderr
+    assert (home / "builds" / "thesis" / "chapter1.tex").read_text() == "years of work"
+    assert (home / "trash" / "keep.txt").read_text() == "mine"
+
+
+def test_clean_refuses_another_users_home_as_cache(tmp_path, monkeypatch):
+    others = [p.pw_dir for p in pwd.getpwall() if p.pw_uid != os.geteuid() and os.path.isdir(p.pw_dir)
+              and os.path.realpath(p.pw_dir) != "/"]
+    if not others:
+        pytest.skip("no other user with a home folder here")
+    monkeypatch.setenv("WORKBENCH_CACHE", ([d for d in others if d.startswith("/home/")] or others)[0])
+    with pytest.raises(cache.CacheError, match="is a home folder"):
+        cache.clean(everything=True)

@@ -210,12 +210,20 @@ def cmd_clean(args) -> int:
     if not (args.all or args.older_than is not None or args.max_size is not None):
         print("clean: say what to remove: --all, --older-than DAYS or --max-size GB", file=sys.stderr)
         return 2
-    res = cache.clean(everything=args.all,
-                      older_than_s=None if args.older_than is None else args.older_than * 86400,
-                      max_bytes=None if args.max_size is None else int(args.max_size * 2**30))
+    try:
+        res = cache.clean(everything=args.all,
+                          older_than_s=None if args.older_than is None else args.older_than * 86400,
+                          max_bytes=None if args.max_size is None else int(args.max_size * 2**30))
+    except cache.CacheError as e:
+        print(f"clean: {e}", file=sys.stderr)
+        return 1
+    for d in res["removed"]:
+        print(f"removed: {d}")
     print(f"removed {len(res['removed'])} builds ({res['freed_bytes'] / 2**20:.1f} MiB) from {config.cache_dir()}")
     for d in res["in_use"]:
         print(f"kept (in use by a running process): {d}")
+    for d, why in res["skipped"]:
+        print(f"left alone ({why}): {d}")
     return 0
 
 
@@ -323,7 +331,8 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("doctor", help="toolchain, GPU, cache and lock report")
     s.set_defaults(fn=cmd_doctor)
 
-    s = sub.add_parser("clean", help="remove cached builds (never one in use)")
+    s = sub.add_parser("clean", help="remove cached builds (only folders with a workbench build record, never one "
+                                     "in use, never through a link); prints each one removed")
     s.add_argument("--all", action="store_true")
     s.add_argument("--older-than", type=float, metavar="DAYS")
     s.add_argument("--max-size", type=float, metavar="GB")
