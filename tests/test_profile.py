@@ -17,6 +17,7 @@ rung is not called compute-bound; one variant's profile takes under 30 s beyond 
 from __future__ import annotations
 
 import json
+import math
 import os
 import pathlib
 import subprocess
@@ -513,6 +514,9 @@ if unknown and unknown in metrics:
     print("==ERROR== Failed to find metric regex:^" + unknown.split(".")[0] + "\\.(sum|avg|max|min)$")
     sys.exit(1)
 log.write_text(pathlib.Path(os.environ["FAKE_NCU_CSV"]).read_text())
+if os.environ.get("FAKE_NCU_RESULT"):  # the profiled child's report (jobs._measure), as the real child writes it
+    job = json.loads(pathlib.Path(args[-1]).read_text())
+    pathlib.Path(job["result"]).write_text(os.environ["FAKE_NCU_RESULT"])
 '''
 
 
@@ -637,6 +641,71 @@ def test_where_no_line_info_build_is_possible_the_profile_goes_on_without_lines(
     assert any(n.startswith("no source lines: the variants could not be built with -lineinfo here") for n in p.notes)
 
 
+# ----------------------------------------------------------------------------- the profiled call, checked at its shape
+
+WRONG_CHECK = {"size": [8192, 8192], "dtype": "float32", "direction": "fwd", "verified": "wrong",
+               "verify_detail": "the profiled call: y wrong at 8192x8192 float32: largest |difference| inf at "
+                                "[6144, 0] (NaN where the reference has none (unwritten element?); against the "
+                                "float64 reference)",
+               "verify_max_abs_err": math.inf, "verify_where": [6144, 0], "verify_against": "float64 reference"}
+
+
+def test_the_profiled_call_is_checked_at_its_shape(wb):
+    """jobs._measure (the child ncu profiles) checks the call at the profiled shape: the planted
+    CPU variant that leaves the last quarter of the rows unwritten from 512 rows on is wrong at
+    1024 x 64 and right at 64 x 64. (On the CPU: the same code path without the NVTX range.)"""
+    from workbench import jobs
+
+    partial = wb.load_source("bias_gelu", FAULTY / "cpu_partial_at_size.cpp", name="cpu_partial_at_size")
+    bad = jobs._measure("bias_gelu", partial, (1024, 64), "float32", "fwd")
+    assert bad["verified"] == "wrong" and bad["verify_where"][0] >= 768, bad
+    assert "y wrong at 1024x64 float32" in bad["verify_detail"] and "unwritten" in bad["verify_detail"], bad
+    assert bad["verify_detail"].startswith("before profiling (fresh inputs, outputs poisoned):"), bad
+    json.dumps(bad)  # it travels back to the parent as JSON
+    good = jobs._measure("bias_gelu", partial, (64, 64), "float32", "fwd")
+    assert good["verified"] == "ok" and good["verify_against"] == "float64 reference", good
+    assert 0 <= good["verify_max_abs_err"] < 1e-4, good
+    bwd = jobs._measure("bias_gelu", wb.load("bias_gelu", "cpu"), (1024, 64), "float32", "bwd")
+    assert bwd["verified"] == "ok" and (bwd["size"], bwd["direction"]) == ([1024, 64], "bwd"), bwd
+
+
+def test_a_wrong_output_is_said_first_and_gets_no_performance_verdict():
+    csv = raw_csv([_kernel()])
+    p = wbp.from_csv("bias_gelu", {"scalar": csv, "vec4": csv}, BIAS_SHAPE, copy_GBps=3009.0,
+                     checks={"scalar": dict(WRONG_CHECK), "vec4": dict(WRONG_CHECK, verified="ok")})
+    assert p.wrong() == ["scalar"] and p.checked("vec4") == "ok"
+    v = p.verdict("scalar")
+    assert v.kind == "wrong" and v.summary.startswith("WRONG OUTPUT at the profiled shape (8192x8192 float32)"), v
+    assert "largest |difference| inf at [6144, 0]" in v.summary and "no performance verdict" in v.summary, v
+    assert "memory-bound" not in v.line and "wb.check('bias_gelu', 'scalar', shapes=[(8192, 8192)]" in v.advice, v
+    assert p.verdict("vec4").kind == "memory-bound"  # the right one keeps its verdict
+    table = p.table().splitlines()
+    assert table[1].startswith("WRONG OUTPUT: scalar at 8192x8192 float32 fwd: the profiled call: y wrong"), table[:3]
+    assert "no performance verdict" in table[1]
+    row = next(ln for ln in table if ln.startswith("output at this shape"))
+    assert row.split()[-2:] == ["WRONG", "ok"], row
+    assert "WRONG OUTPUT: scalar" in p._repr_html_()
+    assert [r["verified"] for r in p.rows()] == ["wrong", "ok"]  # the roofline leaves the wrong one out
+    assert p.compare() == ["scalar -> vec4: not compared (scalar computed the wrong output)"]
+    unchecked = wbp.from_csv("bias_gelu", {"scalar": csv}, BIAS_SHAPE, checks={"scalar": None})
+    assert unchecked.checked("scalar") == "not checked" and unchecked.verdict().kind == "memory-bound"
+    assert "scalar: the profiled call's output was not checked at this shape" in unchecked.table()
+    assert "not checked" not in wbp.from_csv("bias_gelu", {"scalar": csv}, BIAS_SHAPE).table().split("verdict")[1]
+
+
+def test_the_profile_command_exits_1_on_a_wrong_output(run_cli, fake_ncu, scalar_kernel):
+    env = {k: os.environ[k] for k in ("WORKBENCH_NCU", "FAKE_NCU_CALLS", "FAKE_NCU_CSV")}
+    proc = run_cli("profile", "bias_gelu", "scalar", "--shape", "8192x8192", "--no-lines",
+                   env_extra=dict(env, FAKE_NCU_RESULT=json.dumps(WRONG_CHECK)))
+    assert proc.returncode == 1, describe(proc)
+    lines = proc.stdout.splitlines()
+    assert lines[1].startswith("WRONG OUTPUT: scalar at 8192x8192 float32 fwd"), proc.stdout
+    assert "verdict scalar/forward_kernel<float>: WRONG OUTPUT at the profiled shape" in proc.stdout
+    ok = run_cli("profile", "bias_gelu", "scalar", "--shape", "8192x8192", "--no-lines",
+                 env_extra=dict(env, FAKE_NCU_RESULT=json.dumps(dict(WRONG_CHECK, verified="ok"))))
+    assert ok.returncode == 0 and "WRONG" not in ok.stdout and "memory-bound" in ok.stdout, describe(ok)
+
+
 # ----------------------------------------------------------------------------- the command line
 
 def test_the_profile_command_parses_its_arguments():
@@ -758,10 +827,23 @@ def test_a_planted_column_walk_is_called_uncoalesced():
     _need_ncu()
     bad = wb.load_source("bias_gelu", FAULTY / "uncoalesced.cu", name="uncoalesced")
     p = wb.profile("bias_gelu", bad, shape=BIAS_SHAPE, dtype="float32")
-    assert p.verdict().kind == "uncoalesced", p.table()
+    assert p.checked("uncoalesced") == "ok" and p.verdict().kind == "uncoalesced", p.table()
     hot = p.kernels[0].lines[0]  # the line that loads x and stores y, column by column
     assert pathlib.Path(hot["file"]).name == "uncoalesced.cu" and "x[at]" in hot["text"], p.table()
     assert p.totals("uncoalesced")["ld_efficiency"] < 50 and p.totals("uncoalesced")["ld_bytes_per_request"] > 256
+
+
+@pytest.mark.gpu
+def test_a_variant_wrong_at_the_profiled_shape_gets_no_performance_verdict():
+    """tests/faulty/partial_at_timed_shape.cu computes a quarter of the rows at exactly 8192 x 8192:
+    its counters would read 4x faster than a copy. The profiled call is checked at that shape."""
+    _need_ncu()
+    bad = wb.load_source("bias_gelu", FAULTY / "partial_at_timed_shape.cu", name="partial_at_timed_shape")
+    p = wb.profile("bias_gelu", [bad, "vec4"], shape=BIAS_SHAPE, dtype="float32", lines=False)
+    assert p.wrong() == ["partial_at_timed_shape"] and p.checked("vec4") == "ok", p.table()
+    assert p.verdict("partial_at_timed_shape").kind == "wrong", p.table()
+    assert p.table().splitlines()[1].startswith("WRONG OUTPUT: partial_at_timed_shape at 8192x8192"), p.table()
+    assert p.verdict("vec4").kind == "memory-bound", p.table()
 
 
 @pytest.mark.gpu

@@ -136,7 +136,7 @@ def cmd_profile(args) -> int:
     if args.roofline:
         p.roofline(args.roofline)
         print(f"roofline: {args.roofline}")
-    return 0
+    return 1 if p.wrong() else 0  # a call that computed the wrong thing is no profile to act on
 
 
 def cmd_plot(args) -> int:

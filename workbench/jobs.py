@@ -64,32 +64,54 @@ def _run_job(job: dict) -> None:
 
 def _measure(op: str, kernel, size, dtype: str, direction: str) -> dict:
     """Warm the call up (builds, CUDA's lazy module loading, the allocator), then make it once
-    inside the NVTX range ncu.RANGE; inputs and gradients are made before the range opens."""
+    inside the NVTX range ncu.RANGE; inputs and gradients are made before the range opens.
+    The profiled call is checked at its shape (issue 23): first on fresh inputs with its outputs
+    poisoned (verify.check_kernel_at), then the profiled call's own output, on inputs drawn after
+    the warm-up (an answer replayed from the warm-up is wrong for them), against the trusted result
+    (float64 reference, or eager where that does not fit). The result carries the verdict."""
     import torch
 
-    from . import ncu
+    from . import ncu, verify
 
-    spec = kernel.spec
-    gen = torch.Generator(kernel.device).manual_seed(0)
-    inputs = spec.new_inputs(tuple(size), dtype, kernel.device, gen)
-    attrs = spec.sample_attrs()[0]
-    if direction == "fwd":
-        call = lambda: kernel(*inputs, **attrs)  # noqa: E731
-    elif direction == "bwd":
-        from .opspec import as_tuple
-        grads = [torch.randn(o.shape, generator=gen, device=kernel.device).to(o.dtype)
-                 for o in as_tuple(kernel(*inputs, **attrs))]
-        call = lambda: kernel.backward(*grads, *inputs, **attrs)  # noqa: E731
-    else:
+    if direction not in ("fwd", "bwd"):
         raise ValueError(f"direction must be 'fwd' or 'bwd'; got {direction!r}")
+    spec = kernel.spec
+    size = tuple(size)
+    before = verify.check_kernel_at(kernel, size, dtype, direction, seed=1)
+    device = torch.device(kernel.device if kernel.device != "cuda" else f"cuda:{torch.cuda.current_device()}")
+    gen = torch.Generator(device).manual_seed(0)
+    attrs = spec.sample_attrs()[0]
+
+    def step(p):
+        if direction == "fwd":
+            return kernel(*p.inputs, **attrs)
+        return kernel.backward(*p.grads, *p.inputs, **attrs)
+
+    warm = verify.Probe(spec, size, dtype, direction, attrs, gen, device)
     for _ in range(2):
-        call()
-    torch.cuda.synchronize()
-    torch.cuda.nvtx.range_push(ncu.RANGE)
-    call()
-    torch.cuda.synchronize()
-    torch.cuda.nvtx.range_pop()
-    return {"size": list(size), "dtype": dtype, "direction": direction}
+        step(warm)
+    del warm
+    probe = verify.Probe(spec, size, dtype, direction, attrs, gen, device)  # fresh inputs for the profiled call
+    cuda = device.type == "cuda"  # a CPU variant runs here too (tests of the check, without a GPU)
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_push(ncu.RANGE)
+    out = step(probe)
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_pop()
+    last = probe.judge(out, "the profiled call")
+    del out, probe
+    if not before.ok:  # check_kernel_at's own run, before the warm-up: say which of the two it was
+        before.detail = before.detail.replace("the profiled call:", "before profiling (fresh inputs, outputs "
+                                              "poisoned):", 1)
+    verdict = next((v for v in (before, last) if not v.ok), last)
+    if verdict.ok and before.ok:
+        verdict.max_abs_err = max((e for e in (before.max_abs_err, last.max_abs_err) if e == e), default=verdict.max_abs_err)
+    return {"size": list(size), "dtype": dtype, "direction": direction, "verified": verdict.status,
+            "verify_detail": verdict.detail, "verify_max_abs_err": verdict.max_abs_err,
+            "verify_where": list(verdict.where) if verdict.where is not None else None,
+            "verify_against": verdict.against}
 
 
 def child_main(job_path: str) -> int:

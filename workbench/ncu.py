@@ -65,6 +65,10 @@ class Kernels(list):
 
     dropped: tuple[str, ...] = ()
     source_csv: str = ""            # ncu's source page (--print-source cuda,sass) where asked for
+    # What the profiled child reported (jobs._measure): the size, dtype and direction, and the check
+    # of the profiled call's output at that shape (verified: "ok", "wrong", "not checked";
+    # verify_detail, verify_max_abs_err, verify_where, verify_against). None: the child reported nothing.
+    measured: dict | None = None
 
 
 def find() -> str | None:
@@ -174,9 +178,10 @@ def unknown_metrics(text: str, metrics) -> list[str]:
     return [m for m in metrics if m.split(".")[0] in missing]
 
 
-def _run_child(op: str, spec: dict, kwargs: dict, prefix: list[str], timeout_s: float) -> tuple[int, str]:
+def _run_child(op: str, spec: dict, kwargs: dict, prefix: list[str], timeout_s: float
+               ) -> tuple[int, str, dict | None]:
     """The "measure" job (jobs.py) in a child under `prefix` (ncu and its options): (exit status,
-    everything it printed). Started in a session of its own, so that on a timeout (or an
+    everything it printed, the job's result or None). Started in a session of its own, so that on a timeout (or an
     interrupt) ncu and the child it started are stopped together, not only ncu."""
     with tempfile.TemporaryDirectory(prefix="workbench-child-") as tmp:
         job = pathlib.Path(tmp) / "job.json"
@@ -197,7 +202,12 @@ def _run_child(op: str, spec: dict, kwargs: dict, prefix: list[str], timeout_s: 
         except BaseException:
             _stop(proc)
             raise
-        return proc.returncode, out
+        result = pathlib.Path(tmp) / "result.json"
+        try:
+            reported = json.loads(result.read_text()) if result.is_file() else None
+        except ValueError:
+            reported = None
+        return proc.returncode, out, reported
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -232,7 +242,7 @@ def measure(op: str, variant, size, dtype: str, direction: str = "fwd", metrics=
             prefix = [exe, "--target-processes", "all", "--nvtx", "--nvtx-include", f"{RANGE}/",
                       "--metrics", ",".join(metrics), "--csv", "--page", "raw", "--print-units", "base",
                       *sampling, *extra_args, "--log-file", str(log)]
-            code, output = _run_child(op, spec, kwargs, prefix, timeout_s)
+            code, output, reported = _run_child(op, spec, kwargs, prefix, timeout_s)
             text = log.read_text(errors="replace") if log.exists() else ""
             why = _permission_problem(text + output)
             if why:
@@ -251,6 +261,7 @@ def measure(op: str, variant, size, dtype: str, direction: str = "fwd", metrics=
             raise IsolatedRunError(f"measure of {op}/{spec['name']} under ncu", code, tail, full)
         kernels = Kernels(parse_csv(text))
         kernels.dropped = tuple(dropped)
+        kernels.measured = reported
         saved = report.with_name(report.name + ".ncu-rep")
         if source_lines and saved.is_file():
             kernels.source_csv = _source_page(exe, saved, min(timeout_s, 120))

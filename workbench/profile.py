@@ -36,6 +36,12 @@ FLOPs) is, first rule that holds:
     latency-bound   none of these: a grid under one wave, occupancy under 50% possible (with its
                     limiter: registers, shared memory, block size), or warps stalled (top 3 reasons)
 each with what to try next.
+
+The profiled call is checked at its shape first (jobs._measure, verify.check_kernel_at: fresh inputs,
+outputs poisoned, the float64 reference or eager where that does not fit), and the profiled call's
+own output on inputs drawn after the warm-up; the table's first row says "ok", "WRONG" or "not
+checked". A variant whose output is wrong is named above the table, its kernels' verdict is "wrong"
+(no performance verdict for a call that computed the wrong thing), and the CLI exits 1.
 """
 from __future__ import annotations
 
@@ -481,6 +487,21 @@ class Profile:
     gemm_TFLOPs: float | None = None
     compute_bound: bool = False
     notes: list[str] = field(default_factory=list)
+    # per variant, the check of the profiled call's output at this shape (ncu.Kernels.measured:
+    # verified "ok" / "wrong" / "not checked", verify_detail, ...); a variant missing: not checked
+    checks: dict = field(default_factory=dict)
+
+    def checked(self, variant: str) -> str:
+        """"ok", "wrong" or "not checked": the profiled call's output at this shape."""
+        return (self.checks.get(variant) or {}).get("verified") or "not checked"
+
+    def wrong(self) -> list[str]:
+        return [v for v in self.variants if self.checked(v) == "wrong"]
+
+    def _wrong_lines(self) -> list[str]:
+        return [f"WRONG OUTPUT: {v} at {'x'.join(map(str, self.shape))} {self.dtype} {self.direction}: "
+                f"{self.checks[v].get('verify_detail') or 'its output differs from the trusted result'}. Its counters "
+                f"describe a call that computed the wrong thing: no performance verdict" for v in self.wrong()]
 
     def of(self, variant: str) -> list[KernelProfile]:
         """The kernels of one variant, in launch order."""
@@ -528,6 +549,10 @@ class Profile:
         base = self.variants[0]
         a, out = self.totals(base), []
         for v in self.variants[1:]:
+            bad = [x for x in (base, v) if self.checked(x) == "wrong"]
+            if bad:  # no speed comparison with a call that computed the wrong thing
+                out.append(f"{base} -> {v}: not compared ({' and '.join(bad)} computed the wrong output)")
+                continue
             parts = deltas(a, self.totals(v))
             if self.verdict(base).kind != self.verdict(v).kind:
                 parts.append(f"verdict {self.verdict(base).kind} -> {self.verdict(v).kind}")
@@ -548,7 +573,9 @@ class Profile:
         def per_s(k, total):
             return total / k.seconds if total and k.seconds else None
 
-        rows = [("duration (us)", col(lambda k: (k.metrics.get("duration_ns") or 0) / 1e3 or None), ".1f")]
+        rows = [("output at this shape", col(lambda k: {"ok": "ok", "wrong": "WRONG"}.get(self.checked(k.variant),
+                                                                                          "not checked")), "s"),
+                ("duration (us)", col(lambda k: (k.metrics.get("duration_ns") or 0) / 1e3 or None), ".1f")]
         if self.nbytes:
             rows.append(("GB/s (declared bytes)", col(lambda k: (per_s(k, k.nbytes) or 0) / 1e9 or None), ".0f"))
             if self.copy_GBps:
@@ -621,7 +648,7 @@ class Profile:
                          and a else "")
         lw = max(len(label) for label, _, _ in rows)
         widths = [max(len(h[0]), len(h[1]), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
-        lines = [self.header(), ""]
+        lines = [self.header(), *self._wrong_lines(), ""]
         lines.append(" " * lw + "  " + "  ".join(h[0].rjust(w) for h, w in zip(heads, widths)))
         lines.append(" " * lw + "  " + "  ".join(h[1].rjust(w) for h, w in zip(heads, widths)))
         lines.append("-" * len(lines[-1]))
@@ -661,7 +688,8 @@ class Profile:
                       + "<br>".join(f"<code>{e(_line_text(ln))}</code>" for ln in k.lines) + "</p>"
                       for k in self.kernels if k.lines)
         extra = hot + "".join(f"<p>{e(c)}</p>" for c in self.compare()) + "".join(f"<p><i>note: {e(n)}</i></p>" for n in self.notes)
-        return (f"<p>{e(self.header())}</p><table><thead><tr><th></th>{head}</tr></thead><tbody>{''.join(body)}"
+        wrong = "".join(f"<p style='color:#b00020'><b>{e(w)}</b></p>" for w in self._wrong_lines())
+        return (f"<p>{e(self.header())}</p>{wrong}<table><thead><tr><th></th>{head}</tr></thead><tbody>{''.join(body)}"
                 f"</tbody></table><ul>{verdicts}</ul>{extra}")
 
     # -- the roofline
@@ -675,7 +703,8 @@ class Profile:
             r = dict(kind="variant", op=self.op, variant=v, dtype=self.dtype, shape="x".join(map(str, self.shape)),
                      direction=self.direction, median_ms=ms or math.nan, bytes=self.nbytes or 0, flops=self.flops or 0,
                      GBps=t["GBps"] or math.nan, TFLOPs=t["TFLOPs"] or math.nan,
-                     ceiling_GBps=self.copy_GBps if self.copy_GBps else math.nan, source="ncu")
+                     ceiling_GBps=self.copy_GBps if self.copy_GBps else math.nan, source="ncu",
+                     verified=self.checked(v))
             if self.gemm_TFLOPs:
                 r["matmul_ceiling_TFLOPs"] = self.gemm_TFLOPs
             out.append(r)
@@ -746,12 +775,14 @@ def default_shape(spec) -> tuple:
 
 def from_reports(op: str, reports: dict, shape, dtype: str = "float32", direction: str = "fwd", *,
                  copy_GBps: float | None = None, gemm_TFLOPs: float | None = None, notes=(),
-                 sources: dict | None = None) -> Profile:
+                 sources: dict | None = None, checks: dict | None = None) -> Profile:
     """A Profile from ncu's rows per variant ({variant: ncu.parse_csv(text)}): the metrics, each
     kernel's share of the op's declared bytes and FLOPs (all of them for a one-kernel call; split by
     DRAM traffic and by duration where a call launches several), and the verdicts. No GPU needed:
     tests build one from committed CSVs. sources: {variant: ncu.parse_source_csv(...)}, the stall
-    samples per source line, matched to the kernels by name (by order where the names differ)."""
+    samples per source line, matched to the kernels by name (by order where the names differ).
+    checks: {variant: the profiled child's report (ncu.Kernels.measured)}: a variant whose output
+    was wrong at this shape gets the verdict "wrong" for each kernel, and no performance verdict."""
     spec = registry.spec(op)
     shape = tuple(shape)
     dtype = dtypes_.name_of(dtype)
@@ -771,10 +802,31 @@ def from_reports(op: str, reports: dict, shape, dtype: str = "float32", directio
             k.flops = flops * (1.0 if len(ks) == 1 else share_t) or None
             k.verdict = verdict(k.metrics, nbytes=k.nbytes, flops=k.flops, copy_GBps=copy_GBps,
                                 gemm_TFLOPs=gemm_TFLOPs, compute_bound=spec.compute_bound)
+            check = (checks or {}).get(variant) or {}
+            if check.get("verified") == "wrong":
+                k.verdict = wrong_verdict(op, variant, shape, dtype, check)
         _attach_lines(ks, (sources or {}).get(variant) or [])
         kernels += ks
+    given = checks is not None  # profile() passes what each child reported; from committed CSVs there is none
+    checks = {str(v): c for v, c in (checks or {}).items() if c}
+    notes = list(notes) + [
+        f"{v}: the profiled call's output was not checked at this shape"
+        + (f" ({checks[v]['verify_detail']})" if (checks.get(v) or {}).get("verify_detail") else
+           " (the profiled child reported no check)")
+        for v in map(str, reports) if given and (checks.get(v) or {}).get("verified") not in ("ok", "wrong")]
     return Profile(op, shape, dtype, direction, [str(v) for v in reports], kernels, nbytes or None, flops or None,
-                   copy_GBps, gemm_TFLOPs, spec.compute_bound, list(notes))
+                   copy_GBps, gemm_TFLOPs, spec.compute_bound, notes, checks)
+
+
+def wrong_verdict(op: str, variant: str, shape, dtype: str, check: dict) -> Verdict:
+    """The verdict of a kernel whose call computed the wrong thing at the profiled shape: that, and
+    no performance verdict (its counters may describe work skipped or an answer replayed)."""
+    size = "x".join(map(str, shape))
+    return Verdict("wrong", f"WRONG OUTPUT at the profiled shape ({size} {dtype}): "
+                            f"{check.get('verify_detail') or 'the output differs from the trusted result'}; "
+                            "no performance verdict for a call that computes the wrong thing",
+                   f"make it right at this shape first: wb.check({op!r}, {variant!r}, shapes=[{tuple(shape)!r}], "
+                   f"dtypes=[{dtype!r}]) and compute-sanitizer (python -m workbench sanitize)")
 
 
 def _attach_lines(ks: list[KernelProfile], lines: list[dict]) -> None:
@@ -860,7 +912,7 @@ def profile(op: str, variant, shape=None, dtype: str = "float32", direction: str
     names = [k.name for k in kernels]
     if len(set(names)) != len(names):
         raise ValueError(f"profile: the variants must differ; got {names}")
-    reports, sources = {}, {}
+    reports, sources, checks = {}, {}, {}
     for k in kernels:
         keep = None
         if keep_csv is not None:
@@ -872,11 +924,13 @@ def profile(op: str, variant, shape=None, dtype: str = "float32", direction: str
         if rows.dropped:
             notes.append(f"{k.name}: this ncu or GPU lacks {', '.join(rows.dropped)} (left out)")
         reports[k.name] = rows
+        checks[k.name] = rows.measured
         sources[k.name] = ncu.parse_source_csv(rows.source_csv)
         if lines and k.kind == "c++" and not sources[k.name]:
             notes.append(f"{k.name}: ncu's source page has no sampled CUDA lines (no line info in this build?)")
     copy, gemm, why = ceilings(spec, dtype)
     return from_reports(op, reports, shape, dtype, direction, copy_GBps=copy, gemm_TFLOPs=gemm, notes=notes + why,
+                        checks=checks,
                         sources=sources)
 
 
