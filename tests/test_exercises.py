@@ -623,7 +623,7 @@ def test_speed_fails_on_a_wrong_or_impossible_row_whatever_the_ratio(monkeypatch
     check = _speed_with(monkeypatch, lambda me, ref: [_row(me, math.nan, verified="wrong", verify_detail=wrong),
                                                       _row(ref, 0.4)])
     assert check.status == "FAIL" and check.detail == f"yours, fwd float32 8192x8192: the timed output is wrong: {wrong}"
-    assert any("not timed" in ln for ln in check.lines), check.lines
+    assert any("no ratio (yours not timed, vec4 0.4000 ms)" in ln for ln in check.lines), check.lines
     reason = "2512 GB/s is 1.31x the device's copy ceiling (1913 GB/s)"
     check = _speed_with(monkeypatch, lambda me, ref: [_row(me, 0.1, impossible=True, impossible_reason=reason),
                                                       _row(ref, 0.4)])

@@ -384,7 +384,8 @@ def speed(ex: Exercise, kernel, worker=None) -> Check:
             mine, ref = median.get((d, t, kernel.name)), median.get((d, t, ex.reference))
             if mine is None or ref is None or math.isnan(mine) or math.isnan(ref):
                 if problems:
-                    lines.append(f"{d:7s} {t:9s} not timed (yours {mine} ms, {ex.reference} {ref} ms)")
+                    ms = lambda v: "not timed" if v is None or math.isnan(v) else f"{v:.4f} ms"  # noqa: E731
+                    lines.append(f"{d:7s} {t:9s} no ratio (yours {ms(mine)}, {ex.reference} {ms(ref)})")
                     continue
                 return Check("speed", "FAIL", f"no timing for {d} {t} at {shape}",
                              [f"benchmark notes: {n}" for n in result.notes])
