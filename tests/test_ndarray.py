@@ -383,12 +383,15 @@ def test_gpu_kernel_and_staging_times_are_reported_apart(gpu, name):
 
 # ----------------------------------------------------------------------------- byte order and aliasing (issue 24)
 
-@pytest.mark.parametrize("which", ["a", "b", "c"])
+@pytest.mark.parametrize("which", ["a", "b", "c", "all"])
 def test_arrays_in_the_other_byte_order_are_refused_and_named(cpu, which):
     f = cpu["vector_add"]
     a, b, c = (np.arange(8, dtype=np.float32) + i for i in range(3))
     swapped = {"a": a, "b": b, "c": c}
-    swapped[which] = swapped[which].astype(swapped[which].dtype.newbyteorder(">" if sys.byteorder == "little" else "<"))
+    other = ">" if sys.byteorder == "little" else "<"
+    for k in (["a", "b", "c"] if which == "all" else [which]):
+        swapped[k] = swapped[k].astype(swapped[k].dtype.newbyteorder(other))
+    which = "a" if which == "all" else which   # the first one named
     name = which if which != "c" else "c (an output)"
     with pytest.raises(TypeError, match=rf"vector_add/cpu: {re.escape(name)} is stored in the other byte order "
                                         rf"\(dtype '[<>]f4'.*pass {which}\.astype\({which}\.dtype\.newbyteorder\('='\)\)"):

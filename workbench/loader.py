@@ -179,6 +179,10 @@ def _get_or_build(*, label: str, kind: str, sources: list[pathlib.Path], include
         lib, meta, problem = cache.lookup(final)  # someone may have built it while we waited
         if lib is not None:
             return lib, final, False, key, meta
+        if cache.import_shared(final, label):  # a shared cache the user opted into, checked by its manifest
+            lib, meta, problem = cache.lookup(final)
+            if lib is not None:
+                return lib, final, False, key, meta
         if problem:
             cache.progress(f"{label}: cached build unusable ({problem}); rebuilding")
         staging = cache.new_staging_dir(label, key)

@@ -120,6 +120,10 @@ def build(*, label: str, kind: str, source: pathlib.Path, include_dirs: list[pat
         lib, _, problem = cache.lookup(final)
         if lib is not None:
             return lib, final, False, key
+        if cache.import_shared(final, label):  # a shared cache the user opted into, checked by its manifest
+            lib, _, problem = cache.lookup(final)
+            if lib is not None:
+                return lib, final, False, key
         if problem:
             cache.progress(f"{label}: cached build unusable ({problem}); rebuilding")
         staging = cache.new_staging_dir(label, key)
