@@ -19,14 +19,14 @@ FAULTY = pathlib.Path(__file__).parent / "faulty"
 @pytest.fixture(scope="module")
 def planted(wb, cpu_kernel):
     return {"partial": wb.load_source("bias_gelu", FAULTY / "cpu_partial_at_size.cpp", name="cpu_partial_at_size"),
-            "after_ten": wb.load_source("bias_gelu", FAULTY / "cpu_wrong_after_ten.cpp", name="cpu_wrong_after_ten")}
+            "after_warmup": wb.load_source("bias_gelu", FAULTY / "cpu_wrong_after_warmup.cpp", name="cpu_wrong_after_warmup")}
 
 
 @pytest.fixture(scope="module")
 def planted_bench(wb, planted):
     """One bench of the honest cpu variant beside the two planted ones, at a size the check matrix
     never draws (600 rows: the partial one skips rows from 512 on)."""
-    return wb.bench("bias_gelu", ["cpu", "cpu_partial_at_size", "cpu_wrong_after_ten"], shapes=[(600, 256)],
+    return wb.bench("bias_gelu", ["cpu", "cpu_partial_at_size", "cpu_wrong_after_warmup"], shapes=[(600, 256)],
                     budget_s=0.05, baselines=["eager"])
 
 
@@ -47,10 +47,9 @@ def test_work_skipped_only_at_the_timed_size_is_wrong_and_never_a_speedup(plante
 
 
 def test_a_kernel_that_goes_wrong_after_warm_up_is_caught_in_the_timed_calls(planted_bench):
-    r = _row(planted_bench, "cpu_wrong_after_ten")
+    r = _row(planted_bench, "cpu_wrong_after_warmup")
     assert r["verified"] == verify.WRONG
-    # the last timed call, or (where fewer than ten calls were timed on a busy machine) the check after
-    assert r["verify_detail"].startswith(("the last timed call: y wrong", "after timing: y wrong")), r["verify_detail"]
+    assert r["verify_detail"].startswith("the last timed call: y wrong"), r["verify_detail"]
     assert "largest |difference| 0.5" in r["verify_detail"]
     assert not math.isnan(r["median_ms"]) and math.isnan(r["speedup_vs_eager"])
 
@@ -64,8 +63,8 @@ def test_honest_rows_are_checked_against_the_float64_reference(planted_bench):
     assert any("rotated through 3 input sets" in n for n in planted_bench.notes)
 
 
-def test_timed_inputs_are_redrawn_in_place_between_samples(wb, planted):
-    """The timed calls rotate through sets whose values are redrawn (same pointers, new values)
+def test_timed_inputs_change_in_place_between_samples(wb, planted):
+    """The timed calls rotate through sets whose values change (same addresses, other values)
     before each sample, so an answer kept by pointer is an answer to other inputs."""
     import torch
 
@@ -75,11 +74,14 @@ def test_timed_inputs_are_redrawn_in_place_between_samples(wb, planted):
     group = benchmark._Group(spec, (8, 16), "float32", "fwd", {}, gen, torch.device("cpu"), sets)
     timed = group.timed(wb.load("bias_gelu", "cpu"), {})
     timed()
-    pointer, before = sets[1][0].data_ptr(), sets[1][0].clone()
+    x = group.live[1][0][0]
+    pointer, before = x.data_ptr(), x.clone()
     timed.refresh()  # the set the next call takes
-    assert sets[1][0].data_ptr() == pointer and not torch.equal(sets[1][0], before)
+    assert x.data_ptr() == pointer and not torch.equal(x, before)
     timed()
     assert timed.index == 1 and group.check_timed(timed).ok
+    group.switch(1)  # back to set 1's first version, whose trusted result is kept
+    assert torch.equal(x, before)
 
 
 def test_isolated_rows_get_the_same_speedups_as_in_process(wb, cpu_kernel):

@@ -181,26 +181,23 @@ def _no_donated_buffers():
 
 
 class _Timed:
-    """One `direction` step of a provider, as timed: each call takes the next of several input
-    sets, and refresh() (run between samples, outside the timed region) draws new values into the
-    set the next call will take, in place: an answer cached by pointer is then the answer to other
-    inputs. The result of the newest call and its set are kept, so that the output of the timed
-    calls themselves is checked. A backward ("bwd") replays one forward graph per set, so its
-    refresh draws new output gradients (the forward's saved tensors must stay as they were);
-    "fwd+bwd" runs both each call."""
+    """One `direction` step of a provider, as timed: each call takes the next of the group's input
+    sets, and refresh() (run between samples, outside the timed region) gives the set the next
+    call will take other values, in place: an answer cached by pointer is then the answer to other
+    inputs. The newest call's result is kept, so that the output of the timed calls themselves is
+    checked. A backward ("bwd") replays one forward graph per set, so there the output gradients
+    change (the forward's saved tensors must stay as they were); "fwd+bwd" runs both each call."""
 
     def __init__(self, fn, group: "_Group", attrs: dict):
         self.group, self.calls = group, []
-        spec, direction = group.spec, group.direction
-        diff = [t.differentiable for t in spec.inputs]
-        for probe in group.sets:
-            inputs, g = probe.inputs, probe.grads
-            if direction == "fwd":
+        diff = [t.differentiable for t in group.spec.inputs]
+        for inputs, g in group.live:
+            if group.direction == "fwd":
                 self.calls.append(lambda inputs=inputs: fn(*inputs, **attrs))
                 continue
             leaves = [t.detach().requires_grad_(d) for t, d in zip(inputs, diff)]
             wanted = [t for t, d in zip(leaves, diff) if d]
-            if direction == "bwd":
+            if group.direction == "bwd":
                 outs = as_tuple(fn(*leaves, **attrs))
                 self.calls.append(lambda outs=outs, wanted=wanted, g=g:
                                   torch.autograd.grad(outs, wanted, g, retain_graph=True))
@@ -215,37 +212,44 @@ class _Timed:
         return self.last
 
     def refresh(self) -> None:
-        self.group.redraw((self.index + 1) % len(self.calls))
+        self.group.switch((self.index + 1) % len(self.calls))
 
 
 class _Group:
-    """What every provider of one (dtype, size, direction) shares: the input sets the timed calls
-    rotate through (with their output gradients), and the probes checked before and after timing.
-    The trusted result of each is computed once, on first use (verify.Probe)."""
+    """What every provider of one (dtype, size, direction) shares. The input sets the timed calls
+    rotate through ("live": the tensors the calls read, at fixed addresses) and, per set, two
+    versions of its values (verify.Probe: inputs, output gradients, the trusted result computed
+    once on first use): switching a set copies the other version in. The trusted results are then
+    computed at most twice per set and group, whichever provider's call they judge. And the probes
+    checked before and after timing."""
+
+    VERSIONS = 2
 
     def __init__(self, spec, shape, dname, direction, attrs, gen, device, sets):
-        self.spec, self.shape, self.dname, self.direction, self.gen = spec, shape, dname, direction, gen
-        self.sets = [verify.Probe(spec, shape, dname, direction, attrs, gen, device, inputs=s) for s in sets]
-        self.before = verify.Probe(spec, shape, dname, direction, attrs, gen, device)
-        self.after = verify.Probe(spec, shape, dname, direction, attrs, gen, device)
+        self.spec, self.direction = spec, direction
+        probe = lambda inputs=None: verify.Probe(spec, shape, dname, direction, attrs, gen, device, inputs)  # noqa: E731
+        # A backward's versions share their inputs (its forward graphs are built once) and differ in
+        # their output gradients; the other directions' versions differ in their inputs.
+        self.versions = [[probe(s)] + [probe(s if direction == "bwd" else None) for _ in range(self.VERSIONS - 1)]
+                         for s in sets]
+        self.current = [0] * len(sets)
+        self.live = [([t.clone() for t in v[0].inputs] if direction != "bwd" else list(v[0].inputs),
+                      None if v[0].grads is None else [g.clone() for g in v[0].grads]) for v in self.versions]
+        self.before, self.after = probe(), probe()
 
     def timed(self, fn, attrs) -> _Timed:
         return _Timed(fn, self, attrs)
 
-    def redraw(self, i: int) -> None:
-        """New values, in place, for set i's inputs (its output gradients for a backward)."""
-        p = self.sets[i]
+    def switch(self, i: int) -> None:
+        """Set i takes its other version's values, in place (its gradients, for a backward)."""
+        self.current[i] = (self.current[i] + 1) % self.VERSIONS
+        v, (inputs, grads) = self.versions[i][self.current[i]], self.live[i]
         with torch.no_grad():
-            if self.direction == "bwd":
-                for g in p.grads:
-                    g.copy_(torch.randn(g.shape, generator=self.gen, device=g.device, dtype=torch.float32))
-            else:
-                for t, new in zip(p.inputs, self.spec.new_inputs(self.shape, self.dname, p.inputs[0].device, self.gen)):
-                    t.copy_(new)
-        p.forget()
+            for dst, src in (zip(grads, v.grads) if self.direction == "bwd" else zip(inputs, v.inputs)):
+                dst.copy_(src)
 
     def check_timed(self, timed: _Timed) -> verify.Verdict:
-        return self.sets[timed.index].judge(timed.last, "the last timed call")
+        return self.versions[timed.index][self.current[timed.index]].judge(timed.last, "the last timed call")
 
 
 _NOT_TIMED = dict(median_ms=math.nan, p20_ms=math.nan, p80_ms=math.nan, n_samples=0, rel_std_err=math.nan,
@@ -265,6 +269,13 @@ def _measure_provider(kind_fn, group: _Group, attrs: dict, device: torch.device,
     if isinstance(fn, _Compiled):
         fn = fn.fresh()
     poison = kind == "variant"
+    # One call first, outside the checks' account: torch.compile compiles here, CUDA loads the
+    # variant's module here; the timing would pay both in its warm-up otherwise.
+    try:
+        verify.run_step(fn, group.spec, group.before.inputs, attrs, group.direction, group.before.grads)
+    except Exception as e:  # noqa: BLE001 - the check below calls it again and reports the error as a wrong row
+        if "CUDA error" in str(e):
+            raise
     started = time.perf_counter()
     verdict = group.before.check(fn, "before timing", poison=poison)
     if not verdict.ok:
@@ -439,7 +450,8 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
             for shape in shapes:
                 first = spec.new_inputs(shape, dname, device, gen)
                 numel = first[0].numel()
-                n_sets = verify.rotation(verify.tensors_bytes(first), device)
+                # the live sets and two versions of each (_Group) in memory
+                n_sets = verify.rotation(verify.tensors_bytes(first), device, copies=1 + _Group.VERSIONS)
                 sets = [first] + [spec.new_inputs(shape, dname, device, gen) for _ in range(n_sets - 1)]
                 rotated.add(n_sets)
                 for direction in directions:

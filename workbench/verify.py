@@ -54,8 +54,11 @@ class Verdict:
 
 
 def _free_bytes(device: torch.device) -> int:
+    """Memory a new tensor can have: the device's free memory plus what PyTorch's caching allocator
+    holds in reserve (freed blocks it keeps, which the driver counts as used)."""
     if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return int(torch.cuda.mem_get_info(device)[0]) + max(0, int(cached))
     return _CPU_REFERENCE_BYTES
 
 
@@ -63,11 +66,12 @@ def tensors_bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
-def rotation(inputs_bytes: int, device: torch.device) -> int:
-    """How many input sets the timed calls can rotate through here (1 to ROTATE)."""
+def rotation(inputs_bytes: int, device: torch.device, copies: int = 1) -> int:
+    """How many input sets the timed calls can rotate through here (1 to ROTATE), with `copies`
+    copies of each in memory."""
     if inputs_bytes <= 0:
         return ROTATE
-    fits = int(_free_bytes(device) * _ROTATE_MEMORY_SHARE // inputs_bytes)
+    fits = int(_free_bytes(device) * _ROTATE_MEMORY_SHARE // (inputs_bytes * copies))
     return max(1, min(ROTATE, fits))
 
 
@@ -158,10 +162,6 @@ class Probe:
         if self._expected is None:
             self._expected = expected(self.spec, self.size, self.inputs, self.attrs, self.direction, self.grads)
         return self._expected
-
-    def forget(self) -> None:
-        """The inputs (or gradients) were redrawn in place: compute the trusted result anew."""
-        self._expected = None
 
     def judge(self, got, when: str) -> Verdict:
         refs, against, scale = self.expected()
