@@ -11,19 +11,42 @@
 //   takes an arrival from each consumer of both blocks (mapa + a remote arrive), since the peer's
 //   producer writes into it too. The remote arrive is the default (CTA-scope) one: with
 //   .release.cluster it compiled to MEMBAR.ALL.GPU before every arrival and the rung ran at half
-//   speed (0.42-0.45x cuBLAS in the first run);
+//   speed (0.42-0.45x cuBLAS: results/gpu/c979eba/hopper_gemm_check.log, persistent_c2);
 // - the clusters' tile pairs in groups of 8, down a group's rows before the next column, so the
 //   clusters resident at once read a few rows of A and a few columns of B (both stay in L2).
 // Tried and left as switches (scripts/hopper_gemm_check.sh TUNE=...): no cluster
 // (WB_PERSISTENT_CLUSTER=1), and consumers keeping one wgmma group in flight when they release a
 // stage (WB_PERSISTENT_WAIT=1: no pause per tile of k, but each stage is held a tile longer, so
-// only three of the four stages are loading): within the run-to-run spread of each other (about
-// +-5% on this power-capped H100), the cluster ahead at 8192 x 8192 x 28672.
+// only three of the four stages are loading): in tuning runs not kept, all four within the
+// run-to-run spread of each other (about +-5% on this power-capped H100) but for the cluster's
+// lead at 8192 x 8192 x 28672.
 // Route and refusal as wgmma_tma (hopper.cuh). Float accumulation in a fixed order: deterministic
 // (each output's sum runs over k in order, whichever block computes it).
 // Predicted: fast.cu measured its persistent kernel with mbarrier phases at 97% of cuBLAS and 2-CTA
 // clusters with TMA multicast at 100% on the H100 (bf16, its sizes): ~0.9-1.0x here.
-// Measured: see the closing lines of this comment (filled from the committed GPU run).
+// Measured (results/gpu/3efe340, H100, fwd, python3 -m workbench bench against torch.matmul's cuBLAS
+// in the same run): bfloat16 4096^3 0.220 ms, 624 TFLOP/s, 0.85x cuBLAS; bfloat16 8192^3 1.462 ms,
+// 752 TFLOP/s, 0.95x cuBLAS; bfloat16 16384x4096x4096 0.789 ms, 697 TFLOP/s, 0.90x cuBLAS; bfloat16
+// 8192x8192x28672 5.201 ms, 740 TFLOP/s, 0.92x cuBLAS; bfloat16 512x4096x512 0.047 ms, 46 TFLOP/s,
+// 0.24x cuBLAS; float16 4096^3 0.213 ms, 645 TFLOP/s, 0.90x cuBLAS; float16 8192^3 1.509 ms, 728
+// TFLOP/s, 0.95x cuBLAS; float16 16384x4096x4096 0.806 ms, 682 TFLOP/s, 0.91x cuBLAS; float16
+// 8192x8192x28672 5.406 ms, 712 TFLOP/s, 0.92x cuBLAS; float16 512x4096x512 0.047 ms, 46 TFLOP/s,
+// 0.24x cuBLAS.
+// Why (Nsight Compute, results/gpu/3efe340/ncu_hopper.txt, bf16 8192^3): SM Busy (the tensor pipe)
+// 88.1%, as warp_specialized's 88.0%; L2 64% against its 76% (the multicast halves B's traffic),
+// which is why the LLM shape gains most. Against the goal: 0.95x at 8192^3 in both dtypes and
+// 0.90-0.92x at 16384x4096x4096 and 8192x8192x28672 (the 0.9x goal) are met in this run, 4096^3
+// (0.85x bf16, 0.90x fp16) is not; runs on this power-capped H100 move by +-5%
+// (results/gpu/3efe340/hopper_gemm_check.log: 0.93x / 0.91x at 4096^3 beside cublasGemmEx).
+// At 512x4096x512: 4 clusters of 128 x 256 tile pairs on 132 SMs, 0.24x.
+// Next step, from the profile: the tensor pipe idles 12% of the time, in two places the consumers
+// leave it: at each tile of k both consumers drain their wgmmas (wait_group 0) before they release
+// the stage, and at each tile both store their outputs from registers while no wgmma runs. Keeping
+// one group in flight (WB_PERSISTENT_WAIT=1) holds a stage longer and starves the loads with four
+// 48 KiB stages; it wants more, smaller stages (BK = 32, a 64-byte swizzle for the K-major
+// operands). The epilogue wants to leave through stmatrix into shared memory and a TMA store while
+// the next tile's wgmmas run: consumer warpgroups taking alternate tiles (CUTLASS's ping-pong
+// schedule) so that one stores while the other multiplies.
 #include "hopper.cuh"
 
 // WB_NEEDS_SM90A: the workbench builds this file for sm_90a where its arch list has 9.0

@@ -19,7 +19,17 @@
 // (Hopper)". Float accumulation in a fixed order: deterministic.
 // Predicted: fast.cu measured producer/consumer specialisation with setmaxnreg at 80% of cuBLAS on
 // the H100 (from 61% for its WGMMA + TMA kernel): from wgmma_tma's ~0.6-0.7x to ~0.8x here.
-// Measured: see the closing lines of this comment (filled from the committed GPU run).
+// Measured (results/gpu/3efe340, H100, fwd, python3 -m workbench bench against torch.matmul's cuBLAS
+// in the same run): bfloat16 4096^3 0.212 ms, 649 TFLOP/s, 0.88x cuBLAS; bfloat16 8192^3 1.487 ms,
+// 739 TFLOP/s, 0.93x cuBLAS; bfloat16 16384x4096x4096 0.791 ms, 695 TFLOP/s, 0.90x cuBLAS; bfloat16
+// 8192x8192x28672 5.402 ms, 712 TFLOP/s, 0.88x cuBLAS; bfloat16 512x4096x512 0.045 ms, 48 TFLOP/s,
+// 0.25x cuBLAS; float16 4096^3 0.212 ms, 647 TFLOP/s, 0.90x cuBLAS; float16 8192^3 1.561 ms, 704
+// TFLOP/s, 0.92x cuBLAS; float16 16384x4096x4096 0.847 ms, 649 TFLOP/s, 0.87x cuBLAS; float16
+// 8192x8192x28672 5.463 ms, 704 TFLOP/s, 0.91x cuBLAS; float16 512x4096x512 0.045 ms, 48 TFLOP/s,
+// 0.25x cuBLAS.
+// Why (Nsight Compute, results/gpu/3efe340/ncu_hopper.txt, bf16 8192^3): SM Busy (the tensor pipe)
+// 88.0%, from wgmma_tma's 57.8%; L2 76%. At 512x4096x512 the grid is 8 blocks of 128 x 256 on 132
+// SMs: 0.25x (wgmma_tma's smaller tiles, 16 blocks, do better there).
 #include "hopper.cuh"
 
 // WB_NEEDS_SM90A: the workbench builds this file for sm_90a where its arch list has 9.0

@@ -22,7 +22,19 @@
 // Predicted: the public Hopper ladder (pranjalssh/fast.cu) measured one warpgroup of WGMMA + TMA at
 // 61% of cuBLAS on the H100; two warpgroups on a 128 x 128 tile and four stages: ~60-70% of
 // cuBLAS at 4096^3 bf16, against tensor_core's 0.49x.
-// Measured: see the closing lines of this comment (filled from the committed GPU run).
+// Measured (results/gpu/3efe340, H100, fwd, python3 -m workbench bench against torch.matmul's cuBLAS
+// in the same run): bfloat16 4096^3 0.291 ms, 473 TFLOP/s, 0.64x cuBLAS; bfloat16 8192^3 2.019 ms,
+// 545 TFLOP/s, 0.69x cuBLAS; bfloat16 16384x4096x4096 1.095 ms, 502 TFLOP/s, 0.65x cuBLAS; bfloat16
+// 8192x8192x28672 7.091 ms, 543 TFLOP/s, 0.67x cuBLAS; bfloat16 512x4096x512 0.036 ms, 60 TFLOP/s,
+// 0.32x cuBLAS; float16 4096^3 0.293 ms, 469 TFLOP/s, 0.66x cuBLAS; float16 8192^3 2.078 ms, 529
+// TFLOP/s, 0.69x cuBLAS; float16 16384x4096x4096 1.088 ms, 505 TFLOP/s, 0.68x cuBLAS; float16
+// 8192x8192x28672 7.438 ms, 517 TFLOP/s, 0.67x cuBLAS; float16 512x4096x512 0.035 ms, 61 TFLOP/s,
+// 0.32x cuBLAS.
+// Why (Nsight Compute, results/gpu/3efe340/ncu_hopper.txt, bf16 8192^3): SM Busy (the tensor pipe)
+// 57.8%, L2 67%: between a tile of k's wgmmas and the next the warpgroups wait for each other at the
+// barrier and thread 0 issues the refill; warp_specialized takes the loads out of the consumers'
+// way. At 512x4096x512 the grid is 16 blocks of 128 x 128 on 132 SMs (cuBLAS splits k there; this
+// contract's fixed-order sums rule out an atomic split-k): 0.32x.
 #include "hopper.cuh"
 
 // WB_NEEDS_SM90A: the workbench builds this file for sm_90a where its arch list has 9.0
