@@ -164,6 +164,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_kernel(const __grid_co
     }
   }
   if (kCluster > 1) cluster_sync();  // no block leaves while its peer may still write into it
+#elif defined(__CUDA_ARCH__)
+  __trap();  // no sm_90a code in this build (an arch list without 9.0): fail loudly, never return garbage
 #endif
 }
 

@@ -99,6 +99,8 @@ __global__ void __launch_bounds__(kThreads, 1) warp_specialized_kernel(const __g
     }
     store_acc<BN>(g, d, row0 + 64 * c, col0, tid % 128, pairs);
   }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // no sm_90a code in this build (an arch list without 9.0): fail loudly, never return garbage
 #endif
 }
 

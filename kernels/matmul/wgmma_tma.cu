@@ -96,6 +96,8 @@ __global__ void __launch_bounds__(kThreads) wgmma_tma_kernel(const __grid_consta
     if (tid == 0 && t + kStages < k_tiles) issue(t + kStages);
   }
   store_acc<BN>(g, d, row0 + 64 * wg, col0, tid % 128, pairs);
+#elif defined(__CUDA_ARCH__)
+  __trap();  // no sm_90a code in this build (an arch list without 9.0): fail loudly, never return garbage
 #endif
 }
 
