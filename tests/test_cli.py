@@ -112,6 +112,7 @@ def test_clean_all_keeps_builds_in_use(run_cli, spawn_python, tmp_path, cpu_kern
     idle = root / "builds" / "bias_gelu-idle-00000000000000000000"
     idle.mkdir()
     (idle / "meta.json").write_text("{}")
+    (idle / ".workbench-build").write_text("bias_gelu/idle\n")  # the workbench's marker: clean removes only those
     (idle / "lib.so").write_bytes(b"\0" * 1024)
 
     holder = spawn_python(LOAD_AND_WAIT, env_extra=env)

@@ -24,7 +24,7 @@ import time
 import pytest
 
 from conftest import REPO_ROOT, describe, private_cache, run_cli, run_python
-from workbench import cache, config, ndarray_build
+from workbench import cache, ndarray_build
 
 NOBODY = 65534
 AS_ROOT = os.geteuid() == 0
@@ -604,3 +604,54 @@ def test_shared_cache_is_used_only_through_a_manifest_the_user_trusts(cpu_kernel
     shutil.rmtree(_cpu_build(mine))                  # (it is read on a miss: a warm hit needs no shared cache)
     proc = run_python(LOAD_CPU, env_extra=env)
     assert proc.returncode != 0 and "is not yours alone" in proc.stderr, describe(proc)
+
+
+# ------------------------------------------------------------------ a real read-only or full filesystem (root: tmpfs)
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """Mount a small tmpfs (root only; skipped where mounting is not allowed); unmounted after."""
+    mounted = []
+
+    def mount(size_kb: int, read_only: bool = False) -> pathlib.Path:
+        point = tmp_path / f"mnt{len(mounted)}"
+        point.mkdir()
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k,mode=0700", "tmpfs", str(point)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+        mounted.append(point)
+        (point / "cache").mkdir(mode=0o700)
+        if read_only:
+            subprocess.run(["mount", "-o", "remount,ro", str(point)], check=True)
+        return point / "cache"
+
+    yield mount
+    for point in reversed(mounted):
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+PROBE_SOURCE = 'extern "C" int probe() { return 42; }\n' + "".join(
+    f'extern "C" int pad{i}(int x) {{ return x * {i} + {i * 7}; }}\n' for i in range(400))
+
+
+@needs_root
+def test_a_real_read_only_cache_names_the_folder(tmpfs, tmp_path, monkeypatch):
+    root = tmpfs(64, read_only=True)
+    monkeypatch.setenv("WORKBENCH_CACHE", str(root))
+    src = tmp_path / "probe.cpp"
+    src.write_text(PROBE_SOURCE)
+    with pytest.raises(cache.CacheError, match=rf"the build cache {re.escape(str(root))} is read-only \(Read-only file "
+                                               rf"system.*point WORKBENCH_CACHE at a writable folder"):
+        ndarray_build.build_host_library("ndarray-probe/ro", "ndarray-probe", src, [])
+
+
+@needs_root
+def test_a_real_full_cache_names_the_folder_and_what_to_do(tmpfs, tmp_path, monkeypatch):
+    root = tmpfs(24)
+    monkeypatch.setenv("WORKBENCH_CACHE", str(root))
+    src = tmp_path / "probe.cpp"
+    src.write_text(PROBE_SOURCE)
+    with pytest.raises(cache.CacheError, match=rf"the build ran out of disk space: the build cache {re.escape(str(root))} "
+                                               rf".*is full.*clean --older-than 7"):
+        ndarray_build.build_host_library("ndarray-probe/full", "ndarray-probe", src, [])

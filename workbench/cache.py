@@ -143,9 +143,10 @@ def check_root_location(path: pathlib.Path, *, all_users: bool = False) -> None:
 def storage_error(e: OSError, what: str) -> CacheError | None:
     """A CacheError naming the cache folder and what to do for a read-only or full cache, else None."""
     why = _STORAGE_ERRNOS.get(e.errno)
-    if why is None:
-        return None
     where = config.cache_dir()
+    if why is None or e.filename and not os.path.abspath(os.fsdecode(e.filename)).startswith(
+            os.path.abspath(where)):
+        return None  # not the cache's trouble (a source that cannot be read): raised as it is
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
         todo = (f"free space there (`python -m workbench clean --older-than 7` removes builds unused for a week), "
                 f"or point WORKBENCH_CACHE at a folder on another disk")
@@ -153,6 +154,20 @@ def storage_error(e: OSError, what: str) -> CacheError | None:
         todo = ("point WORKBENCH_CACHE at a writable folder of your own (e.g. WORKBENCH_CACHE=~/.cache/workbench), "
                 "or make this one writable")
     return CacheError(f"{what}: the build cache {where} is {why} ({e.strerror}: {e.filename or where}); {todo}")
+
+
+def full_disk_error(e: Exception, what: str, log: pathlib.Path | None = None) -> CacheError | None:
+    """A CacheError for a build that failed because a disk filled up (the compiler says so), else None."""
+    text = str(e)
+    if "No space left on device" not in text and "Disk quota exceeded" not in text:
+        return None
+    import tempfile
+
+    return CacheError(
+        f"{what}: the build ran out of disk space: the build cache {config.cache_dir()} (or the compiler's "
+        f"temporary folder, {tempfile.gettempdir()}) is full. Free space there (`python -m workbench clean "
+        f"--older-than 7` removes builds unused for a week), or point WORKBENCH_CACHE (or TMPDIR) at a folder on "
+        f"another disk" + (f"; the compiler's words are in {log}" if log else ""))
 
 
 @contextlib.contextmanager

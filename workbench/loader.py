@@ -205,6 +205,9 @@ def _get_or_build(*, label: str, kind: str, sources: list[pathlib.Path], include
                 e.log_path = kept
                 e.args = (str(e.args[0]).replace(str(staging / "build.log"), str(kept)),)
             cache.discard(staging)
+            full = cache.full_disk_error(e, label, e.log_path)
+            if full is not None:
+                raise full from None
             raise
         record = {"label": label, "key": key, "kind": kind, "arch_list": arch, "toolchain": tc,
                   "flags": cflags, "cuda_flags": cuda_cflags if with_cuda else [], "build_seconds": seconds,

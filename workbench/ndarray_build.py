@@ -145,6 +145,9 @@ def build(*, label: str, kind: str, source: pathlib.Path, include_dirs: list[pat
             log_path.replace(kept)
             cache.discard(staging)
             file, line, message = first_error(proc.stdout + proc.stderr, {str(source): str(source)})
+            full = cache.full_disk_error(RuntimeError(proc.stdout + proc.stderr), label, kept)
+            if full is not None:
+                raise full from None
             raise BuildError(label, file, line, message, kept)
         record = {"label": label, "key": key, "kind": kind, "arch_list": arch_list, "toolchain": toolchain_fields,
                   "compiler_version": _version_line(compiler[-1]),
