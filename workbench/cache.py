@@ -190,10 +190,16 @@ def root() -> pathlib.Path:
         st = os.stat(path)
     except FileNotFoundError:
         check_root_location(path)
-        with writing("creating the build cache"):
+        try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(FileExistsError):
                 os.mkdir(path, 0o700)
+        except OSError as e:
+            if e.errno not in _STORAGE_ERRNOS and e.errno not in (errno.ENOENT, errno.ENOTDIR):
+                raise
+            raise CacheError(f"the build cache {path} cannot be created ({e.strerror}: {e.filename}); point "
+                             f"WORKBENCH_CACHE at a writable folder of your own (e.g. "
+                             f"WORKBENCH_CACHE=~/.cache/workbench)") from None
         st = os.stat(path)
     sig = (st.st_dev, st.st_ino, st.st_uid, st.st_mode)
     if _root_ok.get(str(path)) == sig:
