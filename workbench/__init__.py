@@ -21,6 +21,7 @@ from .registry import ops, variants
 # Imported on first use, so that `import workbench` (and `python -m workbench`) does not import
 # torch before it has to: the exercise checker starts its GPU child first.
 _LAZY = {"bench": ("benchmark", "bench"), "check": ("correctness", "check"),
+         "variant": ("byo", "variant"),  # bring your own: a callable as a variant of an op (byo.py)
          "gradcheck": ("correctness", "gradcheck"), "nn": ("nn", None), "correctness": ("correctness", None),
          "benchmark": ("benchmark", None),
          "profile": ("profile", None),  # a callable module: wb.profile(...), wb.profile.roofline(...)
@@ -46,7 +47,7 @@ def load_ipython_extension(ipython) -> None:
     load(ipython)
 
 
-__all__ = ["ops", "variants", "load", "load_inline", "load_source", "define_op", "check", "gradcheck", "bench",
+__all__ = ["ops", "variants", "variant", "load", "load_inline", "load_source", "define_op", "check", "gradcheck", "bench",
            "profile", "Kernel", "OpSpec", "Tensor", "Attr", "Output", "Layer", "ErrorCase",
            "BuildError", "IsolatedRunError", "LockTimeout", "WorkbenchError", "nn", "__version__"]
 

@@ -136,8 +136,9 @@ class _Compiled:
         return torch.compile(self.fn, dynamic=False, fullgraph=True)
 
 
-def _providers(op: str, spec, names: list[str], baselines, device: torch.device, dname: str):
-    """name -> (kind, forward callable over (inputs, attrs), or a _Compiled to instantiate per group)."""
+def _providers(op: str, spec, names: list[str], baselines, device: torch.device, dname: str, own=None):
+    """name -> (kind, forward callable over (inputs, attrs), or a _Compiled to instantiate per group).
+    own: name -> a variant brought by the user (byo.CallableKernel: a callable or a torch extension)."""
     out = {}
     for b in baselines:
         if b == "eager":
@@ -149,7 +150,7 @@ def _providers(op: str, spec, names: list[str], baselines, device: torch.device,
         else:
             raise ValueError(f"baselines must be among {list(baselines_of(spec))}; got {b!r}")
     for name in names:
-        k = loader.get(op, name)
+        k = (own or {}).get(name) or loader.get(op, name)
         if not k.runs_on(device.type) or dname not in k.dtypes:
             continue
         if toolchain.unmet_arch(getattr(k, "source", None), device):  # e.g. sm_90a code off Hopper
@@ -394,7 +395,9 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
             budget_s=budget_s, target_rse=target_rse), save=save, results_path=results_path)
     if isinstance(variants, loader.Kernel) or (isinstance(variants, (list, tuple)) and variants
                                                 and all(isinstance(v, loader.Kernel) for v in variants)):
-        variants = [v.name for v in ([variants] if isinstance(variants, loader.Kernel) else variants)]
+        variants = [v if _brought(v) else v.name
+                    for v in ([variants] if isinstance(variants, loader.Kernel) else variants)]
+    variants, own = _own_variants(op, variants)
     spec = registry.spec(op)
     device = torch.device(device or ("cuda" if toolchain.gpu_available() else "cpu"))
     if device.type == "cuda" and not toolchain.gpu_available():
@@ -412,7 +415,7 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
         names = [v.name for v in registry.variants(op) if v.runs_on(device.type)]
     else:
         names = [variants] if isinstance(variants, str) else list(variants)
-        unknown = [n for n in names if n not in all_names]
+        unknown = [n for n in names if n not in all_names and n not in own]
         if unknown:
             raise ValueError(f"variants must be among {all_names} or 'all'; unknown: {unknown}")
     shapes = [tuple(s) for s in (shapes or spec.bench_sizes[device.type])]
@@ -439,7 +442,7 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     gen.manual_seed(0)
     # At least 30 samples: with fewer, a 15 us op's median moved by up to 8% between runs.
     stop = {"budget_s": budget_s, "target_rse": target_rse, "min_samples": 30}
-    providers = {dname: _providers(op, spec, names, baselines, device, dname) for dname in dtypes}
+    providers = {dname: _providers(op, spec, names, baselines, device, dname, own) for dname in dtypes}
     total = sum(len(p) for p in providers.values()) * len(shapes) * len(directions)
     done, rotated = 0, set()
     with _tf32_off(compute), _no_donated_buffers():
@@ -487,6 +490,33 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     if save:
         result.save(results_path)
     return result
+
+
+def _brought(v) -> bool:
+    from . import byo
+
+    return isinstance(v, byo.CallableKernel)
+
+
+def _own_variants(op: str, variants):
+    """(variants with every callable or brought variant replaced by its name, {name: that variant}):
+    a callable (a function, an autograd.Function's apply, an extension's forward) is made a variant
+    by byo.variant (probed once), and times beside the op's own."""
+    if isinstance(variants, str):
+        return variants, {}
+    from . import byo
+
+    items = list(variants) if isinstance(variants, (list, tuple)) else [variants]
+    own, names = {}, []
+    for v in items:
+        v = byo.as_variant(op, v)
+        if isinstance(v, byo.CallableKernel):
+            if v.name in own and own[v.name] is not v:
+                raise ValueError(f"variants: two different callables are both named {v.name!r}; name one with "
+                                 f"wb.variant(fn, op={op!r}, name=...)")
+            own[v.name] = v
+        names.append(v.name if isinstance(v, byo.CallableKernel) else v)
+    return names, own
 
 
 def _bench_isolated(op, variants, kwargs, *, save, results_path) -> BenchResult:

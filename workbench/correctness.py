@@ -272,7 +272,20 @@ def _isolated(kind: str, op: str, variant, kwargs: dict) -> Report:
 
 
 def _kernel(op: str, variant):
-    return variant if isinstance(variant, loader.Kernel) else loader.get(op, variant)
+    if isinstance(variant, loader.Kernel):
+        return variant
+    if callable(variant) and not isinstance(variant, str):  # bring your own (byo.py): probed once
+        from . import byo
+
+        return byo.variant(variant, op=op)
+    return loader.get(op, variant)
+
+
+def _probe_note(kernel, report: Report) -> None:
+    """A callable's or extension's probe (what it ran on, whether autograd flows), as a note."""
+    probe = getattr(kernel, "probe", "")
+    if probe:
+        report.skipped.append(f"note: {probe}")
 
 
 def _wanted_dtypes(kernel, dtypes, report: Report) -> list[str]:
@@ -301,6 +314,7 @@ def check(op: str, variant, *, dtypes=None, shapes=None, layouts=("contiguous", 
     kernel = _kernel(op, variant)
     device = _device_for(kernel)
     report = Report(op, kernel.name, str(device))
+    _probe_note(kernel, report)
     wanted = _wanted_dtypes(kernel, dtypes, report)
     backward = backward and bool(spec.differentiable)
     if backward and "backward" not in kernel.steps:
@@ -386,6 +400,7 @@ def gradcheck(op: str, variant, *, seed: int | None = None, shapes=None, isolate
     kernel = _kernel(op, variant)
     device = _device_for(kernel)
     report = Report(op, kernel.name, str(device))
+    _probe_note(kernel, report)
     if not spec.differentiable:
         report.skipped.append(f"{op} has no differentiable inputs")
         return report

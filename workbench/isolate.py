@@ -32,10 +32,15 @@ STARTUP_TIMEOUT_S = 600  # a Worker's warm-up (import torch, CUDA, a check of a 
 
 def variant_spec(op: str, variant) -> dict:
     """How a child finds the same variant: by name for kernels/<op>/, by source path otherwise."""
-    from . import loader, registry
+    from . import byo, loader, registry
 
+    if isinstance(variant, byo.BuiltExtension):  # an extension-style source, built, never loaded here
+        return {"op": op, "name": variant.name, "source": str(variant.source), "style": "extension"}
     if isinstance(variant, loader.BuiltVariant):  # built, never loaded here: the child loads that source
         return {"op": op, "name": variant.name, "source": str(variant.source)}
+    variant = byo.as_variant(op, variant)
+    if isinstance(variant, byo.CallableKernel):  # by module path, or its extension's source (byo.child_spec)
+        return byo.child_spec(op, variant)
     if isinstance(variant, loader.Kernel):
         in_tree = registry.variant_sources(op).get(variant.name)
         if in_tree is not None and in_tree.resolve() == variant.source.resolve():
@@ -47,6 +52,10 @@ def variant_spec(op: str, variant) -> dict:
 def resolve(spec: dict):
     from . import loader
 
+    if spec.get("style") == "extension" or "callable" in spec:
+        from . import byo
+
+        return byo.from_child_spec(spec)
     if "source" in spec:
         return loader.load_source(spec["op"], spec["source"], spec["name"])
     return loader.load(spec["op"], spec["name"])

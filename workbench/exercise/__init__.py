@@ -7,6 +7,11 @@
     loads.py         the optional counter rule: bytes of global loads, counted by Nsight Compute
     report.py        the report the checks fill, and how it prints
 
+A torch extension written the course's way (torch/extension.h; PYBIND11_MODULE or TORCH_LIBRARY
+exporting forward and backward: workbench/byo.py) is taken too, for the exercise whose op it fits:
+built here by cpp_extension through the same cache, loaded only in the child, where its dtypes are
+probed (its source declares none); the same checks and verdict rules follow.
+
 check_exercise(n, path) builds the file as a variant of the exercise's op and runs, in order:
     build, load, declared dtypes, SASS rules        on any machine that can build CUDA
     correctness, gradcheck, [global loads,] speed   on a GPU (skipped, with the reason, elsewhere)
@@ -46,9 +51,21 @@ def _student_path(ex: Exercise, path) -> pathlib.Path:
     p = pathlib.Path(path).expanduser()
     if not p.exists():
         raise ValueError(f"path: no such file: {str(path)!r}")
+    if p.is_file() and p.suffix in (".cu", ".cpp") and _extension_style(p):
+        return p.resolve()  # a torch extension written the course's way (byo.py): checked as it is
     if not p.is_file() or p.suffix != ".cu":
-        raise ValueError(f"path must be a CUDA source file ending in .cu; got {str(path)!r}")
+        raise ValueError(f"path must be a CUDA source file ending in .cu (or a torch extension written the "
+                         f"course's way, .cu or .cpp, with PYBIND11_MODULE or TORCH_LIBRARY); got {str(path)!r}")
     return p.resolve()
+
+
+def _extension_style(p: pathlib.Path) -> bool:
+    from ..byo import is_extension_source
+
+    try:
+        return is_extension_source(p.read_text(errors="replace"))
+    except OSError:
+        return False
 
 
 def variant_name(ex: Exercise, source: pathlib.Path) -> str:

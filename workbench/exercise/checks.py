@@ -123,10 +123,13 @@ def build(ex: Exercise, source: pathlib.Path, name: str):
     if source.suffix == ".cu" and not toolchain.can_build_cuda():
         why = "torch has no CUDA" if not toolchain.torch_has_cuda() else "no nvcc found (set CUDA_HOME)"
         return None, Check("build", "skipped", f"this machine cannot build CUDA code: {why}")
+    from ..byo import build_extension, is_extension_source
+
+    extension = is_extension_source(source.read_text(errors="replace"))
     try:
         # Built only: loading it would run its code (static initializers) in this process, the
         # checker's. The child loads it ("load") and runs its checks.
-        kernel = loader.build_source(ex.op, source, name=name)
+        kernel = build_extension(ex.op, source, name=name) if extension else loader.build_source(ex.op, source, name=name)
     except BuildError as e:
         where = f"{shown(e.file)}:{e.line}" if e.file and e.line else shown(e.file) if e.file else "build"
         first, *rest = (e.first_error or "failed").splitlines() or ["failed"]
@@ -136,6 +139,10 @@ def build(ex: Exercise, source: pathlib.Path, name: str):
         first, *rest = (str(e) or type(e).__name__).splitlines()
         return None, Check("build", "FAIL", first, [first, *rest])
     how = f"built in {kernel.seconds:.1f} s" if kernel.built else "unchanged, cached build"
+    if extension:
+        how += (" as a torch extension (cpp_extension compiles the torch headers: tens of seconds cold; the "
+                "workbench's variant ABI builds in a few)")
+        return kernel, Check("build", "ok", f"{how}; {_resources(kernel)}" if kernel.device == "cuda" else how)
     return kernel, Check("build", "ok", f"{how}; {_resources(kernel)}")
 
 
@@ -157,6 +164,8 @@ def load(ex: Exercise, kernel, worker=None) -> Check:
     except IsolatedRunError as e:
         return load_failed(e, timeout)
     info = out.get("info") or {}
+    if getattr(kernel, "style", "") == "extension":
+        return _extension_loaded(ex, kernel, out, info)
     declared = f"{kernel.device}; {', '.join(kernel.dtypes) or 'no dtypes'}"
     exported = f"{info.get('device')}; {', '.join(info.get('dtypes') or []) or 'no dtypes'}"
     problems = []
@@ -179,6 +188,25 @@ def load(ex: Exercise, kernel, worker=None) -> Check:
                          "WB_F32 | WB_F16, ...): the checker reads them from the text, before anything runs")
         return Check("load", "FAIL", f"the library exports {exported}; its source declares {declared}", lines)
     return Check("load", "ok", f"in a child process; it exports what its source declares ({declared})", [where])
+
+
+def _extension_loaded(ex: Exercise, kernel, out: dict, info: dict) -> Check:
+    """The load check of a torch extension: its source declares no dtypes, so what the child's probe
+    found (the dtypes its forward ran on tiny inputs and returned the declared outputs for) is what
+    the checks go by; the build must be the one built here."""
+    where = f"loaded in a child process (pid {out.get('pid')}), not in the checker's ({os.getpid()})"
+    probe = info.get("probe") or ""
+    if out.get("build_id") != kernel.build_id:
+        return Check("load", "FAIL", f"the child loaded build {out.get('build_id')}, not the one built here "
+                                     f"({kernel.build_id})", [where])
+    kernel.dtypes = tuple(info.get("dtypes") or ())
+    steps = info.get("steps") or ()
+    lines = [where, f"the probe: {probe}" if probe else "not probed"]
+    if "backward" not in steps:
+        lines.append("no usable backward: export backward(grad_out, input, bias) returning the gradients of the "
+                     "differentiable inputs ({grad_input, grad_bias}), as a variant's backward step does")
+    return Check("load", "ok", f"in a child process; a torch extension, dtypes probed there: "
+                               f"{', '.join(kernel.dtypes) or 'none ran'}", lines)
 
 
 def load_failed(err, timeout_s: float) -> Check:
@@ -290,7 +318,21 @@ def correctness(ex: Exercise, kernel, shapes, seed: int, sanitize: str, worker=N
         run = lambda: Report.from_dict(worker.wait(job, timeout_s=CHILD_TIMEOUT_S))  # noqa: E731
     else:
         run = lambda: in_child("check", ex, kernel, **kwargs)  # noqa: E731
+    if getattr(kernel, "style", "") == "extension":
+        return lambda: _as_extension(_correctness_check(ex, run, shapes, dtypes, sanitize))
     return lambda: _correctness_check(ex, run, shapes, dtypes, sanitize)
+
+
+_HANDS_COPIES = "; the harness hands your kernel contiguous copies of them"
+
+
+def _as_extension(check: Check) -> Check:
+    """A torch extension's functions get the tensors as they are (no harness makes them contiguous):
+    the layout's words say so."""
+    check.lines = [ln.replace(_HANDS_COPIES, "; a torch extension gets them as they are: making them contiguous "
+                                              "(or refusing them with TORCH_CHECK) is its own job")
+                   for ln in (check.lines or [])]
+    return check
 
 
 def _correctness_check(ex: Exercise, run, shapes, dtypes, sanitize: str) -> Check:

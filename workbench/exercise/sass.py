@@ -20,6 +20,8 @@ Code = dict     # (arch, mangled kernel) -> its instructions in order, as ptxas.
 def check_sass(ex: Exercise, kernel) -> Check:
     if not ex.sass:
         return Check("SASS rules", "ok", "none for this exercise")
+    if getattr(kernel, "device", "cuda") == "cpu":  # a CPU torch extension (byo.py): no device code to read
+        return Check("SASS rules", "skipped", "a CPU library has no device code; the SASS rules apply to a .cu's build")
     if ptxas.cuobjdump() is None:
         return Check("SASS rules", "skipped", "cuobjdump not found (the CUDA toolkit and the triton package carry one)")
     try:

@@ -1,0 +1,660 @@
+"""Bring your own implementation: any callable, or a torch extension written the course's way,
+checked and timed as a variant of an op.
+
+    v = wb.variant(fn, op="bias_gelu")                  # dtypes and device probed, and said
+    wb.check("bias_gelu", fn); wb.bench("bias_gelu", ["cpu", fn])
+    ext = wb.load_inline("bias_gelu", source, name="course", style="extension")
+
+A callable takes the op's tensor inputs, then its attributes (by name), as a variant does, and
+returns the op's outputs (a tensor, or a tuple/list in the spec's order). `backward`, where given,
+takes (grads of the outputs..., inputs..., attributes...) and returns the gradients of the
+differentiable inputs (a tensor or a tuple/list), as a variant's backward step does; it then
+serves autograd too (an autograd.Function around the two). Without one, gradients flow through the
+callable where autograd can (its output requires grad when its inputs do: plain torch ops, an
+autograd.Function's apply); where it cannot (an extension's raw forward, a NumPy round trip), the
+backward checks are skipped with a note saying so.
+
+Nothing is taken on trust: a call that returns the wrong number of tensors, or a tensor of another
+shape, dtype or device than the op's declaration says, raises a WorkbenchError naming the output
+and what was expected (in the check matrix: a failed case with that message). Inputs reach the
+callable as the matrix makes them (strided, offset by one element, transposed): a callable that
+assumes contiguous, aligned memory is found out there.
+
+What was not declared is probed: each available device (CUDA where a GPU is visible, then the
+CPU) and each dtype, on tiny inputs; what ran and returned the declared shapes and dtypes is
+recorded, what raised is named, and the probe's note (`kernel.probe`) says so (also printed, unless
+WORKBENCH_QUIET). The probe proves that a call runs, not that it is right: the check does that.
+
+Rows, tables and plots name a callable by its qualified name, `module.qualname` ("__main__." left
+off: a notebook's own functions are named by their qualname).
+
+isolate=True (and wb.profile, whose call runs in a child under Nsight Compute): a child process
+cannot be handed a function object, so it imports it by module path: a callable defined at the
+top level of an importable module (not __main__, not a lambda or a local function) is re-made in
+the child from that module (its backward likewise); any other callable is refused with a message
+saying why and what to do. An extension travels as its source (the child finds the build in the
+cache).
+
+A torch extension (style="extension"): a .cpp/.cu with `#include <torch/extension.h>` and
+`PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)` exporting `forward` (and `backward`), or a
+`TORCH_LIBRARY(ns, m)` defining them, built by torch.utils.cpp_extension through the workbench's
+content-keyed cache (its locks, its records, its BuildError naming file and line), then served
+through the callable path above. It compiles the torch headers: tens of seconds cold, where the
+workbench's own variant ABI (kernels/common/wb_variant.h) builds in a few; a cached build loads at
+once.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.machinery
+import importlib.util
+import inspect
+import pathlib
+import re
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import cache, config, loader, registry, toolchain
+from . import dtypes as dtypes_
+from .errors import WorkbenchError
+from .opspec import as_tuple
+
+_lock = threading.RLock()
+_made: dict[tuple, "CallableKernel"] = {}       # (op, fn, backward) -> the variant made of it (undeclared)
+_modules: dict[str, Any] = {}                   # extension library path -> its loaded module / namespace
+PROBE_SIZE_MAX = 64                             # the probe's inputs: the op's smallest non-empty check size
+
+EXTENSION_MESSAGE = ("a torch extension: compiling it includes torch/extension.h, the torch headers (tens of "
+                     "seconds on a cold cache; the workbench's own variant ABI exists to avoid that). A cached "
+                     "build loads at once")
+
+
+def qualified_name(fn) -> str:
+    """module.qualname of a callable ("__main__." left off); a callable object's class's."""
+    target = fn if (inspect.isfunction(fn) or inspect.ismethod(fn) or inspect.isbuiltin(fn)) else None
+    qual = getattr(fn, "__qualname__", None) or getattr(type(fn), "__qualname__", None) or repr(fn)
+    module = getattr(fn, "__module__", None) if target is not None or hasattr(fn, "__qualname__") \
+        else getattr(type(fn), "__module__", None)
+    if module in (None, "__main__", "builtins"):
+        return qual
+    return f"{module}.{qual}"
+
+
+@dataclass(repr=False)
+class CallableKernel(loader.Kernel):
+    """A callable served as a variant of `op`: the interface of a loaded Kernel (op, name, device,
+    dtypes, steps, spec, runs_on, __call__, backward), so check, gradcheck, bench, profile and the
+    plots take it as they take one. `kind`: "callable" or "extension"."""
+    fn: Callable = None
+    backward_fn: Callable | None = None
+    kind: str = "callable"
+    autograd: bool = False          # no backward given; autograd flows through fn
+    probe: str = ""                 # what the probe found (or what was declared)
+    module: Any = None              # an extension's loaded module (pybind11) or torch.ops namespace
+    origin: dict = field(default_factory=dict)   # how a child process re-makes it (isolate.variant_spec)
+
+    def __post_init__(self):
+        self._function = _autograd_function(self) if self.backward_fn is not None and self.spec.differentiable \
+            else None
+
+    @property
+    def qualified(self) -> str:
+        return self.name
+
+    @property
+    def stale(self) -> bool:
+        return False
+
+    @property
+    def spec(self):
+        from . import torchops
+
+        return torchops.current_spec(self.op) or registry.spec(self.op)
+
+    @property
+    def op_overload(self):
+        return None
+
+    def __call__(self, *args, **attrs):
+        spec = self.spec
+        tensors, values = spec.call_args(args, attrs)
+        kw = spec.attr_dict(values)
+        if self._function is not None:
+            out = self._function.apply(*tensors, *values)
+        else:
+            out = self.call_fn(tensors, values)
+        return _one_or_tuple(self._checked(out, "fwd", tensors, values))
+
+    def call_fn(self, tensors, values):
+        """The callable itself on (tensors, attribute values): attributes by name for a Python
+        callable (as the op's eager math takes them), by position for an extension's function."""
+        if self.kind == "extension":
+            return _listed(self.fn(*tensors, *values))
+        return _listed(self.fn(*tensors, **self.spec.attr_dict(values)))
+
+    def backward(self, *args, **attrs):
+        """The backward step: the given backward, else autograd through the callable."""
+        import torch
+
+        spec = self.spec
+        if not spec.differentiable:
+            raise WorkbenchError(f"{self.op} has no differentiable inputs, so no backward")
+        tensors, values = spec.call_args(args, attrs, grads=len(spec.outputs))
+        grads, inputs = tensors[:len(spec.outputs)], tensors[len(spec.outputs):]
+        if self.backward_fn is not None:
+            got = self.backward_fn(*grads, *inputs, *values)
+        elif self.autograd:
+            with torch.enable_grad():
+                leaves = [t.detach().requires_grad_(s.differentiable) for s, t in zip(spec.inputs, inputs)]
+                outs = self._checked(self.call_fn(leaves, values), "fwd", leaves, values)
+                wanted = [t for s, t in zip(spec.inputs, leaves) if s.differentiable]
+                got = torch.autograd.grad(outs, wanted, grads, allow_unused=True)
+            got = tuple(torch.zeros_like(w) if g is None else g for g, w in zip(got, wanted))
+        else:
+            raise WorkbenchError(f"{self.op}/{self.name} has no backward: none was given, and autograd cannot "
+                                 f"see through it (its output does not require grad)")
+        return _one_or_tuple(self._checked(got, "bwd", tensors, values))
+
+    def _checked(self, out, step: str, tensors, values) -> tuple:
+        """The outputs of a step as a tuple, after checking their number, shapes, dtypes and device
+        against the op's declaration; a WorkbenchError naming the output and what was expected."""
+        return check_outputs(self.spec, f"{self.op}/{self.name}", step, out, tensors, values)
+
+    def __repr__(self) -> str:
+        steps = "" if "backward" in self.steps else ", forward only"
+        how = {"callable": "callable", "extension": "torch extension"}.get(self.kind, self.kind)
+        return f"<{how} {self.op}/{self.name} on {self.device} [{', '.join(self.dtypes) or 'no dtypes'}]{steps}>"
+
+
+def _one_or_tuple(out: tuple):
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def check_outputs(spec, who: str, step: str, out, tensors, values) -> tuple:
+    """`out` as a tuple, checked against what the op declares for `step` ("fwd": its outputs, of
+    the shapes its patterns give and the first input's dtype and device; "bwd": the gradients of its
+    differentiable inputs, each of its input's shape and dtype). Raises WorkbenchError naming the
+    output and what was expected."""
+    import torch
+
+    got = tuple(out) if isinstance(out, (list, tuple)) else (out,)
+    inputs = tensors[len(tensors) - len(spec.inputs):]
+    if step == "fwd":
+        names = [o.name for o in spec.outputs]
+        binder = spec.check_call("fwd", inputs, values)
+        want = [(tuple(binder.shape_of(o.pattern)), inputs[0].dtype, inputs[0].device, f"the shape {o.pattern.display()} "
+                 f"of its inputs and {spec.inputs[0].name}'s dtype") for o in spec.outputs]
+        what = f"{spec.name}'s forward returns {len(names)} tensor{'s' if len(names) != 1 else ''} ({', '.join(names)})"
+    else:
+        diff = [(s, t) for s, t in zip(spec.inputs, inputs) if s.differentiable]
+        names = [f"d{s.name}" for s, _ in diff]
+        want = [(tuple(t.shape), t.dtype, t.device, f"{s.name}'s shape and dtype") for s, t in diff]
+        what = f"{spec.name}'s backward returns the gradients of {', '.join(s.name for s, _ in diff)}"
+    if len(got) != len(want):
+        raise WorkbenchError(f"{who} returned {len(got)} value{'s' if len(got) != 1 else ''} from its "
+                             f"{'forward' if step == 'fwd' else 'backward'}; expected {len(want)}: {what}")
+    for name, g, (shape, dtype, device, why) in zip(names, got, want):
+        if not isinstance(g, torch.Tensor):
+            raise WorkbenchError(f"{who} returned {name} as {type(g).__name__}; expected a tensor of shape "
+                                 f"{shape} and dtype {str(dtype).replace('torch.', '')}")
+        problems = []
+        if tuple(g.shape) != shape:
+            problems.append(f"shape {tuple(g.shape)}")
+        if g.dtype != dtype:
+            problems.append(f"dtype {str(g.dtype).replace('torch.', '')}")
+        if g.device != device:
+            problems.append(f"device {g.device}")
+        if problems:
+            raise WorkbenchError(f"{who} returned {name} of {', '.join(problems)}; expected shape {shape}, dtype "
+                                 f"{str(dtype).replace('torch.', '')} on {device} ({why})")
+    return got
+
+
+def _autograd_function(kernel: CallableKernel):
+    """forward = the callable, backward = the given backward: autograd through kernel(...) uses the
+    implementation's own backward, as k.backward does (gradcheck and the matrix hold the same one)."""
+    import torch
+
+    class Function(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            spec = kernel.spec
+            n = len(spec.inputs)
+            ctx.save_for_backward(*args[:n])
+            ctx.attrs = args[n:]
+            return kernel.call_fn(args[:n], args[n:])
+
+        @staticmethod
+        def backward(ctx, *grads):
+            spec = kernel.spec
+            grads = [g if g is not None else torch.zeros_like(x) for g, x in zip(grads, ctx.saved_tensors)]
+            got = iter(as_tuple(_listed(kernel.backward_fn(*grads, *ctx.saved_tensors, *ctx.attrs))))
+            return (*[next(got) if t.differentiable else None for t in spec.inputs], *[None] * len(ctx.attrs))
+
+    Function.__name__ = Function.__qualname__ = f"byo_{kernel.op}_{re.sub(r'[^A-Za-z0-9_]', '_', kernel.name)}"
+    return Function
+
+
+def _listed(out):
+    return tuple(out) if isinstance(out, list) else out
+
+
+def _devices_here() -> list[str]:
+    return (["cuda"] if toolchain.gpu_available() else []) + ["cpu"]
+
+
+def _probe_size(spec) -> tuple:
+    import math
+
+    sizes = [tuple(s) for s in spec.check_sizes if 0 not in s]
+    small = [s for s in sizes if math.prod(s) <= PROBE_SIZE_MAX * PROBE_SIZE_MAX] or sizes or [spec.sample_size()]
+    return max(small, key=lambda s: (len(s), math.prod(s)))  # a few dims and rows: (3, 5), not (1, 1)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+
+
+def _probe(kernel: CallableKernel, devices, dtypes) -> tuple[str | None, tuple, list[str], bool | None]:
+    """(device, dtypes that ran and returned what the op declares, what happened per device/dtype,
+    whether autograd flows through it: None where not asked)."""
+    import torch
+
+    spec = kernel.spec
+    size = _probe_size(spec)
+    attrs = spec.sample_attrs()[0]
+    lines, found = [], {}
+    for device in devices:
+        ok, bad = [], []
+        for dname in dtypes:
+            gen = torch.Generator(device=device).manual_seed(0)
+            try:
+                inputs = spec.new_inputs(size, dname, torch.device(device), gen)
+                _, values = spec.call_args(inputs, attrs)
+                check_outputs(spec, f"{kernel.op}/{kernel.name}", "fwd", kernel.call_fn(inputs, values), inputs, values)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                ok.append(dname)
+            except Exception as e:  # noqa: BLE001 - what raised is what the probe reports
+                if device == "cuda" and isinstance(e, getattr(torch, "AcceleratorError", ())):
+                    raise
+                bad.append((dname, _first_line(e)[:300]))
+        found[device] = tuple(ok)
+        said: dict[str, list[str]] = {}  # one message, the dtypes that got it
+        for dname, msg in bad:
+            said.setdefault(msg, []).append(dname)
+        lines.append(f"{device}: " + (f"ran {', '.join(ok)}" if ok else "ran nothing")
+                     + "".join(f"; {', '.join(ds)}: {msg}" for msg, ds in said.items()))
+    device = next((d for d in devices if found.get(d)), None)
+    flows = None
+    if device is not None and spec.differentiable and kernel.backward_fn is None:
+        try:
+            gen = torch.Generator(device=device).manual_seed(0)
+            inputs = [t.requires_grad_(s.differentiable) for s, t in
+                      zip(spec.inputs, spec.new_inputs(size, found[device][0], torch.device(device), gen))]
+            _, values = spec.call_args(inputs, attrs)
+            with torch.enable_grad():
+                flows = all(isinstance(o, torch.Tensor) and o.requires_grad
+                            for o in as_tuple(kernel.call_fn(inputs, values)))
+        except Exception as e:  # noqa: BLE001
+            flows = False
+            lines.append(f"autograd: calling it with inputs that require grad raised {_first_line(e)[:160]}")
+    return device, found.get(device, ()), lines, flows
+
+
+def variant(fn, op: str, backward=None, dtypes=None, device=None, name: str | None = None, *,
+            kind: str = "callable", module=None, origin: dict | None = None, library=None, source=None,
+            build_id: str | None = None, built: bool = False, description: str | None = None) -> CallableKernel:
+    """A callable as a variant of `op` (see the module). dtypes / device: what it takes; probed
+    where not given (the note in .probe says what was found). backward: (grads..., inputs...,
+    attrs...) -> gradients of the differentiable inputs. name: how rows and plots call it (default
+    module.qualname). Returns a CallableKernel, which wb.check / gradcheck / bench / profile take."""
+    start = time.perf_counter()
+    registry.check_op(op)
+    if isinstance(fn, CallableKernel):
+        return fn
+    if not callable(fn) or isinstance(fn, (str, loader.Kernel)):
+        raise TypeError(f"variant: fn must be a callable (a function taking the op's inputs); got {fn!r}")
+    if backward is not None and not callable(backward):
+        raise TypeError(f"variant: backward must be a callable or None; got {backward!r}")
+    undeclared = dtypes is None and device is None and name is None and kind == "callable"
+    if undeclared:
+        with _lock:
+            try:
+                hit = _made.get((op, fn, backward))
+            except TypeError:  # an unhashable callable: made afresh
+                hit = None
+            if hit is not None:
+                return hit
+    spec = registry.spec(op)
+    name = name or qualified_name(fn)
+    if not isinstance(name, str) or not name.strip() or len(name) > 200 or "\n" in name:
+        raise ValueError(f"variant: name must be a one-line string of at most 200 characters; got {name!r}")
+    if name in ("eager", "compile", *spec.baselines):
+        raise ValueError(f"variant: name {name!r} is one of {op}'s baselines; pass another name=")
+    if name in {v.name for v in registry.variants(op)}:
+        raise ValueError(f"variant: name {name!r} is one of {op}'s own variants (wb.variants({op!r})); rows would "
+                         f"not tell them apart: pass another name=")
+    if device is not None and device not in ("cuda", "cpu"):
+        raise ValueError(f"variant: device must be 'cuda', 'cpu' or None (probed); got {device!r}")
+    if device == "cuda" and not toolchain.gpu_available():
+        raise RuntimeError(f"variant: device='cuda' but no GPU is visible here")
+    wanted = list(dtypes_.NAMES) if dtypes is None else dtypes_.names(dtypes)
+    src = source or _source_of(fn)
+    steps = ("forward", "backward") if spec.differentiable and backward is not None else ("forward",)
+    info = {"op": op, "name": name, "build_id": build_id or _identity(fn, backward), "device": device or "cpu",
+            "dtypes": list(wanted), "steps": steps, "description": description or f"{kind} {name}", "kind": kind}
+    kernel = CallableKernel(op=op, name=name, build_id=info["build_id"], device=device or "cpu", dtypes=tuple(wanted),
+                            description=info["description"], library=pathlib.Path(library or src),
+                            source=pathlib.Path(src), built=built, seconds=0.0, info=info, fn=fn,
+                            backward_fn=backward, kind=kind, module=module, origin=dict(origin or {}))
+    probe_devices = [device] if device else _devices_here()
+    if dtypes is None or device is None or (spec.differentiable and backward is None):
+        found_device, found, lines, flows = _probe(kernel, probe_devices, wanted)
+        if device is None and found_device is None:
+            raise WorkbenchError(f"variant: {op}/{name} ran on no device and dtype here; the probe found:\n  "
+                                 + "\n  ".join(lines) + f"\ncall it as {op}({', '.join(t.name for t in spec.inputs)}"
+                                 + "".join(f", {a.name}=..." for a in spec.attrs) + f") -> {', '.join(o.name for o in spec.outputs)}")
+        kernel.device = device or found_device
+        kernel.dtypes = tuple(wanted) if dtypes is not None else found
+        notes = [f"probed {op}/{name} on tiny inputs {spec.label(_probe_size(spec))}: " + "; ".join(lines)]
+        if dtypes is not None:
+            notes.append(f"declared dtypes {', '.join(wanted)} (taken as declared)")
+        if spec.differentiable and backward is None:
+            if flows:
+                kernel.autograd = True
+                steps = ("forward", "backward")
+                notes.append("no backward given: gradients flow through it by autograd (its output requires grad)")
+            else:
+                notes.append("no backward given, and autograd cannot see through it (its output does not require "
+                             "grad): the backward checks are skipped")
+        kernel.probe = "; ".join(notes)
+    else:
+        kernel.probe = f"declared: {device}, {', '.join(wanted)}, with a backward"
+    kernel.info.update(device=kernel.device, dtypes=list(kernel.dtypes), steps=steps, probe=kernel.probe)
+    kernel.seconds = time.perf_counter() - start
+    if not kernel.dtypes:
+        kernel.probe += "; no dtype ran: nothing to check"
+    cache.progress(f"{op}/{name}: {kernel.probe}")
+    if undeclared:
+        with _lock, _suppress_type_error():
+            _made[(op, fn, backward)] = kernel
+    return kernel
+
+
+class _suppress_type_error:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        return kind is not None and issubclass(kind, TypeError)
+
+
+def _source_of(fn) -> str:
+    try:
+        return inspect.getsourcefile(fn) or "<callable>"
+    except TypeError:
+        return "<callable>"
+
+
+def _identity(fn, backward) -> str:
+    """A stable id for rows (build_id's place): the hash of the callables' qualified names and code."""
+    h = hashlib.sha256()
+    for f in (fn, backward):
+        if f is None:
+            continue
+        h.update(qualified_name(f).encode())
+        code = getattr(f, "__code__", None)
+        if code is not None:
+            h.update(code.co_code)
+    return h.hexdigest()[:10]
+
+
+def as_variant(op: str, v):
+    """What the tools accept as a variant: a name or a loaded Kernel as it is, any other callable
+    made a CallableKernel (probed once per callable and process)."""
+    if isinstance(v, (str, loader.Kernel, loader.BuiltVariant)) or not callable(v):
+        return v
+    return variant(v, op=op)
+
+
+# ---------------------------------------------------------------------------------------- isolation
+
+def origin_of(fn) -> dict | None:
+    """{"module": ..., "qualname": ..., "path": a folder to put on sys.path} for a callable a child
+    can import and find the same object in; None where it cannot."""
+    module, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not module or not qual or module == "__main__" or "<" in qual:
+        return None
+    mod = sys.modules.get(module)
+    obj = mod
+    for part in qual.split("."):
+        obj = getattr(obj, part, None)
+    if obj is not fn and getattr(obj, "__func__", None) is not getattr(fn, "__func__", object()):
+        return None
+    path = getattr(mod, "__file__", None)
+    root = None
+    if path:
+        root = pathlib.Path(path).resolve().parent
+        for _ in range(module.count(".")):
+            root = root.parent
+    return {"module": module, "qualname": qual, "path": str(root) if root else None}
+
+
+def child_spec(op: str, kernel: CallableKernel) -> dict:
+    """How a child process re-makes this variant (isolate.variant_spec): an extension by its source,
+    a callable by module path; a callable that cannot be imported there raises WorkbenchError."""
+    if kernel.kind == "extension":
+        return {"op": op, "name": kernel.name, "source": str(kernel.source), "style": "extension",
+                "declared": kernel.origin.get("declared")}
+    made = {"fn": origin_of(kernel.fn), "backward": origin_of(kernel.backward_fn) if kernel.backward_fn else None}
+    missing = [w for w in ("fn", "backward") if made[w] is None and (w == "fn" or kernel.backward_fn is not None)]
+    if missing:
+        what = kernel.fn if "fn" in missing else kernel.backward_fn
+        raise WorkbenchError(
+            f"{op}/{kernel.name}: a callable cannot be sent to a child process (isolate=True, wb.profile) as an "
+            f"object; it is imported there by module path, and {qualified_name(what)} cannot be "
+            f"({'defined in __main__ (a notebook or script)' if getattr(what, '__module__', None) == '__main__' else 'a lambda or a local function' if '<' in getattr(what, '__qualname__', '<') else 'not found under its module path'}). "
+            f"Move it to a module of its own (a .py file importable from here) and pass that function, or run "
+            f"without isolate")
+    return {"op": op, "name": kernel.name, "callable": made,
+            "declared": {"dtypes": list(kernel.dtypes), "device": kernel.device}}
+
+
+def from_child_spec(spec: dict) -> CallableKernel:
+    """The variant a child_spec describes, in this (child) process."""
+    declared = spec.get("declared") or {}
+    if spec.get("style") == "extension":
+        return load_extension(spec["op"], spec["source"], spec["name"], dtypes=declared.get("dtypes"),
+                              device=declared.get("device"))
+    fns = []
+    for o in (spec["callable"]["fn"], spec["callable"].get("backward")):
+        if o is None:
+            fns.append(None)
+            continue
+        if o.get("path") and o["path"] not in sys.path:
+            sys.path.insert(0, o["path"])
+        obj = importlib.import_module(o["module"])
+        for part in o["qualname"].split("."):
+            obj = getattr(obj, part)
+        fns.append(obj)
+    return variant(fns[0], op=spec["op"], backward=fns[1], name=spec["name"],
+                   dtypes=declared.get("dtypes") or None, device=declared.get("device"))
+
+
+# ---------------------------------------------------------------------------------- torch extensions
+
+_PYBIND = re.compile(r"^\s*PYBIND11_MODULE\s*\(", re.M)
+_TORCH_LIBRARY = re.compile(r"^\s*TORCH_LIBRARY\s*\(\s*([A-Za-z_]\w*)\s*,", re.M)
+
+
+def _uncommented(text: str) -> str:
+    return re.sub(r"//[^\n]*|/\*.*?\*/", " ", text, flags=re.S)
+
+
+def is_extension_source(text: str) -> bool:
+    """A source written the course's way: torch/extension.h with PYBIND11_MODULE or TORCH_LIBRARY."""
+    text = _uncommented(text)
+    return bool(_PYBIND.search(text) or _TORCH_LIBRARY.search(text)) or "torch/extension.h" in text
+
+
+def _style_of(path: pathlib.Path, text: str) -> tuple[str, str | None]:
+    clean = _uncommented(text)
+    if _PYBIND.search(clean):
+        return "pybind11", None
+    m = _TORCH_LIBRARY.search(clean)
+    if m:
+        return "torch_library", m.group(1)
+    raise ValueError(f"{path}: an extension-style source must export its functions with "
+                     f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{ m.def(\"forward\", ...); m.def(\"backward\", ...); }} "
+                     f"or TORCH_LIBRARY(namespace, m) {{ m.def(\"forward(Tensor x, ...) -> Tensor\"); ... }}")
+
+
+def _piece(op: str, path: pathlib.Path) -> dict:
+    """_get_or_build's arguments for an extension source. One label per op, whatever the name, so
+    the same text finds the same build (a notebook's, a test's, the exercise checker's)."""
+    with_cuda = path.suffix == ".cu"
+    return dict(label=f"{op}/torch_extension", kind="extension", sources=[path], include_dirs=[path.parent],
+                with_cuda=with_cuda, cflags=list(loader.CPU_FLAGS),
+                cuda_cflags=loader._cuda_flags() + toolchain.variant_arch_flags(path) if with_cuda else [])
+
+
+def _extension_path(op: str, path) -> pathlib.Path:
+    registry.check_op(op)
+    path = pathlib.Path(path).resolve()
+    if not path.is_file() or path.suffix not in (".cu", ".cpp"):
+        raise ValueError(f"an extension-style source must be an existing .cu or .cpp file; got {str(path)!r}")
+    if path.suffix == ".cu" and not toolchain.can_build_cuda():
+        raise WorkbenchError(f"{path.name} is CUDA code, and this machine cannot build CUDA code "
+                             f"({'torch has no CUDA' if not toolchain.torch_has_cuda() else 'no nvcc found'})")
+    return path
+
+
+@dataclass
+class BuiltExtension(loader.BuiltVariant):
+    """An extension-style source built and not loaded (the exercise checker's): its dtypes are not
+    written in the source, so they are what the child's probe finds (`dtypes` empty until then)."""
+    style: str = "extension"
+
+
+def build_extension(op: str, path, name: str | None = None) -> BuiltExtension:
+    """Build (or find in the cache) an extension-style source without loading it in this process
+    (loader.build_source's rule: its code runs only in a child). Raises BuildError naming file and
+    line, ValueError for a source that exports nothing the workbench can call."""
+    start = time.perf_counter()
+    path = _extension_path(op, path)
+    _style_of(path, path.read_text(errors="replace"))
+    name = name or path.stem
+    cache.progress(f"{op}/{name}: {EXTENSION_MESSAGE}")
+    with loader._built_not_loaded():
+        lib, bdir, built, key, _ = loader._get_or_build(**_piece(op, path))
+    cache.mark_in_use(bdir)
+    device = "cuda" if path.suffix == ".cu" else "cpu"
+    return BuiltExtension(op=op, name=name, source=path, library=lib, build_dir=bdir, built=built,
+                          seconds=time.perf_counter() - start, key=key, device=device, dtypes=(),
+                          description=f"torch extension {path.name}")
+
+
+def _load_module(lib: pathlib.Path, style: str, namespace: str | None):
+    """The extension's functions: its pybind11 module (imported from the library; its init function
+    is PyInit_<the build's name>, the library's stem), or its torch.ops namespace."""
+    import torch
+
+    with _lock:
+        if str(lib) in _modules:
+            return _modules[str(lib)]
+        if style == "pybind11":
+            modname = lib.name.split(".")[0]
+            loader_ = importlib.machinery.ExtensionFileLoader(modname, str(lib))
+            spec = importlib.util.spec_from_file_location(modname, str(lib), loader=loader_)
+            module = importlib.util.module_from_spec(spec)
+            loader_.exec_module(module)
+        else:
+            torch.ops.load_library(str(lib))
+            module = getattr(torch.ops, namespace)
+        _modules[str(lib)] = module
+        return module
+
+
+def load_extension(op: str, path, name: str | None = None, *, dtypes=None, device=None, forward: str = "forward",
+                   backward: str | None = "backward", inline_label: str | None = None) -> CallableKernel:
+    """Build (cached) and load an extension-style source and serve its `forward` (and `backward`,
+    where it exports one) as a variant of `op` (wb.variant: probed where not declared). `backward`
+    takes (grads of the outputs..., inputs..., attributes...) and returns the gradients of the
+    differentiable inputs (a tensor or a list of them)."""
+    start = time.perf_counter()
+    path = _extension_path(op, path)
+    text = path.read_text(errors="replace")
+    style, namespace = _style_of(path, text)
+    name = name or path.stem
+    cache.progress(f"{op}/{name}: {EXTENSION_MESSAGE}")
+    rename = {str(path): inline_label} if inline_label else None
+    lib, bdir, built, key, _ = loader._get_or_build(**_piece(op, path), rename=rename)
+    cache.mark_in_use(bdir)
+    module = _load_module(lib, style, namespace)
+    fwd = getattr(module, forward, None) if style == "pybind11" else _op_or_none(module, forward)
+    if fwd is None:
+        how = f'm.def("{forward}", ...) in PYBIND11_MODULE' if style == "pybind11" else f'm.def("{forward}(...)") in TORCH_LIBRARY'
+        raise ValueError(f"{path.name}: the extension exports no {forward!r} function ({how})")
+    bwd = None
+    if backward:
+        bwd = getattr(module, backward, None) if style == "pybind11" else _op_or_none(module, backward)
+    if device is None:
+        device = "cuda" if path.suffix == ".cu" else "cpu"
+    if device == "cuda" and not toolchain.gpu_available():
+        # Built and loaded; nothing to probe it on here. Declared as the course's .cu says: CUDA.
+        dtypes = dtypes or ()
+    k = _extension_variant(op, name, fwd, bwd, dtypes, device, module, path, lib, key, built, style)
+    k.seconds = time.perf_counter() - start
+    return k
+
+
+def _op_or_none(namespace, fn_name: str):
+    try:
+        return getattr(namespace, fn_name)
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _extension_variant(op, name, fwd, bwd, dtypes, device, module, path, lib, key, built, style) -> CallableKernel:
+    desc = f"torch extension {path.name} ({style}; {'forward and backward' if bwd else 'forward only'})"
+    origin = {"declared": {"dtypes": list(dtypes) if dtypes else None, "device": device}}
+    if device == "cuda" and not toolchain.gpu_available():
+        spec = registry.spec(op)
+        steps = ("forward", "backward") if bwd is not None and spec.differentiable else ("forward",)
+        info = {"op": op, "name": name, "build_id": key[:10], "device": device, "dtypes": list(dtypes or ()),
+                "steps": steps, "description": desc, "kind": "extension",
+                "probe": "not probed: a CUDA extension, and no GPU is visible here"}
+        k = CallableKernel(op=op, name=name, build_id=key[:10], device=device, dtypes=tuple(dtypes or ()),
+                           description=desc, library=lib, source=path, built=built, seconds=0.0, info=info, fn=fwd,
+                           backward_fn=bwd, kind="extension", module=module, origin=origin, probe=info["probe"])
+        cache.progress(f"{op}/{name}: {k.probe}")
+        return k
+    k = variant(fwd, op=op, backward=bwd, dtypes=dtypes, device=device, name=name, kind="extension", module=module,
+                origin=origin, library=lib, source=path, build_id=key[:10], built=built, description=desc)
+    k.probe = f"{EXTENSION_MESSAGE}; " + k.probe
+    k.info["probe"] = k.probe
+    return k
+
+
+def load_inline_extension(op: str, source: str, name: str, **kw) -> CallableKernel:
+    """An extension-style source string (a notebook cell): written to the cache under its hash
+    (loader's sources folder), built and served as load_extension does; errors name lines of the
+    string."""
+    registry.check_op(op)
+    if not isinstance(source, str) or not source.strip():
+        raise ValueError("load_inline(style='extension'): source must be a non-empty string of C++ or CUDA C++")
+    registry.check_variant_name(name)
+    is_cuda = "__global__" in source or "<<<" in source
+    path = loader._cache_source(op, source, ".cu" if is_cuda else ".cpp", name)
+    return load_extension(op, path, name, inline_label=f"<inline {op}/{name}>", **kw)
+
+
+def _describe_dataclass(kernel) -> dict:  # pragma: no cover - a debugging aid
+    return {f.name: getattr(kernel, f.name) for f in dataclasses.fields(kernel)}
