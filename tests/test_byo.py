@@ -54,7 +54,8 @@ def through_numpy(x, bias):
 def test_a_callable_of_torch_ops_passes_check_gradcheck_and_bench():
     k = wb.variant(byo_impls.bias_gelu_torch, op="bias_gelu")
     assert k.name == "byo_impls.bias_gelu_torch"                     # module.qualname
-    assert k.device == "cpu" and set(k.dtypes) == {"float32", "float64", "float16", "bfloat16"}, k.probe
+    assert k.device == ("cuda" if HAS_GPU else "cpu"), k.probe              # CUDA first where there is one
+    assert set(k.dtypes) == {"float32", "float64", "float16", "bfloat16"}, k.probe
     assert "probed" in k.probe and "gradients flow through it by autograd" in k.probe, k.probe
     assert k.steps == ("forward", "backward")
     assert wb.variant(byo_impls.bias_gelu_torch, op="bias_gelu") is k    # probed once per callable
@@ -176,6 +177,16 @@ def test_an_extension_style_source_builds_and_is_checked(course_cpu):
     assert all(row["verified"] == "ok" for row in r.rows), r.table()
 
 
+def test_an_extension_travels_to_a_child_as_its_source(course_cpu):
+    """isolate=True: the child finds the build in the cache, loads it and probes it again."""
+    fwd_only = wb.load_source("bias_gelu", COURSE_CPU, name="course_fwd", style="extension", backward=None)
+    spec = byo.child_spec("bias_gelu", fwd_only)
+    assert spec["style"] == "extension" and spec["functions"] == ["forward", None], spec
+    rep = wb.check("bias_gelu", fwd_only, shapes=[(3, 5)], layouts=("contiguous",), isolate=True)
+    assert rep.ok and rep.variant == "course_fwd", rep.summary()
+    assert not any(c.what.startswith("backward") for c in rep.cases), rep.table()   # forward-only there too
+
+
 def test_an_extension_that_does_not_compile_is_a_build_error_naming_file_and_line():
     src = ("#include <torch/extension.h>\n#include \"no_such_header_for_the_test.h\"\n"
            "torch::Tensor forward(torch::Tensor x, torch::Tensor b) { return x; }\n"
@@ -228,7 +239,7 @@ def test_the_course_cuda_extension_checked_and_benched_beside_the_trees_variants
         def backward(ctx, grad_out):
             x, bias = ctx.saved_tensors
             dx = mod.backward(grad_out.contiguous(), x, bias)
-            return dx, dx.reshape(-1, x.shape[-1]).sum(0)
+            return dx, (dx.flatten(0, -2).sum(0) if dx.dim() > 1 else dx)
 
     course = wb.variant(CourseBiasGELU.apply, op="bias_gelu", name="course")
     assert course.steps == ("forward", "backward") and course.dtypes == ("float32",), course.probe

@@ -16,7 +16,8 @@ pytest.importorskip("ipykernel", reason="the notebook tests need a python3 kerne
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 NAMES = ["01_quickstart.ipynb", "02_edit_loop.ipynb", "03_your_own_op.ipynb", "04_reduction_ladder.ipynb",
-         "05_rmsnorm_three_ways.ipynb", "06_matmul_ladder.ipynb", "07_why_is_it_slow.ipynb"]
+         "05_rmsnorm_three_ways.ipynb", "06_matmul_ladder.ipynb", "07_why_is_it_slow.ipynb",
+         "08_bring_your_own.ipynb"]
 CPU_LABEL = "No GPU visible: CPU path"
 GPU_LABEL = "GPU path: "
 # What the deliberate typo in 02_edit_loop's compile-error cells makes each compiler say.
@@ -129,6 +130,25 @@ def test_rmsnorm_notebook_answers_the_lab(executed):
     assert len(re.findall(r"graph breaks 0, fullgraph compile matches eager", text)) == ways, text
     assert len(re.findall(r"row of zeros -> zeros; dweight twice: same bits", text)) == ways, text
     assert re.search(r"fwd\+bwd +best C\+\+ \(\w+\) .* of it; torch.compile", text), text
+
+
+@pytest.mark.slow
+def test_bring_your_own_notebook_shows_what_the_matrix_finds(executed):
+    """The course's extension, served as a variant and as the course's autograd.Function: the probe
+    names its one dtype, the matrix fails it on strided and transposed views only, gradcheck and the
+    benchmark take it, and the int index's wrap past 2^31 elements is shown."""
+    text = "\n".join(_cell_text(c) for c in executed["08_bring_your_own.ipynb"].cells if c.cell_type == "code")
+    assert "compiling it includes torch/extension.h" in text, text
+    assert "ran float32; float64: RuntimeError: expected scalar type Float but found Double" in text, text
+    assert "autograd cannot see through it" in text and "gradients flow through it by autograd" in text, text
+    counts = dict((m.group(1), (int(m.group(2)), int(m.group(3))))
+                  for m in re.finditer(r"^  (\w+) +(\d+)/(\d+) +passed", text, re.M))
+    assert set(counts) == {"contiguous", "strided", "offset", "transposed"}, text
+    assert counts["offset"][0] == counts["offset"][1], counts
+    assert counts["strided"][0] < counts["strided"][1] and counts["transposed"][0] < counts["transposed"][1], counts
+    assert re.search(r"bias_gelu/course on \S+: (\d+)/\1 cases passed \(gradients vs the float64 reference", text), text
+    assert "as a 32-bit int: -2,147,450,880" in text, text
+    assert re.search(r"^fwd +float32 +\S+ +course +[\d.]+ ", text, re.M), text
 
 
 def test_runner_fails_loudly_and_never_writes_in_place_by_default(tmp_path):

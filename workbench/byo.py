@@ -452,7 +452,7 @@ def child_spec(op: str, kernel: CallableKernel) -> dict:
     a callable by module path; a callable that cannot be imported there raises WorkbenchError."""
     if kernel.kind == "extension":
         return {"op": op, "name": kernel.name, "source": str(kernel.source), "style": "extension",
-                "declared": kernel.origin.get("declared")}
+                "declared": kernel.origin.get("declared"), "functions": kernel.origin.get("functions")}
     made = {"fn": origin_of(kernel.fn), "backward": origin_of(kernel.backward_fn) if kernel.backward_fn else None}
     missing = [w for w in ("fn", "backward") if made[w] is None and (w == "fn" or kernel.backward_fn is not None)]
     if missing:
@@ -471,8 +471,9 @@ def from_child_spec(spec: dict) -> CallableKernel:
     """The variant a child_spec describes, in this (child) process."""
     declared = spec.get("declared") or {}
     if spec.get("style") == "extension":
+        forward, backward = spec.get("functions") or ("forward", "backward")
         return load_extension(spec["op"], spec["source"], spec["name"], dtypes=declared.get("dtypes"),
-                              device=declared.get("device"))
+                              device=declared.get("device"), forward=forward, backward=backward)
     fns = []
     for o in (spec["callable"]["fn"], spec["callable"].get("backward")):
         if o is None:
@@ -541,6 +542,7 @@ class BuiltExtension(loader.BuiltVariant):
     """An extension-style source built and not loaded (the exercise checker's): its dtypes are not
     written in the source, so they are what the child's probe finds (`dtypes` empty until then)."""
     style: str = "extension"
+    probed: bool = False        # set by the checker's load check, from the child's report
 
 
 def build_extension(op: str, path, name: str | None = None) -> BuiltExtension:
@@ -611,6 +613,7 @@ def load_extension(op: str, path, name: str | None = None, *, dtypes=None, devic
         # Built and loaded; nothing to probe it on here. Declared as the course's .cu says: CUDA.
         dtypes = dtypes or ()
     k = _extension_variant(op, name, fwd, bwd, dtypes, device, module, path, lib, key, built, style)
+    k.origin["functions"] = [forward, backward]
     k.seconds = time.perf_counter() - start
     return k
 

@@ -200,11 +200,15 @@ def _extension_loaded(ex: Exercise, kernel, out: dict, info: dict) -> Check:
         return Check("load", "FAIL", f"the child loaded build {out.get('build_id')}, not the one built here "
                                      f"({kernel.build_id})", [where])
     kernel.dtypes = tuple(info.get("dtypes") or ())
+    kernel.probed = not probe.startswith("not probed")
     steps = info.get("steps") or ()
     lines = [where, f"the probe: {probe}" if probe else "not probed"]
     if "backward" not in steps:
         lines.append("no usable backward: export backward(grad_out, input, bias) returning the gradients of the "
                      "differentiable inputs ({grad_input, grad_bias}), as a variant's backward step does")
+    if not kernel.probed:
+        return Check("load", "ok", "in a child process; a torch extension, not probed (its dtypes are found by "
+                                   "running it, on a GPU)", lines)
     return Check("load", "ok", f"in a child process; a torch extension, dtypes probed there: "
                                f"{', '.join(kernel.dtypes) or 'none ran'}", lines)
 
@@ -237,6 +241,9 @@ def load_failed(err, timeout_s: float) -> Check:
 
 
 def declared_dtypes(ex: Exercise, kernel) -> Check:
+    if getattr(kernel, "style", "") == "extension" and not kernel.probed:
+        return Check("declared dtypes", "skipped", "a torch extension declares none; they are probed by running it "
+                                                   "(on a GPU for a .cu)")
     missing = [d for d in ex.dtypes if d not in kernel.dtypes]
     if not missing:
         extra = [d for d in kernel.dtypes if d not in ex.dtypes]
