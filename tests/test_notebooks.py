@@ -247,7 +247,7 @@ def test_your_own_op_defines_checks_and_benches_an_op_from_cells(executed):
     text = "\n".join(_cell_text(c) for c in nb.cells if c.cell_type == "code")
     assert "'row_sumsq'" in text and "workbench::row_sumsq(Tensor x, str variant) -> Tensor" in text
     assert re.search(r"row_sumsq/warp on (cpu|cuda:0): (\d+)/\2 cases passed", text), text
-    assert "3/3 cases passed (torch.autograd.gradcheck in float64)" in text
+    assert "3/3 cases passed (torch.autograd.gradcheck in float64" in text  # then its eps and tolerances
     assert "x must have at least 1 dimension ([..., n]); got a 0-dim tensor" in text
     assert "x.grad == 2x: True" in text and "compiled, fullgraph: True" in text
     assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
@@ -310,14 +310,14 @@ def test_matmul_ladder_shows_every_rung_with_its_compiler_report_and_checks_what
         for name in ladder:
             passed = re.findall(rf"matmul/{name} on cuda:\d+: (\d+)/(\d+) cases passed", text)
             assert len(passed) >= 2 and all(a == b for a, b in passed), (name, passed)
-        assert re.search(r"matmul/naive on cuda:\d+: (\d+)/\1 cases passed \(torch.autograd.gradcheck in float64\)",
+        assert re.search(r"matmul/naive on cuda:\d+: (\d+)/\1 cases passed \(torch.autograd.gradcheck in float64",
                          text), text
         assert re.search(r"naive: [\d.]+% of cuBLAS; the best rung, \w+: [\d.]+% of cuBLAS", text), text
         assert re.search(r"tensor_core bfloat16 \S+: [\d.]+ TFLOP/s, [\d.]+% of cuBLAS", text), text
     else:
         passed = re.findall(r"matmul/cpu on cpu: (\d+)/(\d+) cases passed", text)
         assert len(passed) >= 3 and all(a == b for a, b in passed), passed  # the matrix, the edges, gradcheck
-        assert "(torch.autograd.gradcheck in float64)" in text, text
+        assert "(torch.autograd.gradcheck in float64" in text, text
         assert CPU_RUNG_NOTE in text and "the cpu variant" in text, text
     pngs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
     assert len(pngs) >= 2, len(pngs)
