@@ -99,6 +99,7 @@ class CallableKernel(loader.Kernel):
     origin: dict = field(default_factory=dict)   # how a child process re-makes it (isolate.variant_spec)
 
     def __post_init__(self):
+        self._spec = registry.spec(self.op)  # once: registry.spec looks at the tree on every call
         self._function = _autograd_function(self) if self.backward_fn is not None and self.spec.differentiable \
             else None
 
@@ -114,7 +115,7 @@ class CallableKernel(loader.Kernel):
     def spec(self):
         from . import torchops
 
-        return torchops.current_spec(self.op) or registry.spec(self.op)
+        return torchops.current_spec(self.op) or self._spec
 
     @property
     def op_overload(self):
@@ -578,7 +579,15 @@ def _load_module(lib: pathlib.Path, style: str, namespace: str | None):
             module = importlib.util.module_from_spec(spec)
             loader_.exec_module(module)
         else:
-            torch.ops.load_library(str(lib))
+            try:
+                torch.ops.load_library(str(lib))
+            except RuntimeError as e:
+                if "TORCH_LIBRARY" not in str(e) and "namespace" not in str(e):
+                    raise
+                raise WorkbenchError(f"{lib.name}: TORCH_LIBRARY({namespace}, ...) is already registered in this process "
+                                     f"(an earlier build of this source, or another library): a namespace can be "
+                                     f"registered once per process. Restart the process to load the edited build, or "
+                                     f"use PYBIND11_MODULE, which loads every build afresh ({str(e).splitlines()[0]})") from None
             module = getattr(torch.ops, namespace)
         _modules[str(lib)] = module
         return module
