@@ -515,7 +515,7 @@ def _own_variants(op: str, variants):
                 raise ValueError(f"variants: two different callables are both named {v.name!r}; name one with "
                                  f"wb.variant(fn, op={op!r}, name=...)")
             own[v.name] = v
-        names.append(v.name if isinstance(v, byo.CallableKernel) else v)
+        names.append(v.name if isinstance(v, loader.Kernel) else v)  # a loaded Kernel: its name, as before
     return names, own
 
 
