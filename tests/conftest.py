@@ -222,7 +222,10 @@ def private_cache(dest: pathlib.Path, labels=("harness", "binding-bias_gelu", "b
     # several test workers and hold other builds of the same labels (another harness flavour).
     loaded = {pathlib.Path(d).name for d in cache._in_use_fds}
     for d in cache.builds_root().iterdir():
-        if d.is_dir() and d.name in loaded and d.name.startswith(tuple(labels)):
+        # The label exactly ("bias_gelu-cpu", not "bias_gelu-cpu_wrong_after_warmup" that another test
+        # file loaded in this worker), then the key's 20 hex digits.
+        label, _, key = d.name.rpartition("-")
+        if d.is_dir() and d.name in loaded and label in labels and len(key) == 20:
             shutil.copytree(d, dest / "builds" / d.name, ignore=shutil.ignore_patterns("inuse"))
     if (CACHE_DIR / "toolchain").exists():
         shutil.copytree(CACHE_DIR / "toolchain", dest / "toolchain")
