@@ -45,7 +45,6 @@ once.
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib
 import importlib.machinery
@@ -59,7 +58,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import cache, config, loader, registry, toolchain
+from . import cache, loader, registry, toolchain
 from . import dtypes as dtypes_
 from .errors import WorkbenchError
 from .opspec import as_tuple
@@ -667,6 +666,3 @@ def load_inline_extension(op: str, source: str, name: str, **kw) -> CallableKern
     path = loader._cache_source(op, source, ".cu" if is_cuda else ".cpp", name)
     return load_extension(op, path, name, inline_label=f"<inline {op}/{name}>", **kw)
 
-
-def _describe_dataclass(kernel) -> dict:  # pragma: no cover - a debugging aid
-    return {f.name: getattr(kernel, f.name) for f in dataclasses.fields(kernel)}
