@@ -379,7 +379,8 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     """Time variants of `op` against its baselines (eager, torch.compile, and the spec's own) over a
     sweep of sizes, all in one run.
 
-    variants: "all" (every variant that runs on the device), names, or Kernel handles. shapes:
+    variants: "all" (every variant that runs on the device), names, Kernel handles, or callables
+    and extensions brought from outside (workbench/byo.py: wb.variant), alone or mixed. shapes:
     sizes for the op's size pattern (default: the spec's bench sizes for the device). attrs: the
     op's attributes (default: the spec's first sample). device: "cuda" if a GPU is visible, else
     "cpu" (CPU variants, CPU timers). isolate=True runs the sweep in a child process (a faulting

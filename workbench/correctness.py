@@ -299,7 +299,8 @@ def _wanted_dtypes(kernel, dtypes, report: Report) -> list[str]:
 def check(op: str, variant, *, dtypes=None, shapes=None, layouts=("contiguous", "strided", "offset", "transposed"),
           seed: int | None = None, backward: bool = True, verbose: bool = False, isolate: bool = False,
           on_case=None) -> Report:
-    """Run the correctness matrix for one variant: every supported dtype x size x layout (x the
+    """Run the correctness matrix for one variant (a name, a Kernel, or any callable: byo.py's
+    wb.variant, probed where undeclared): every supported dtype x size x layout (x the
     spec's attribute samples, in turn), forward and backward, against the float64 reference.
     `shapes`: sizes for the op's size pattern (default: the spec's check sizes). Returns a Report
     (report.ok, report.table()). isolate=True runs it in a child process: a kernel that faults
