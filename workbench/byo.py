@@ -377,10 +377,10 @@ def variant(fn, op: str, backward=None, dtypes=None, device=None, name: str | No
         kernel.probe = "; ".join(notes)
     else:
         kernel.probe = f"declared: {device}, {', '.join(wanted)}, with a backward"
-    kernel.info.update(device=kernel.device, dtypes=list(kernel.dtypes), steps=steps, probe=kernel.probe)
-    kernel.seconds = time.perf_counter() - start
     if not kernel.dtypes:
         kernel.probe += "; no dtype ran: nothing to check"
+    kernel.info.update(device=kernel.device, dtypes=list(kernel.dtypes), steps=steps, probe=kernel.probe)
+    kernel.seconds = time.perf_counter() - start
     cache.progress(f"{op}/{name}: {kernel.probe}")
     if undeclared:
         with _lock, _suppress_type_error():
