@@ -138,7 +138,7 @@ def test_a_descriptor_that_differs_from_the_source_fails_load(cuda_buildable, mo
     source's text): a mask the text does not show (a macro) is a FAIL that says so."""
     from workbench import exercise as wbex
 
-    monkeypatch.setattr(wbex.checks, "load_in_child", lambda ex, built, worker=None, timeout_s=None: {
+    monkeypatch.setattr(wbex.child, "load_in_child", lambda ex, built, worker=None, timeout_s=None: {
         "info": {"op": ex.op, "device": "cuda", "dtypes": ["float32", "float16", "bfloat16"]},
         "build_id": built.build_id, "built": False, "pid": 1})
     report = wbex.check_exercise(1, FAULTY / "static_writes_file.cu", seed=1)

@@ -473,13 +473,13 @@ def pretend_gpu(monkeypatch, cuda_buildable):
         bench = None
 
     fakes = Fakes()
-    monkeypatch.setattr(wbex.checks, "gpu_present", lambda: True)
-    monkeypatch.setattr(wbex.checks, "start_worker", lambda ex, seed, gpu=None: None)
+    monkeypatch.setattr(wbex.child, "gpu_present", lambda: True)
+    monkeypatch.setattr(wbex.child, "start_worker", lambda ex, seed, gpu=None: None)
     # The load in a child (tests/test_checker_isolation.py runs it for real): what the library exports.
-    monkeypatch.setattr(wbex.checks, "load_in_child", lambda ex, built, worker=None, timeout_s=None: {
+    monkeypatch.setattr(wbex.child, "load_in_child", lambda ex, built, worker=None, timeout_s=None: {
         "info": {"op": ex.op, "device": built.device, "dtypes": list(built.dtypes)}, "build_id": built.build_id,
         "built": False, "pid": -1})
-    monkeypatch.setattr(wbex.checks, "in_child",
+    monkeypatch.setattr(wbex.child, "in_child",
                         lambda kind, ex, kernel, worker=None, **k: getattr(fakes, kind)(ex.op, kernel, **k))
     fakes.gradcheck = lambda op, kernel, **k: correctness.Report(
         op, kernel.name, "cuda", [correctness.Case("grad x", (3, 5), "float32", "contiguous", True)],
@@ -601,9 +601,9 @@ def _speed_with(monkeypatch, rows_of):
 
     ex = wbex.get(2)
     kernel = SimpleNamespace(name="ex02_mine", device="cuda", source=ex.solution)
-    monkeypatch.setattr(wbex.checks, "in_child",
+    monkeypatch.setattr(wbex.child, "in_child",
                         lambda kind, ex_, k, worker=None, **kw: BenchResult(rows_of(k.name, ex.reference)))
-    return wbex.checks.speed(ex, kernel)
+    return wbex.speedcheck.speed(ex, kernel)
 
 
 def _row(variant: str, ms: float, **fields):

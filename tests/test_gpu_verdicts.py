@@ -51,9 +51,13 @@ def test_partial_work_at_the_timed_shape_is_wrong(verdicts):
 
 
 def test_an_answer_replayed_by_pointer_is_wrong_in_the_timed_calls(verdicts):
+    """Caught where it replays: on the check before timing (the benchmark's warm-up call on the same
+    inputs came first, so the poisoned output is left NaN), or on the timed calls' inputs, whose
+    values change between samples."""
     r = verdicts["replay_by_pointer"]
     assert r["verified"] == verify.WRONG, r
-    assert r["verify_detail"].startswith("the last timed call"), r["verify_detail"]
+    assert (r["verify_detail"].startswith("the last timed call") or
+            r["verify_detail"].startswith("before timing") and "unwritten" in r["verify_detail"]), r["verify_detail"]
 
 
 def test_work_on_a_private_stream_does_not_look_fast(verdicts):

@@ -755,9 +755,9 @@ def test_a_missed_speed_target_offers_the_profile_command(monkeypatch, cuda_buil
         return correctness.Report(ex.op, kernel.name, "cuda",
                                   [correctness.Case("forward", (3, 5), "float32", "contiguous", True)])
 
-    monkeypatch.setattr(wbex.checks, "gpu_present", lambda: True)
-    monkeypatch.setattr(wbex.checks, "start_worker", lambda ex, seed: None)
-    monkeypatch.setattr(wbex.checks, "in_child", in_child)
+    monkeypatch.setattr(wbex.child, "gpu_present", lambda: True)
+    monkeypatch.setattr(wbex.child, "start_worker", lambda ex, seed: None)
+    monkeypatch.setattr(wbex.child, "in_child", in_child)
     ex = wbex.get(2)
     report = wbex.check_exercise(2, ex.solution, seed=1)
     speed = report.check("speed")

@@ -14,7 +14,8 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .errors import BuildError, IsolatedRunError, LockTimeout, WorkbenchError
-from .loader import Kernel, define_op, load, load_inline, load_source
+from . import loader as _loader
+from .loader import Kernel, define_op, load
 from .opspec import Attr, ErrorCase, Layer, OpSpec, Output, Tensor
 from .registry import ops, variants
 
@@ -37,6 +38,40 @@ def __getattr__(name: str):
     module, attr = _LAZY[name]
     value = importlib.import_module(f"workbench.{module}")
     return getattr(value, attr) if attr else value
+
+
+_STYLES = ("workbench", "extension")
+
+
+def _style(style: str, what: str) -> bool:
+    """Whether `style` asks for a torch extension written the course's way (byo.py)."""
+    if style not in _STYLES:
+        raise ValueError(f"{what}: style must be one of {list(_STYLES)}; got {style!r}")
+    return style == "extension"
+
+
+def load_source(op: str, path, name: str | None = None, *, python: bool = True, style: str = "workbench",
+                **extension):
+    """Build and load a variant of `op` from a source file anywhere; `name` defaults to the file's
+    stem (loader.load_source). style="extension": a torch extension written the course's way
+    (torch/extension.h; PYBIND11_MODULE or TORCH_LIBRARY exporting forward and backward), served as
+    a variant (byo.load_extension; `extension`: its dtypes, device, forward, backward)."""
+    if _style(style, "load_source"):
+        from .byo import load_extension
+
+        return load_extension(op, path, name, **extension)
+    return _loader.load_source(op, path, name, python=python)
+
+
+def load_inline(op: str, source: str, name: str, *, replace: bool = False, style: str = "workbench", **extension):
+    """Build a variant of `op` from a source string (a notebook cell; loader.load_inline).
+    style="extension": a torch extension written the course's way, served as a variant
+    (byo.load_inline_extension). It compiles the torch headers: tens of seconds."""
+    if _style(style, "load_inline"):
+        from .byo import load_inline_extension
+
+        return load_inline_extension(op, source, name, **extension)
+    return _loader.load_inline(op, source, name, replace=replace)
 
 
 def load_ipython_extension(ipython) -> None:

@@ -123,7 +123,6 @@ class CallableKernel(loader.Kernel):
     def __call__(self, *args, **attrs):
         spec = self.spec
         tensors, values = spec.call_args(args, attrs)
-        kw = spec.attr_dict(values)
         if self._function is not None:
             out = self._function.apply(*tensors, *values)
         else:
@@ -344,7 +343,7 @@ def variant(fn, op: str, backward=None, dtypes=None, device=None, name: str | No
     if device is not None and device not in ("cuda", "cpu"):
         raise ValueError(f"variant: device must be 'cuda', 'cpu' or None (probed); got {device!r}")
     if device == "cuda" and not toolchain.gpu_available():
-        raise RuntimeError(f"variant: device='cuda' but no GPU is visible here")
+        raise RuntimeError("variant: device='cuda' but no GPU is visible here")
     wanted = list(dtypes_.NAMES) if dtypes is None else dtypes_.names(dtypes)
     src = source or _source_of(fn)
     steps = ("forward", "backward") if spec.differentiable and backward is not None else ("forward",)

@@ -148,8 +148,8 @@ def storage_error(e: OSError, what: str) -> CacheError | None:
             os.path.abspath(where)):
         return None  # not the cache's trouble (a source that cannot be read): raised as it is
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        todo = (f"free space there (`python -m workbench clean --older-than 7` removes builds unused for a week), "
-                f"or point WORKBENCH_CACHE at a folder on another disk")
+        todo = ("free space there (`python -m workbench clean --older-than 7` removes builds unused for a week), "
+                "or point WORKBENCH_CACHE at a folder on another disk")
     else:
         todo = ("point WORKBENCH_CACHE at a writable folder of your own (e.g. WORKBENCH_CACHE=~/.cache/workbench), "
                 "or make this one writable")

@@ -407,18 +407,10 @@ def load(op: str, variant: str) -> Kernel:
     return _register(op, variant, source)
 
 
-def load_source(op: str, path, name: str | None = None, *, python: bool = True, style: str = "workbench",
-                **extension) -> Kernel:
+def load_source(op: str, path, name: str | None = None, *, python: bool = True) -> Kernel:
     """Build and load a variant of `op` from a source file anywhere (an exercise, a planted test
     kernel, a copy of a Python variant); `name` defaults to the file's stem. python=False: see
-    ensure_op (a C++ variant only). style="extension": a torch extension written the course's way
-    (byo.load_extension; `extension`: its dtypes, device, forward, backward)."""
-    if style == "extension":
-        from . import byo
-
-        return byo.load_extension(op, path, name, **extension)
-    if style != "workbench":
-        raise ValueError(f"load_source: style must be 'workbench' or 'extension'; got {style!r}")
+    ensure_op (a C++ variant only). (wb.load_source also takes style="extension": byo.py.)"""
     registry.check_op(op)
     path = pathlib.Path(path).resolve()
     if not path.is_file() or path.suffix not in registry.SUFFIXES:
@@ -534,21 +526,12 @@ def _cache_source(kind: str, text: str, suffix: str, name: str) -> pathlib.Path:
     return path
 
 
-def load_inline(op: str, source: str, name: str, *, replace: bool = False, style: str = "workbench",
-                **extension) -> Kernel:
+def load_inline(op: str, source: str, name: str, *, replace: bool = False) -> Kernel:
     """Build a variant of `op` from a source string (a notebook cell). The text is written to the
     cache under a name derived from its hash; errors point at lines of the string. A name of one of
     the tree's variants (kernels/<op>/<name>.*) is refused unless replace=True, which makes this
-    build that name in this process (wb.variants then describes it, not the file).
-    style="extension": a torch extension written the course's way (torch/extension.h, PYBIND11_MODULE
-    or TORCH_LIBRARY exporting forward and backward), served as a variant (byo.py; `extension`:
-    its dtypes, device, forward, backward). It compiles the torch headers: tens of seconds."""
-    if style == "extension":
-        from . import byo
-
-        return byo.load_inline_extension(op, source, name, **extension)
-    if style != "workbench":
-        raise ValueError(f"load_inline: style must be 'workbench' or 'extension'; got {style!r}")
+    build that name in this process (wb.variants then describes it, not the file). (wb.load_inline
+    also takes style="extension": byo.py.)"""
     registry.check_op(op)
     if not isinstance(source, str) or not source.strip():
         raise ValueError("load_inline: source must be a non-empty string of CUDA C++ (or C++ for a CPU variant)")

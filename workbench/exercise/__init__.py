@@ -2,7 +2,9 @@
 
     registration.py  exercises/NN_name/exercise.toml: what an exercise asks (and its validation)
     sizes.py         the sizes a check draws from its seed, for any op (an elementwise, reduction or tiled draw)
-    checks.py        build, declared dtypes, correctness, gradcheck, speed
+    child.py         the child process the student's library is loaded in and the GPU checks run in
+    checks.py        build, load, declared dtypes, correctness, gradcheck
+    speedcheck.py    speed, against the reference variant in one benchmark run
     sass.py          the SASS rules (opcodes anywhere in a kernel, or in its innermost loops)
     loads.py         the optional counter rule: bytes of global loads, counted by Nsight Compute
     report.py        the report the checks fill, and how it prints
@@ -32,7 +34,7 @@ import time
 from collections.abc import Iterator
 
 from .. import registry
-from . import checks, loads
+from . import checks, child, loads, speedcheck
 from .registration import (CHECKS, EXERCISES_DIR, Exercise, ExerciseConfigError, SassRule, Sizes, Speed, exercises,
                            get, load_exercise, tomllib)
 from .report import LAYOUTS, NEEDS_GPU, Check, ExerciseReport
@@ -78,17 +80,17 @@ def _prepare(exercise, path, seed):
     ex = get(exercise)
     source = _student_path(ex, path)
     seed = new_seed() if seed is None else int(seed)
-    likely = checks.gpu_likely()
-    worker = checks.start_worker(ex, seed)
+    likely = child.gpu_likely()
+    worker = child.start_worker(ex, seed)
     try:
         shown = checks.shown(source)
         command = (f"python -m workbench exercise check {ex.number}"
                    + (f" {shlex.quote(shown)}" if path is not None else "") + f" --seed {seed}")
         report = ExerciseReport(ex.slug, ex.title, shown, f"{ex.op}/{variant_name(ex, source)}", seed,
                                 ex.sizes.draw(seed, registry.spec(ex.op)), command)
-        if worker is not None and likely and not checks.gpu_present():
+        if worker is not None and likely and not child.gpu_present():
             worker.close()  # it would warm up on a GPU that is not usable: one for the load alone
-            worker = checks.start_worker(ex, seed, gpu=False)
+            worker = child.start_worker(ex, seed, gpu=False)
     except BaseException:
         if worker is not None:
             worker.close()
@@ -120,7 +122,7 @@ def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool
         dtypes = add(checks.declared_dtypes(ex, kernel))
         yield dtypes
         after_sass = ex.checks[ex.checks.index("SASS rules") + 1:]
-        gpu = kernel.device != "cuda" or checks.gpu_present()
+        gpu = kernel.device != "cuda" or child.gpu_present()
         sanitize = f"python -m workbench sanitize {ex.op} {kernel.name} --source {shlex.quote(report.path)}"
         # The check matrix starts in the child now; the SASS is read here meanwhile.
         run_gpu = gpu and loaded.status == "ok"
@@ -150,7 +152,7 @@ def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool
         elif correct.status != "ok" or grads.status != "ok":
             yield add(Check("speed", "skipped", "fix correctness first"))
         else:
-            yield add(checks.speed(ex, kernel, worker))
+            yield add(speedcheck.speed(ex, kernel, worker))
     finally:
         if worker is not None:
             report.worker_ready_s = worker.ready_seconds()

@@ -8,7 +8,6 @@ A child that ends without handing its result over (an exit with any status, 0 in
 a timeout) is a FAIL: only what this process receives and judges can pass."""
 from __future__ import annotations
 
-import math
 import os
 import pathlib
 import re
@@ -17,73 +16,9 @@ import subprocess
 
 from .. import dtypes as dtypes_
 from .. import ptxas, registry, toolchain
+from . import child
 from .registration import Exercise
 from .report import LAYOUTS, Check
-
-CHILD_TIMEOUT_S = 600  # correctness and gradcheck each; a kernel that hangs fails instead of waiting forever
-# Loading the student's library in the child (its static initializers run then): seconds from when
-# the child is ready. WORKBENCH_LOAD_TIMEOUT_S overrides it (the tests shorten it).
-LOAD_TIMEOUT_S = 60
-# The layouts an exercise checks: a transposed view reaches the kernel as a contiguous copy, as a
-# strided one does, so it would test the harness, not the student's kernel.
-EXERCISE_LAYOUTS = ("contiguous", "strided", "offset")
-
-
-def gpu_present() -> bool:
-    """Whether the GPU checks can run here (one place, so tests can stand in for a GPU)."""
-    return toolchain.gpu_available()
-
-
-def gpu_likely() -> bool:
-    """A GPU driver is installed (its control device exists): asked before torch is imported,
-    to start the checks' child early. gpu_present() decides whether the GPU checks run."""
-    return pathlib.Path("/dev/nvidiactl").exists()
-
-
-def start_worker(ex: Exercise, seed: int, gpu: bool | None = None):
-    """The child process the student's library is loaded in and the GPU checks run in, started
-    before anything else (even before this process imports torch), so that its start-up overlaps
-    the build instead of following it: import torch, the harness and the op's binding, and where a
-    GPU is (gpu: default gpu_likely()) the CUDA context and a check of the reference variant in the
-    exercise's dtypes and layouts on the smallest of the sizes the seed draws, which loads every
-    kernel the student's check will use. All of it in-tree code: the student's library is loaded
-    only by the first job ("load")."""
-    from .. import isolate
-
-    if not (gpu_likely() if gpu is None else gpu):
-        return isolate.Worker({"op": ex.op})
-    return isolate.Worker({"op": ex.op, "variant": ex.reference, "dtypes": list(ex.dtypes),
-                           "sizes_from_seed": seed, "layouts": list(EXERCISE_LAYOUTS), "seed": seed})
-
-
-def load_timeout_s() -> float:
-    return float(os.environ.get("WORKBENCH_LOAD_TIMEOUT_S") or LOAD_TIMEOUT_S)
-
-
-def load_in_child(ex: Exercise, built, worker=None, timeout_s: float | None = None) -> dict:
-    """Load the built library in the worker (or a fresh child where there is none) and return what
-    the child read of it: {"info": its exported descriptor, "build_id", "built", "pid"}. Raises
-    IsolatedRunError (ChildTimeout past timeout_s) where the child ends without reporting."""
-    from .. import isolate
-
-    spec = isolate.variant_spec(ex.op, built)
-    timeout_s = load_timeout_s() if timeout_s is None else timeout_s
-    return worker.run("load", spec, {}, timeout_s=timeout_s) if worker is not None else \
-        isolate.run("load", spec, {}, timeout_s=timeout_s)
-
-
-def in_child(kind: str, ex: Exercise, kernel, worker=None, **kwargs):
-    """A check ("check", "gradcheck": a correctness.Report) or a benchmark ("bench": a BenchResult)
-    of the kernel in a child process: the worker, or a fresh child where there is none."""
-    from .. import isolate
-    from ..benchmark import BenchResult
-    from ..correctness import Report
-
-    spec = isolate.variant_spec(ex.op, kernel)
-    out = worker.run(kind, spec, kwargs, timeout_s=CHILD_TIMEOUT_S) if worker is not None else \
-        isolate.run(kind, spec, kwargs, timeout_s=CHILD_TIMEOUT_S)
-    return BenchResult(out["rows"]) if kind == "bench" else Report.from_dict(out)
-
 
 def count(n: int, what: str) -> str:
     return f"{n} {what}{'' if n == 1 else 's'}"
@@ -158,9 +93,9 @@ def load(ex: Exercise, kernel, worker=None) -> Check:
     without reporting is a FAIL naming it."""
     from ..errors import IsolatedRunError
 
-    timeout = load_timeout_s()
+    timeout = child.load_timeout_s()
     try:
-        out = load_in_child(ex, kernel, worker, timeout)
+        out = child.load_in_child(ex, kernel, worker, timeout)
     except IsolatedRunError as e:
         return load_failed(e, timeout)
     info = out.get("info") or {}
@@ -256,36 +191,6 @@ def declared_dtypes(ex: Exercise, kernel) -> Check:
         "and make the launchers accept them: wb_dispatch_dtype<that mask>(dtype, ...) (kernels/common/wb_cuda.h)"])
 
 
-def stopped(name: str, err, sanitize: str) -> Check:
-    """A check whose child process raised, died (IsolatedRunError) or ran out of time. The child
-    announces each case before it runs ("[case] backward 37x131 float32 offset"), so the last
-    announcement is the case that was running."""
-    if isinstance(err, subprocess.TimeoutExpired):
-        return Check(name, "FAIL", f"timed out: not finished after {getattr(err, 'timeout_s', CHILD_TIMEOUT_S):.0f} s",
-                     ["a kernel never returned: look for a loop whose index never reaches its end"])
-    text = err.full_output or err.output
-    cases = re.findall(r"^\[case\] (.+)$", text, flags=re.MULTILINE)
-    during = f" in {cases[-1].strip()}" if cases else ""
-    cuda = re.findall(r"CUDA error: ([^\n]+)", text)
-    killed = re.search(r"was killed by (\w+)", str(err))
-    if cuda:
-        detail = f"crashed{during}: {cuda[-1].strip()}"
-    elif killed:
-        detail = f"crashed{during}: the process running the check was killed by {killed.group(1)}"
-    else:
-        raised = re.findall(r"^\w*(?:Error|Exception)\w*: (.+)$", text, flags=re.MULTILINE)
-        detail = f"stopped with an error{during}: {raised[-1].strip() if raised else 'see below'}"
-    output = [ln for ln in err.output.splitlines() if not ln.startswith("[case] ")]
-    lines = [detail]
-    if cases:
-        lines.append(f"the case that was running: {cases[-1].strip()} (each input: {LAYOUTS.get(cases[-1].split()[3], '')})"
-                     if len(cases[-1].split()) > 3 else f"the case that was running: {cases[-1].strip()}")
-    lines += ["the last lines the check printed:", *[f"    {ln}" for ln in output[-12:]]]
-    if detail.startswith("crashed"):
-        lines.append(f"to find the faulting access (compute-sanitizer): {sanitize}")
-    return Check(name, "FAIL", detail, lines)
-
-
 def inputs_text(op: str) -> str:
     """"x [..., n]; bias [n]": the op's inputs and their dims, for failure reports."""
     return "; ".join(f"{t.name} {t.pattern.display()}" for t in registry.spec(op).inputs)
@@ -318,13 +223,13 @@ def correctness(ex: Exercise, kernel, shapes, seed: int, sanitize: str, worker=N
     dtypes = [d for d in ex.dtypes if d in kernel.dtypes]
     if not dtypes:
         return lambda: Check("correctness", "skipped", "the variant declares none of the required dtypes")
-    kwargs = dict(dtypes=dtypes, shapes=[list(s) for s in shapes], layouts=list(EXERCISE_LAYOUTS), seed=seed,
+    kwargs = dict(dtypes=dtypes, shapes=[list(s) for s in shapes], layouts=list(child.EXERCISE_LAYOUTS), seed=seed,
                   backward=True, announce=True)
     if worker is not None:
         job = worker.submit("check", isolate.variant_spec(ex.op, kernel), kwargs)
-        run = lambda: Report.from_dict(worker.wait(job, timeout_s=CHILD_TIMEOUT_S))  # noqa: E731
+        run = lambda: Report.from_dict(worker.wait(job, timeout_s=child.CHILD_TIMEOUT_S))  # noqa: E731
     else:
-        run = lambda: in_child("check", ex, kernel, **kwargs)  # noqa: E731
+        run = lambda: child.in_child("check", ex, kernel, **kwargs)  # noqa: E731
     if getattr(kernel, "style", "") == "extension":
         return lambda: _as_extension(_correctness_check(ex, run, shapes, dtypes, sanitize))
     return lambda: _correctness_check(ex, run, shapes, dtypes, sanitize)
@@ -348,9 +253,9 @@ def _correctness_check(ex: Exercise, run, shapes, dtypes, sanitize: str) -> Chec
     try:
         rep = run()
     except (IsolatedRunError, subprocess.TimeoutExpired) as e:
-        return stopped("correctness", e, sanitize)
+        return child.stopped("correctness", e, sanitize)
     n, bad = len(rep.cases), rep.failures
-    scope = f"{len(shapes)} shapes x {count(len(dtypes), 'dtype')} x {len(EXERCISE_LAYOUTS)} layouts"
+    scope = f"{len(shapes)} shapes x {count(len(dtypes), 'dtype')} x {len(child.EXERCISE_LAYOUTS)} layouts"
     if not bad:
         return Check("correctness", "ok", f"{count(n, 'case')}: {scope}; forward, backward, determinism")
     first = bad[0]
@@ -369,9 +274,9 @@ def gradcheck(ex: Exercise, kernel, seed: int, sanitize: str, worker=None) -> Ch
     from ..errors import IsolatedRunError
 
     try:
-        rep = in_child("gradcheck", ex, kernel, worker=worker, seed=seed)
+        rep = child.in_child("gradcheck", ex, kernel, worker=worker, seed=seed)
     except (IsolatedRunError, subprocess.TimeoutExpired) as e:
-        return stopped("gradcheck", e, sanitize)
+        return child.stopped("gradcheck", e, sanitize)
     if rep.ok:
         return Check("gradcheck", "ok", f"{rep.method}; {count(len(rep.cases), 'case')}")
     if not rep.cases:
@@ -380,85 +285,3 @@ def gradcheck(ex: Exercise, kernel, seed: int, sanitize: str, worker=None) -> Ch
     lines = [f"method: {rep.method}"] + case_lines(first, ex.op) + [c.line() for c in rep.failures[1:6]]
     return Check("gradcheck", "FAIL", f"{first.what}, {'x'.join(map(str, first.shape))} {first.dtype}"
                  + (f": {first.note}" if first.note else ""), lines)
-
-
-def _conditions(clocks) -> str:
-    """A row's sampled clocks etc. (benchmark's `clocks` dict), compactly."""
-    if not isinstance(clocks, dict) or not clocks:
-        return ""
-    return ", ".join(f"{k} {v}" for k, v in clocks.items() if not isinstance(v, (dict, list)))[:200]
-
-
-def row_problems(rows, kernel_name: str, shape: str, on_gpu: bool) -> tuple[list[str], list[str]]:
-    """(problems, notes) of the speed check's benchmark rows, the student's and the reference's:
-    a timed output that is wrong, a result the device cannot reach, or (on a GPU) a timed output
-    that was not verified are problems, whatever the ratio; a clock warning is a note. A row
-    without the fields counts as not verified."""
-    problems, notes = [], []
-    for r in rows:
-        who = "yours" if r.get("variant") == kernel_name else r.get("variant", "?")
-        label = f"{who}, {r.get('direction', '?')} {r.get('dtype', '?')} {r.get('shape') or shape}"
-        verified = r.get("verified") or "not checked"
-        detail = (r.get("verify_detail") or "").strip()
-        if verified == "wrong":
-            problems.append(f"{label}: the timed output is wrong: {detail or 'no detail given'}")
-        elif verified != "ok" and on_gpu:
-            problems.append(f"{label}: the timed output could not be verified ({detail or verified})")
-        if r.get("impossible"):
-            problems.append(f"{label}: impossible: {(r.get('impossible_reason') or '').strip() or 'above what the device can do'}")
-        if r.get("clock_warning"):
-            notes.append(f"{label}: clocks: {str(r['clock_warning']).strip()} (a note, not a failure)")
-        elif _conditions(r.get("clocks")):
-            notes.append(f"{label}: conditions: {_conditions(r.get('clocks'))}")
-    return problems, notes
-
-
-def speed(ex: Exercise, kernel, worker=None) -> Check:
-    s = ex.speed
-    shape = "x".join(map(str, s.shape))
-    try:
-        result = in_child("bench", ex, kernel, worker=worker, variants=[kernel.name, ex.reference],
-                          dtypes=list(s.dtypes), shapes=[list(s.shape)], baselines=[],
-                          directions=list(s.directions), budget_s=0.5)
-    except Exception as e:  # noqa: BLE001 - a kernel that fails under timing is a failed check, not a crash
-        return Check("speed", "FAIL", f"stopped with an error at {shape}: "
-                     f"{str(e).splitlines()[0] if str(e) else type(e).__name__}", str(e).splitlines())
-    median = {(r["direction"], r["dtype"], r["variant"]): r["median_ms"] for r in result.rows}
-    # Judged first: a row whose output is wrong is not timed at all (NaN), and none counts then.
-    problems, notes = row_problems([r for r in result.rows if r.get("variant") in (kernel.name, ex.reference)],
-                                   kernel.name, shape, kernel.device == "cuda")
-    lines, worst = [], None
-    for d in s.directions:
-        for t in s.dtypes:
-            mine, ref = median.get((d, t, kernel.name)), median.get((d, t, ex.reference))
-            if mine is None or ref is None or math.isnan(mine) or math.isnan(ref):
-                if problems:
-                    ms = lambda v: "not timed" if v is None or math.isnan(v) else f"{v:.4f} ms"  # noqa: E731
-                    lines.append(f"{d:7s} {t:9s} no ratio (yours {ms(mine)}, {ex.reference} {ms(ref)})")
-                    continue
-                return Check("speed", "FAIL", f"no timing for {d} {t} at {shape}",
-                             [f"benchmark notes: {n}" for n in result.notes])
-            ratio = ref / mine
-            lines.append(f"{d:7s} {t:9s} {ratio:5.2f}x {ex.reference}  (yours {mine:.4f} ms, {ex.reference} {ref:.4f} ms)"
-                         f"  {'ok' if ratio >= s.target else 'BELOW TARGET'}")
-            if worst is None or ratio < worst[0]:
-                worst = (ratio, d, t)
-    lines.append(f"target: >= {s.target:.2f}x the throughput of {ex.reference} in every row, both timed in this run "
-                 f"at {shape} (medians of CUDA-event timings)")
-    lines += notes
-    if worst is not None and worst[0] < s.target:
-        from ..profile import command  # why: the GPU's counters for the slowest row, yours beside the reference's
-
-        ratio, d, t = worst
-        why = command(ex.op, [kernel.name, ex.reference], s.shape, t, d if d in ("fwd", "bwd") else "bwd",
-                      source=shown(kernel.source))
-        lines.append(f"why it is slower, from the GPU's counters (Nsight Compute), yours beside {ex.reference}: {why}")
-    if problems:
-        # Whatever the ratio: a timing of a wrong (or unchecked) output, or one the device cannot
-        # reach, measures nothing.
-        return Check("speed", "FAIL", problems[0], [*problems, "the timings, which do not count:", *lines])
-    ratio, d, t = worst
-    if ratio < s.target:
-        return Check("speed", "FAIL", f"{ratio:.2f}x {ex.reference} on {d} {t} {shape}, target {s.target:.2f}x", lines)
-    return Check("speed", "ok", f"at least {ratio:.2f}x {ex.reference} at {shape} (target {s.target:.2f}x)", lines,
-                 show=True)
