@@ -84,6 +84,17 @@ def test_timed_inputs_change_in_place_between_samples(wb, planted):
     assert torch.equal(x, before)
 
 
+@pytest.mark.parametrize("direction", ["bwd", "fwd+bwd"])
+def test_backward_timings_are_checked_against_their_own_gradients(wb, direction):
+    """The timed backward rotates through sets whose output gradients (and, for fwd+bwd, inputs)
+    change between samples; every honest row still checks, torch.compile's too (its backward is
+    replayed with retain_graph, so buffer donation must be off)."""
+    r = wb.bench("rmsnorm", ["cpu"], shapes=[(64, 256)], budget_s=0.05, directions=[direction],
+                 baselines=["eager", "compile"])
+    for row in r.rows:
+        assert row["verified"] == verify.CHECKED, (row["variant"], row["verify_detail"])
+
+
 def test_isolated_rows_get_the_same_speedups_as_in_process(wb, cpu_kernel):
     """The baselines are timed in the first child: speedups are computed over the merged rows."""
     r = wb.bench("bias_gelu", ["cpu", "cpu"], shapes=[(64, 128)], budget_s=0.05, baselines=["eager"], isolate=True)

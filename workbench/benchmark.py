@@ -175,8 +175,11 @@ def _no_donated_buffers():
     """torch.compile's backward may donate its saved buffers, which forbids retain_graph=True; the
     bwd timing replays one graph's backward many times (retain_graph=True), so donation is off
     inside the benchmark (CPU inductor donated them for rmsnorm's formula and refused)."""
-    config = getattr(torch._functorch, "config", None)
-    if config is None or not hasattr(config, "donated_buffer"):
+    try:  # imported by name: torch does not import it before the first compile
+        import torch._functorch.config as config
+    except ImportError:
+        return contextlib.nullcontext()
+    if not hasattr(config, "donated_buffer"):
         return contextlib.nullcontext()
     return config.patch(donated_buffer=False)
 
@@ -245,8 +248,10 @@ class _Group:
         """Set i takes its other version's values, in place (its gradients, for a backward)."""
         self.current[i] = (self.current[i] + 1) % self.VERSIONS
         v, (inputs, grads) = self.versions[i][self.current[i]], self.live[i]
+        pairs = [] if self.direction == "bwd" else list(zip(inputs, v.inputs))  # a backward's inputs stay
+        pairs += [] if grads is None else list(zip(grads, v.grads))
         with torch.no_grad():
-            for dst, src in (zip(grads, v.grads) if self.direction == "bwd" else zip(inputs, v.inputs)):
+            for dst, src in pairs:
                 dst.copy_(src)
 
     def check_timed(self, timed: _Timed) -> verify.Verdict:
