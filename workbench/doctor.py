@@ -77,7 +77,8 @@ def report() -> tuple[list[tuple[str, str]], list[str]]:
         rows.append(("cache trust", "REFUSED"))
         problems.append(str(e))
     held = _held_locks()
-    rows.append(("build locks held", ", ".join(f"{p} (pid {pid})" for p, pid in held) or "none"))
+    rows.append(("build locks held", ", ".join(f"{p} (pid {pid}: a build in progress, or hung - kill it to release "
+                                               f"the lock)" for p, pid in held) or "none"))
 
     if ninja is None:
         problems.append("ninja is missing: torch.utils.cpp_extension.load needs it (pip install ninja)")
@@ -91,9 +92,12 @@ def report() -> tuple[list[tuple[str, str]], list[str]]:
         problems.append(f"nvcc is CUDA {release[0]}.{release[1]} but torch was built with CUDA {torch.version.cuda}: "
                         f"their major versions must match (install a matching toolkit or torch)")
     for path, pid in held:
+        # A held lock is a build in progress (the lock goes with its process), not a problem by
+        # itself: the row above names it; only a holder that has gone (a lock file left locked by a
+        # process that is not there) is one.
         alive = pid.isdigit() and os.path.exists(f"/proc/{pid}")
-        problems.append(f"build lock {path} is held by pid {pid}" + (
-            " (running: a build in progress, or hung - kill it to release the lock)" if alive else ""))
+        if not alive:
+            problems.append(f"build lock {path} is held by pid {pid}, which is not running")
     return rows, problems
 
 
