@@ -6,13 +6,16 @@ large size it is timed at, or that replays an earlier answer once warmed up, pas
 looks fast. So every timed shape is also a checked shape:
 
 - before timing, each provider runs once on freshly drawn inputs with its outputs poisoned (NaN);
-- the timed calls rotate through several input sets (an answer cached by pointer is then an answer
-  to other inputs), and the output of the last timed call is checked against its own inputs;
+- the timed calls rotate through several input sets whose values change in place between samples
+  (benchmark._Group: an answer cached by pointer is then an answer to other inputs), and the
+  output of the last timed call is checked against its own inputs;
 - after timing, once more on new inputs (behaviour that changes after warm-up is caught).
 
 The trusted result is the float64 reference where its float64 copies fit in memory, else the
-op's eager baseline at the dtype (compared at twice the dtype's tolerance: both round). A wrong
-output is a Verdict naming the check, the output, the largest error and where.
+op's eager baseline at the dtype (compared at twice the dtype's tolerance: both round). Against
+the float64 reference an element may also be off by EAGER_FACTOR times PyTorch's own largest
+error at the same inputs. A wrong output is a Verdict naming the check, the output, the largest
+error and where.
 """
 from __future__ import annotations
 
