@@ -274,7 +274,7 @@ def test_reduction_ladder_shows_every_rung_and_checks_what_runs_here(executed):
     outputs = [_cell_text(c) for c in executed["04_reduction_ladder.ipynb"].cells if c.cell_type == "code"]
     text = "\n".join(outputs)
     for i, name in enumerate(ladder, 1):
-        shown = [t for t in outputs if re.search(rf"^rung {i} of {len(full)}: {name}$", t, re.MULTILINE)]
+        shown = [t for t in outputs if re.search(rf"^rung {i} of {len(ladder)}: {name}$", t, re.MULTILINE)]
         assert len(shown) == 1, (name, outputs)
         first = (REPO_ROOT / "kernels" / "reduce_sum" / f"{name}.cu").read_text().splitlines()[0]
         assert first.removeprefix("// ") in shown[0], (first, shown[0])
