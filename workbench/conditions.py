@@ -80,6 +80,17 @@ def read(device_index: int) -> dict:
             "reasons": _reasons(nv, h)}
 
 
+def max_sm_mhz(device_index: int) -> float:
+    """The highest SM clock the device may run at (MHz), or 0 where NVML cannot say."""
+    nv = _load()
+    if nv is None:
+        return 0.0
+    try:
+        return float(nv.nvmlDeviceGetMaxClockInfo(_handle(device_index), nv.NVML_CLOCK_SM))
+    except Exception:  # noqa: BLE001 - unknown: the caller falls back
+        return 0.0
+
+
 def summarize(readings: list[dict]) -> dict:
     """What a row records of its readings (pure: tests feed it readings)."""
     if not readings:

@@ -75,13 +75,7 @@ class Limits:
         self.copy_GBps, self.read_GBps = copy, read
         self.bandwidth_limit_GBps = max(copy, read) * (1 + BANDWIDTH_MARGIN)
         self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0)
-        max_mhz = 0.0
-        if not conditions.unavailable():
-            try:
-                nv = conditions._load()
-                max_mhz = float(nv.nvmlDeviceGetMaxClockInfo(conditions._handle(device.index or 0), nv.NVML_CLOCK_SM))
-            except Exception:  # noqa: BLE001 - unknown clock: fall back below
-                max_mhz = 0.0
+        max_mhz = conditions.max_sm_mhz(device.index if device.index is not None else torch.cuda.current_device())
         if not max_mhz:
             max_mhz = float(getattr(props, "clock_rate", 0) or 0) / 1e3
         self.flops_limit_TFLOPs = {}
