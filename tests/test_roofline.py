@@ -76,13 +76,13 @@ def test_compute_bound_rows_print_tflops_and_percent_of_peak():
 def test_the_matmul_ceiling_is_measured_once_and_cached(tmp_path):
     import torch
 
-    from workbench import timing
+    from workbench import ceilings
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     tf32 = torch.backends.cuda.matmul.allow_tf32
-    first = timing.matmul_ceiling_tflops(dtype="float32", cache_dir=tmp_path)
+    first = ceilings.matmul_ceiling_tflops(dtype="float32", cache_dir=tmp_path)
     assert first["TFLOPs"] > 1 and first["tf32"] is False and first["size"] == 8192
     assert torch.backends.cuda.matmul.allow_tf32 == tf32, "the caller's TF32 setting is restored"
-    assert timing.matmul_ceiling_tflops(dtype="float32", cache_dir=tmp_path) == first   # from the cache
-    bf16 = timing.matmul_ceiling_tflops(dtype="bfloat16", cache_dir=tmp_path)
+    assert ceilings.matmul_ceiling_tflops(dtype="float32", cache_dir=tmp_path) == first   # from the cache
+    bf16 = ceilings.matmul_ceiling_tflops(dtype="bfloat16", cache_dir=tmp_path)
     assert bf16["TFLOPs"] > 4 * first["TFLOPs"]   # tensor cores against CUDA cores

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+from workbench.ceilings import copy_bandwidth_gbps
 from workbench.timing import (
     Measurement,
-    copy_bandwidth_gbps,
     peak_memory_bytes,
     sample_until_stable,
     summarize,

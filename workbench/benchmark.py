@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import __version__, conditions, config, loader, physics, registry, results, timing, toolchain, verify
+from . import __version__, ceilings, conditions, config, loader, physics, registry, results, timing, toolchain, verify
 from . import dtypes as dtypes_
 from .opspec import DIRECTIONS, as_tuple
 
@@ -430,12 +430,12 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     result = BenchResult()
     if device.type == "cpu":
         result.notes.append("no GPU visible: CPU variants timed on the CPU; no copy ceiling")
-    ceiling = timing.copy_bandwidth_gbps(device, cache_dir=config.cache_dir())["copy_GBps"] \
+    ceiling = ceilings.copy_bandwidth_gbps(device, cache_dir=config.cache_dir())["copy_GBps"] \
         if device.type == "cuda" else math.nan
     # A compute-bound op is measured in TFLOP/s against the device's own cuBLAS matmul rate for
     # the dtype, with TF32 off (float32 on CUDA cores, for kernels and cuBLAS alike).
     compute = spec.compute_bound and device.type == "cuda"
-    peaks = {d: timing.matmul_ceiling_tflops(device, d, cache_dir=config.cache_dir())["TFLOPs"]
+    peaks = {d: ceilings.matmul_ceiling_tflops(device, d, cache_dir=config.cache_dir())["TFLOPs"]
              for d in dtypes} if compute else {}
     if compute:
         result.notes.append("compute-bound: TFLOP/s against cuBLAS's own rate at 8192^3 per dtype (%peak); "
@@ -535,8 +535,7 @@ def _bench_isolated(op, variants, kwargs, *, save, results_path) -> BenchResult:
     items = variants if isinstance(variants, (list, tuple)) else [variants]
     result = BenchResult()
     for i, v in enumerate(items):
-        spec = isolate.variant_spec(op, v)
-        out = isolate.run("bench", spec, dict(kwargs, baselines=kwargs["baselines"] if i == 0 else []))
+        out = isolate.run("bench", isolate.variant_address(op, v), dict(kwargs, baselines=kwargs["baselines"] if i == 0 else []))
         result.rows.extend(out["rows"])
         result.notes += [n for n in out.get("notes", []) if n not in result.notes]
     add_speedups(result.rows)  # over the merged rows: the baselines were timed in the first child

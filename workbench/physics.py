@@ -3,7 +3,7 @@ impossible, and is marked so, never reported as a speedup.
 
 Bandwidth. A row's rate is the op's declared bytes (each tensor read once, each written once) over
 its median. The DRAM limit is the larger of the device's measured copy rate (read + written bytes)
-and its read-only rate (timing.read_bandwidth_gbps: an op that only reads, like a sum, can beat a
+and its read-only rate (ceilings.read_bandwidth_gbps: an op that only reads, like a sum, can beat a
 copy, which turns the bus around), plus BANDWIDTH_MARGIN for run-to-run spread: the medians of
 these ceilings moved by up to a few percent between runs of the GPU script, so 10% above the
 better of the two is beyond noise. Rows that move less than L2_MULTIPLE times the L2 are not held
@@ -67,11 +67,11 @@ class Limits:
     def __init__(self, device, cache_dir, dtypes, *, gemm_tflops: dict | None = None):
         import torch
 
-        from . import conditions, timing
+        from . import ceilings, conditions
 
         props = torch.cuda.get_device_properties(device)
-        copy = timing.copy_bandwidth_gbps(device, cache_dir=cache_dir)["copy_GBps"]
-        read = timing.read_bandwidth_gbps(device, cache_dir=cache_dir)["read_GBps"]
+        copy = ceilings.copy_bandwidth_gbps(device, cache_dir=cache_dir)["copy_GBps"]
+        read = ceilings.read_bandwidth_gbps(device, cache_dir=cache_dir)["read_GBps"]
         self.copy_GBps, self.read_GBps = copy, read
         self.bandwidth_limit_GBps = max(copy, read) * (1 + BANDWIDTH_MARGIN)
         self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0)

@@ -848,17 +848,17 @@ def from_csv(op: str, texts: dict, shape, dtype: str = "float32", direction: str
 
 def ceilings(spec, dtype: str) -> tuple[float | None, float | None, list[str]]:
     """(copy GB/s, GEMM TFLOP/s or None, notes): the device's measured ceilings, cached per GPU
-    (timing.copy_bandwidth_gbps, timing.matmul_ceiling_tflops: what wb.bench uses); the GEMM one
+    (ceilings.copy_bandwidth_gbps, ceilings.matmul_ceiling_tflops: what wb.bench uses); the GEMM one
     only for an op declared compute_bound."""
     try:
         import torch
 
         if not torch.cuda.is_available():
             return None, None, ["no GPU visible here: no copy or GEMM ceiling; the verdict uses DRAM % of peak"]
-        from . import timing
+        from . import ceilings
 
-        copy = timing.copy_bandwidth_gbps(None, cache_dir=config.cache_dir())["copy_GBps"]
-        gemm = timing.matmul_ceiling_tflops(None, dtype, cache_dir=config.cache_dir())["TFLOPs"] \
+        copy = ceilings.copy_bandwidth_gbps(None, cache_dir=config.cache_dir())["copy_GBps"]
+        gemm = ceilings.matmul_ceiling_tflops(None, dtype, cache_dir=config.cache_dir())["TFLOPs"] \
             if spec.compute_bound else None
         return copy, gemm, []
     except Exception as e:  # noqa: BLE001 - a ceiling that cannot be measured leaves the counters' verdict
@@ -939,7 +939,7 @@ def _line_info(on: bool):
     old = os.environ.get("WORKBENCH_NVCC_FLAGS")
     if not on or "-lineinfo" in (old or "").split():
         return contextlib.nullcontext()
-    return build._env(WORKBENCH_NVCC_FLAGS=" ".join(filter(None, [old, "-lineinfo"])))
+    return build.guard.environment(WORKBENCH_NVCC_FLAGS=" ".join(filter(None, [old, "-lineinfo"])))
 
 
 def command(op: str, variants, shape, dtype: str, direction: str = "fwd", source=None) -> str:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .timing import driver_version
+from .ceilings import driver_version
 
 if TYPE_CHECKING:
     import pandas
