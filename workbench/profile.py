@@ -855,10 +855,10 @@ def ceilings(spec, dtype: str) -> tuple[float | None, float | None, list[str]]:
 
         if not torch.cuda.is_available():
             return None, None, ["no GPU visible here: no copy or GEMM ceiling; the verdict uses DRAM % of peak"]
-        from . import ceilings
+        from . import ceilings as measured
 
-        copy = ceilings.copy_bandwidth_gbps(None, cache_dir=config.cache_dir())["copy_GBps"]
-        gemm = ceilings.matmul_ceiling_tflops(None, dtype, cache_dir=config.cache_dir())["TFLOPs"] \
+        copy = measured.copy_bandwidth_gbps(None, cache_dir=config.cache_dir())["copy_GBps"]
+        gemm = measured.matmul_ceiling_tflops(None, dtype, cache_dir=config.cache_dir())["TFLOPs"] \
             if spec.compute_bound else None
         return copy, gemm, []
     except Exception as e:  # noqa: BLE001 - a ceiling that cannot be measured leaves the counters' verdict
