@@ -23,7 +23,7 @@ from .registry import ops, variants
 # torch before it has to: the exercise checker starts its GPU child first.
 _LAZY = {"bench": ("benchmark", "bench"), "check": ("correctness", "check"),
          "variant": ("byo", "variant"),  # bring your own: a callable as a variant of an op (byo.py)
-         "gradcheck": ("correctness", "gradcheck"), "nn": ("nn", None), "correctness": ("correctness", None),
+         "gradcheck": ("gradients", "gradcheck"), "nn": ("nn", None), "correctness": ("correctness", None),
          "benchmark": ("benchmark", None),
          "profile": ("profile", None),  # a callable module: wb.profile(...), wb.profile.roofline(...)
          "export": ("export", None),  # a callable module: wb.export(op, variants, out)

@@ -86,7 +86,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_gradcheck(args) -> int:
-    from .correctness import gradcheck
+    from .gradients import gradcheck
 
     return _run_reports(args, lambda a, name: gradcheck(a.op, name, seed=a.seed))
 
@@ -159,7 +159,8 @@ def cmd_demo(args) -> int:
 
     from . import loader, registry, toolchain
     from .benchmark import BenchResult, bench
-    from .correctness import check, gradcheck
+    from .correctness import check
+    from .gradients import gradcheck
 
     gpu = toolchain.gpu_available()
     print(f"Kernel Workbench demo on {'the GPU' if gpu else 'the CPU (no GPU visible: CPU path, small sizes)'}")

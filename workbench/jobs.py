@@ -12,7 +12,7 @@ import pathlib
 import sys
 import time
 
-from . import correctness, isolate
+from . import correctness, gradients, isolate
 
 
 def _announce(what: str) -> None:
@@ -48,7 +48,7 @@ def _run_job(job: dict) -> None:
     elif kind == "check":
         out = correctness.check(op, kernel, on_case=_announce if announce else None, **kwargs).to_dict()
     elif kind == "gradcheck":
-        out = correctness.gradcheck(op, kernel, **kwargs).to_dict()
+        out = gradients.gradcheck(op, kernel, **kwargs).to_dict()
     elif kind == "measure":  # one call inside an NVTX range, for a profiler in front of this child (ncu.py)
         out = _measure(op, kernel, **kwargs)
     elif kind == "bench":
