@@ -7,8 +7,8 @@ import pathlib
 import pytest
 from matplotlib.figure import Figure
 
-from workbench.plot import (_draw_bandwidth, _draw_ladder, _draw_speedup, ladder_figure, plot_all, plot_bandwidth,
-                            plot_ladder, plot_speedup)
+from workbench.plot import ladder_figure, plot_all, plot_bandwidth, plot_ladder, plot_speedup
+from workbench.plot_axes import draw_bandwidth, draw_ladder, draw_speedup
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SIZES = [(64, 64), (512, 512), (4096, 4096)]
@@ -48,7 +48,7 @@ def line(ax, label: str):
 
 def test_draw_speedup_over_eager() -> None:
     ax = fresh_axes()
-    _draw_speedup(ax, synthetic_rows(), op="bias_gelu", dtype="float32", direction="fwd")
+    draw_speedup(ax, synthetic_rows(), op="bias_gelu", dtype="float32", direction="fwd")
     _, labels = ax.get_legend_handles_labels()
     assert labels == ["scalar", "vec4", "compile", "eager (baseline)"]
     assert ax.get_xscale() == "log"
@@ -63,7 +63,7 @@ def test_draw_speedup_over_eager() -> None:
 
 def test_draw_speedup_over_compile() -> None:
     ax = fresh_axes()
-    _draw_speedup(ax, synthetic_rows(), op="bias_gelu", dtype="float32", direction="fwd", baseline="compile")
+    draw_speedup(ax, synthetic_rows(), op="bias_gelu", dtype="float32", direction="fwd", baseline="compile")
     _, labels = ax.get_legend_handles_labels()
     assert labels == ["scalar", "vec4", "eager", "compile (baseline)"]
     assert list(line(ax, "eager").get_ydata()) == pytest.approx([0.9] * 3)
@@ -75,7 +75,7 @@ def test_newest_run_is_used() -> None:
     old = [r | {"variant": "retired"} if r["variant"] == "scalar" else r for r in old]
     new = synthetic_rows(run_id="run2", timestamp="2025-02-01T00:00:00+00:00")
     ax = fresh_axes()
-    _draw_speedup(ax, new + old, op="bias_gelu", dtype="float32", direction="fwd")  # order irrelevant
+    draw_speedup(ax, new + old, op="bias_gelu", dtype="float32", direction="fwd")  # order irrelevant
     _, labels = ax.get_legend_handles_labels()
     assert "retired" not in labels and "scalar" in labels
 
@@ -83,14 +83,14 @@ def test_newest_run_is_used() -> None:
 def test_missing_baseline_is_a_clear_error() -> None:
     rows = synthetic_rows(providers=("scalar", "vec4"))
     with pytest.raises(ValueError, match="eager"):
-        _draw_speedup(fresh_axes(), rows, op="bias_gelu", dtype="float32", direction="fwd")
+        draw_speedup(fresh_axes(), rows, op="bias_gelu", dtype="float32", direction="fwd")
     with pytest.raises(ValueError, match="no rows"):
-        _draw_speedup(fresh_axes(), rows, op="other", dtype="float32", direction="fwd")
+        draw_speedup(fresh_axes(), rows, op="other", dtype="float32", direction="fwd")
 
 
 def test_draw_bandwidth_with_ceiling() -> None:
     ax = fresh_axes()
-    _draw_bandwidth(ax, synthetic_rows(), op="bias_gelu", dtype="float32", direction="fwd")
+    draw_bandwidth(ax, synthetic_rows(), op="bias_gelu", dtype="float32", direction="fwd")
     _, labels = ax.get_legend_handles_labels()
     assert labels == ["scalar", "vec4", "eager", "compile", f"copy ceiling {CEILING:.0f} GB/s"]
     ceiling = line(ax, "copy ceiling 2000 GB/s")
@@ -159,14 +159,14 @@ def test_rows_without_a_ceiling_draw_no_ceiling_line() -> None:
     """CPU rows carry ceiling_GBps = NaN: no 'copy ceiling nan GB/s' line."""
     rows = [r | {"ceiling_GBps": float("nan")} for r in synthetic_rows()]
     ax = fresh_axes()
-    _draw_bandwidth(ax, rows, op="bias_gelu", dtype="float32", direction="fwd")
+    draw_bandwidth(ax, rows, op="bias_gelu", dtype="float32", direction="fwd")
     _, labels = ax.get_legend_handles_labels()
     assert labels == ["scalar", "vec4", "eager", "compile"]
 
 
 def test_bench_result_figure_and_frame() -> None:
     pytest.importorskip("pandas")
-    from workbench.benchmark import TABLE_COLUMNS, BenchResult
+    from workbench.bench_rows import TABLE_COLUMNS, BenchResult
 
     r = BenchResult(rows=synthetic_rows())
     assert len(r.figure().axes) == 3
@@ -190,9 +190,9 @@ def ladder_rows(providers: tuple[str, ...] = LADDER_PROVIDERS, **kw) -> list[dic
                           baselines=("eager", "compile", "cub"), **kw)
 
 
-def draw_ladder(rows: list[dict], **kw):
+def drawn_ladder(rows: list[dict], **kw):
     ax = fresh_axes()
-    _draw_ladder(ax, rows, op="toy_ladder", dtype="float32", direction="fwd", ladder=LADDER, **kw)
+    draw_ladder(ax, rows, op="toy_ladder", dtype="float32", direction="fwd", ladder=LADDER, **kw)
     return ax
 
 
@@ -225,7 +225,7 @@ def ladders(monkeypatch):
 
 def test_ladder_bars_follow_the_ladder_not_the_rows() -> None:
     rows = ladder_rows(providers=("compile", "fast", "eager", "vec4", "naive", "coalesced"))[::-1]
-    ax = draw_ladder(rows)
+    ax = drawn_ladder(rows)
     assert tick_labels(ax) == ["naive", "coalesced", "vec4", "fast", "eager", "compile"]
     rungs, _ = ax.containers
     at_top = {r["variant"]: r["GBps"] for r in rows if r["shape"] == "4096x4096"}  # the largest size
@@ -236,7 +236,7 @@ def test_ladder_bars_follow_the_ladder_not_the_rows() -> None:
 
 def test_ladder_speedup_labels_come_from_the_medians() -> None:
     rows = ladder_rows()
-    ax = draw_ladder(rows)
+    ax = drawn_ladder(rows)
     assert bar_texts(ax) == ["2.3 GB/s", "4.2 GB/s\nx1.80", "8.4 GB/s\nx2.00", "10 GB/s\nx1.25",
                              "6.7 GB/s", "9.3 GB/s"]
     assert any(t.get_text() == "naive -> fast: x4.50 overall" for t in ax.texts)
@@ -244,7 +244,7 @@ def test_ladder_speedup_labels_come_from_the_medians() -> None:
 
 def test_ladder_skips_a_rung_without_rows() -> None:
     rows = ladder_rows(providers=("naive", "vec4", "fast", "eager"))
-    ax = draw_ladder(rows)
+    ax = drawn_ladder(rows)
     assert tick_labels(ax) == ["naive", "vec4", "fast", "eager"]
     # vec4's step is over naive, the bar before it: 3.6 / 1.0
     assert bar_texts(ax)[1] == "8.4 GB/s\nx3.60"
@@ -252,7 +252,7 @@ def test_ladder_skips_a_rung_without_rows() -> None:
 
 def test_ladder_baselines_come_after_the_rungs_outside_the_chain() -> None:
     rows = ladder_rows(providers=("cub", "naive", "compile", "fast", "eager"))
-    ax = draw_ladder(rows)
+    ax = drawn_ladder(rows)
     assert tick_labels(ax) == ["naive", "fast", "eager", "compile", "cub"]
     rungs, baselines = ax.containers
     assert len(rungs) == 2 and len(baselines) == 3
@@ -262,29 +262,29 @@ def test_ladder_baselines_come_after_the_rungs_outside_the_chain() -> None:
 
 
 def test_ladder_ceiling_line_only_when_finite() -> None:
-    ax = draw_ladder(ladder_rows())
+    ax = drawn_ladder(ladder_rows())
     (ceiling,) = ax.get_lines()
     assert ceiling.get_label() == f"memory ceiling: copy rate {CEILING:.0f} GB/s (bytes read + written)"
     assert list(ceiling.get_ydata()) == [CEILING, CEILING] and ceiling.get_linestyle() == "--"
-    ax = draw_ladder([r | {"ceiling_GBps": float("nan")} for r in ladder_rows()])
+    ax = drawn_ladder([r | {"ceiling_GBps": float("nan")} for r in ladder_rows()])
     assert not ax.get_lines()
 
 
 def test_ladder_default_size_is_the_largest_with_two_rungs_and_a_size_can_be_named() -> None:
     rows = ladder_rows() + ladder_rows(providers=("naive", "eager"), sizes=[(8192, 8192)])
-    assert draw_ladder(rows).get_title().endswith(" 4096x4096: the ladder")
-    assert draw_ladder(rows, shape="64x64").get_title().endswith(" 64x64: the ladder")
+    assert drawn_ladder(rows).get_title().endswith(" 4096x4096: the ladder")
+    assert drawn_ladder(rows, shape="64x64").get_title().endswith(" 64x64: the ladder")
 
 
 def test_ladder_errors() -> None:
     one_rung = ladder_rows(providers=("naive", "eager", "compile"))
     with pytest.raises(ValueError, match="two or more of its ladder variants"):
-        draw_ladder(one_rung)
+        drawn_ladder(one_rung)
     rows = ladder_rows() + ladder_rows(providers=("naive", "eager"), sizes=[(8192, 8192)])
     with pytest.raises(ValueError, match="rows for 1 of its ladder variants"):
-        draw_ladder(rows, shape="8192x8192")
+        drawn_ladder(rows, shape="8192x8192")
     with pytest.raises(ValueError, match="no rows .* at shape '1x1'"):
-        draw_ladder(rows, shape="1x1")
+        drawn_ladder(rows, shape="1x1")
 
 
 def test_plot_ladder_writes_a_png_and_names_an_op_without_a_ladder(tmp_path: pathlib.Path, ladders) -> None:
@@ -308,7 +308,7 @@ def test_plot_all_writes_ladders_for_ops_that_declare_one(tmp_path: pathlib.Path
 
 def test_ladder_figure_one_panel_per_dtype_and_direction(tmp_path: pathlib.Path, ladders, monkeypatch) -> None:
     pytest.importorskip("pandas")
-    from workbench.benchmark import BenchResult
+    from workbench.bench_rows import BenchResult
 
     monkeypatch.chdir(tmp_path)
     rows = (ladder_rows() + ladder_rows(dtype="float16") + ladder_rows(direction="fwd+bwd")
@@ -341,7 +341,7 @@ def compute_bound_rows() -> list[dict]:
 
 def test_a_compute_bound_ladder_shows_tflops_and_the_gemm_ceiling() -> None:
     ax = fresh_axes()
-    _draw_ladder(ax, compute_bound_rows(), op="gemmish", dtype="float32", direction="fwd", ladder=("naive", "tiled"))
+    draw_ladder(ax, compute_bound_rows(), op="gemmish", dtype="float32", direction="fwd", ladder=("naive", "tiled"))
     assert ax.get_ylabel() == "achieved TFLOP/s"
     (ceiling,) = [ln for ln in ax.get_lines() if "ceiling" in ln.get_label()]
     assert list(ceiling.get_ydata()) == [50.0, 50.0] and "cuBLAS" in ceiling.get_label()
