@@ -7,6 +7,7 @@
 #   [exercise_timing.log: the checker's verdict time on an edited solution, check by check]
 #   [reduce_sum_accuracy.{json,log}: float32/bfloat16 sums of 2^28 values against float64 and torch.sum]
 #   [matmul_tune.log: warptile's and tensor_core's tile plans against cuBLAS]
+#   [hopper_ladder.{jsonl,log} matmul_ladder_*_8192.png: the matmul ladder at 8192^3, bf16 and fp16]
 #   [ncu/*.csv: Nsight Compute reports of rmsnorm's scalar and vectorized forward, test fixtures]
 #   [wheel.tar export.tar ndarray.tar (+ .log): issue 14's GPU scripts, scripts/gpu_{wheel,export,ndarray}.sh]
 # Usage (device tool):  bash scripts/gpu_run.sh            # everything but the notebooks
@@ -137,6 +138,20 @@ PY
       script=scripts/gpu_$step.sh
       (unset STEPS; OUT="$OUT/$step" timeout 560 bash "$script") 2>&1 | tee "$OUT/$step.log"  # STEPS is theirs too
       (cd "$OUT" && tar -cf "$step.tar" "$step" && rm -rf "$step") ;;
+    hopper_ladder)  # issue 28's target: matmul's ladder at 8192^3 in bf16 and fp16 (every rung that takes the
+      # dtype, cuBLAS as the baseline), the rows in $OUT/hopper_ladder.jsonl, the ladder plots as PNGs
+      timeout 500 python3 -m workbench bench matmul --dtypes bfloat16 float16 --shapes 8192x8192x8192 \
+        --budget "${BUDGET}" --results "$OUT/hopper_ladder.jsonl" 2>&1 | grep -v "^\[bench\]" | tee "$OUT/hopper_ladder.log"
+      python3 - "$OUT" <<'PY' 2>&1 | tee -a "$OUT/hopper_ladder.log"
+import pathlib, sys
+from workbench import plot, results
+out = pathlib.Path(sys.argv[1])
+rows = results.read_rows(out / "hopper_ladder.jsonl")
+for dtype in ("bfloat16", "float16"):
+    print(plot.plot_ladder(rows, out / f"matmul_ladder_{dtype}_8192.png", op="matmul", dtype=dtype, direction="fwd",
+                           shape="8192x8192x8192"))
+PY
+      ;;
     probe)  # scripts/probe_bandwidth.cu: access patterns for the memory-bound kernels, against a copy
       "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" -O3 -std=c++17 -arch=sm_90 -I kernels/common -I kernels/scale_bias_relu \
         scripts/probe_bandwidth.cu -o /tmp/probe_bandwidth && timeout 300 /tmp/probe_bandwidth 2>&1 | tee "$OUT/probe.log" ;;
