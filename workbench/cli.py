@@ -113,7 +113,7 @@ def cmd_bench(args) -> int:
     if args.plot:
         for p in result.plot(args.plot_dir):
             print(f"plot: {p}")
-    from .benchmark import trusted
+    from .bench_rows import trusted
     bad = [r for r in result.rows if not trusted(r)]
     if bad:  # a script reading the status must not take a wrong or impossible row for a result
         print(f"{len(bad)} row(s) WRONG or IMPOSSIBLE (the notes above say why); exit status 1", file=sys.stderr)
