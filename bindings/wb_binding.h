@@ -10,12 +10,17 @@
 //   WB_EXPORT_BINDING(my_op, WbMyOpLaunchers, forward, backward, nullptr, backward_workspace)
 //
 // A step the op does not have, or that needs no workspace, is nullptr.
+//
+// An op of the elementwise family (kernels/common/wb_elementwise.h) needs none of that: its whole
+// binding is WB_EXPORT_ELEMENTWISE_BINDING(my_op), which hands the call's tensors, in order, and its
+// attributes to the variant's WbElementwiseLaunchers.
 #pragma once
 
 #include <stddef.h>
 
 #include <cstddef>
 
+#include "wb_elementwise.h"
 #include "wb_op.h"
 
 namespace wb_binding {
@@ -39,6 +44,26 @@ inline size_t workspace(WorkspaceFn<L> fn, const WbCall* call, const void* launc
 template <typename L>
 inline size_t workspace(std::nullptr_t, const WbCall*, const void*, const WbLaunch*) { return 0; }
 
+// The elementwise family's steps: in and out are the call's inputs and outputs as they come (the
+// front end has checked that every tensor has the same n elements; outputs[0] always exists).
+inline WbElementwiseArgs elementwise_args(const WbCall& c) {
+  WbElementwiseArgs a{};
+  a.dtype = c.dtype;
+  a.n = c.outputs[0].numel;
+  for (int i = 0; i < c.n_inputs; ++i) a.in[i] = c.inputs[i].data;
+  for (int i = 0; i < c.n_outputs; ++i) a.out[i] = c.outputs[i].data;
+  for (int i = 0; i < c.n_attrs; ++i) a.attrs[i] = c.attrs[i];
+  return a;
+}
+inline int elementwise_forward(const WbCall& c, const WbElementwiseLaunchers& l, const WbLaunch* launch) {
+  const WbElementwiseArgs a = elementwise_args(c);
+  return l.forward(&a, launch);
+}
+inline int elementwise_backward(const WbCall& c, const WbElementwiseLaunchers& l, const WbLaunch* launch) {
+  const WbElementwiseArgs a = elementwise_args(c);
+  return l.backward(&a, launch);
+}
+
 }  // namespace wb_binding
 
 #define WB_EXPORT_BINDING(OP, LAUNCHERS, FORWARD, BACKWARD, FORWARD_WORKSPACE, BACKWARD_WORKSPACE)              \
@@ -57,3 +82,8 @@ inline size_t workspace(std::nullptr_t, const WbCall*, const void*, const WbLaun
     static const WbOpBinding table = {WB_BINDING_ABI_VERSION, #OP, wb_binding_workspace, wb_binding_run};      \
     return &table;                                                                                              \
   }
+
+// An elementwise op's whole binding (its header declares no launcher table of its own).
+#define WB_EXPORT_ELEMENTWISE_BINDING(OP)                                                                   \
+  WB_EXPORT_BINDING(OP, WbElementwiseLaunchers, wb_binding::elementwise_forward, wb_binding::elementwise_backward, \
+                    nullptr, nullptr)
