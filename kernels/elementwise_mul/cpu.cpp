@@ -1,6 +1,8 @@
 // cpu: the C++ CPU implementation, parallel over chunks of elements on torch's thread pool (lent
 // by the harness). It is the reference path on machines without a GPU and in CI, so it supports
 // every dtype the GPU variants do, converting 16-bit values to float exactly as PyTorch does.
+// Written by hand against the family's argument struct (kernels/common/wb_elementwise.h) rather
+// than through wb_elementwise::cpu_launchers, which does the same: a variant may always be raw.
 #include "elementwise_mul.h"
 #include "wb_cpu.h"
 
@@ -12,9 +14,9 @@ constexpr int64_t kGrain = 1 << 15;  // below this many elements, threading cost
 int forward(const WbElementwiseMulForward* p, const WbLaunch* l) {
   return wb_dispatch_dtype<kDtypes>(p->dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* a = static_cast<const T*>(p->a);
-    const T* b = static_cast<const T*>(p->b);
-    T* y = static_cast<T*>(p->y);
+    const T* a = static_cast<const T*>(p->in[0]);
+    const T* b = static_cast<const T*>(p->in[1]);
+    T* y = static_cast<T*>(p->out[0]);
     wb_parallel_for(l, 0, p->n, kGrain, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) y[i] = wb_from_acc<T>(wb_to_acc(a[i]) * wb_to_acc(b[i]));
     });
@@ -25,11 +27,11 @@ int forward(const WbElementwiseMulForward* p, const WbLaunch* l) {
 int backward(const WbElementwiseMulBackward* p, const WbLaunch* l) {
   return wb_dispatch_dtype<kDtypes>(p->dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* dy = static_cast<const T*>(p->dy);
-    const T* a = static_cast<const T*>(p->a);
-    const T* b = static_cast<const T*>(p->b);
-    T* da = static_cast<T*>(p->da);
-    T* db = static_cast<T*>(p->db);
+    const T* dy = static_cast<const T*>(p->in[0]);
+    const T* a = static_cast<const T*>(p->in[1]);
+    const T* b = static_cast<const T*>(p->in[2]);
+    T* da = static_cast<T*>(p->out[0]);
+    T* db = static_cast<T*>(p->out[1]);
     wb_parallel_for(l, 0, p->n, kGrain, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         const auto g = wb_to_acc(dy[i]);
@@ -41,7 +43,7 @@ int backward(const WbElementwiseMulBackward* p, const WbLaunch* l) {
   });
 }
 
-const WbElementwiseMulLaunchers launchers = {forward, backward};
+const WbElementwiseLaunchers launchers = {forward, backward};
 
 }  // namespace
 

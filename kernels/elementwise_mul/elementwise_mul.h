@@ -1,31 +1,27 @@
 // elementwise_mul: y = a * b, for a and b of the same shape (any shape: the kernels see n elements).
 //
 // Backward: da = dy * b and db = dy * a, both element-wise (no reduction).
-// This header is the op's torch-free contract: the parameter structs and the launcher table each
-// variant exports. The binding (bindings/elementwise_mul.cpp) fills the structs.
+// An op of the elementwise family (kernels/common/wb_elementwise.h): this header is its math, the
+// two steps below; the launcher table (WbElementwiseLaunchers) and the binding are the family's.
 #pragma once
 
-#include "wb_variant.h"
+#include "wb_elementwise.h"
 
-typedef struct WbElementwiseMulForward {
-  int dtype;          // WbDtype of a, b and y
-  int64_t n;          // elements in each tensor
-  const void* a;      // [n], contiguous
-  const void* b;      // [n]
-  void* y;            // [n]
-} WbElementwiseMulForward;
+// The family's argument struct under this op's names, for variants written by hand (cpu.cpp).
+typedef WbElementwiseArgs WbElementwiseMulForward;   // in: a, b; out: y
+typedef WbElementwiseArgs WbElementwiseMulBackward;  // in: dy, a, b; out: da, db
 
-typedef struct WbElementwiseMulBackward {
-  int dtype;
-  int64_t n;
-  const void* dy;     // [n]
-  const void* a;      // [n]
-  const void* b;      // [n]
-  void* da;           // [n] = dy * b
-  void* db;           // [n] = dy * a
-} WbElementwiseMulBackward;
+struct WbElementwiseMulForwardStep {  // a, b -> y
+  static constexpr int kReads = 2, kWrites = 1;
+  template <typename A>
+  WB_HD void operator()(const A* in, A* out) const { out[0] = in[0] * in[1]; }
+};
 
-typedef struct WbElementwiseMulLaunchers {
-  int (*forward)(const WbElementwiseMulForward* args, const WbLaunch* launch);
-  int (*backward)(const WbElementwiseMulBackward* args, const WbLaunch* launch);  // NULL: forward only
-} WbElementwiseMulLaunchers;
+struct WbElementwiseMulBackwardStep {  // dy, a, b -> da = dy * b, db = dy * a
+  static constexpr int kReads = 3, kWrites = 2;
+  template <typename A>
+  WB_HD void operator()(const A* in, A* out) const {
+    out[0] = in[0] * in[2];
+    out[1] = in[0] * in[1];
+  }
+};

@@ -8,31 +8,11 @@
 // or of the backward's byte floor):
 // fwd bf16 0.522 ms, 1.57x scalar (102.8%), 1.00x torch.compile; bwd bf16 0.883 ms, 1.21x scalar
 // (101.4%), 1.00x torch.compile.
-#include "flat_tiles.cuh"
+#include "elementwise_mul.h"
+#include "wb_elementwise.cuh"
 
-namespace {
-
-constexpr int kWidth = 8;  // 16-bit elements per 16-byte access
-
-constexpr unsigned kDtypes = WB_F16 | WB_BF16;
-
-int forward(const WbElementwiseMulForward* p, const WbLaunch* l) {
-  return wb_dispatch_dtype<kDtypes>(p->dtype, [&](auto tag) {
-    return elementwise_mul_tiles::forward<typename decltype(tag)::type, kWidth>(p, l);
-  });
-}
-
-int backward(const WbElementwiseMulBackward* p, const WbLaunch* l) {
-  return wb_dispatch_dtype<kDtypes>(p->dtype, [&](auto tag) {
-    return elementwise_mul_tiles::backward<typename decltype(tag)::type, kWidth>(p, l);
-  });
-}
-
-const WbElementwiseMulLaunchers launchers = {forward, backward};
-
-}  // namespace
-
-WB_EXPORT_VARIANT(elementwise_mul, WB_DEVICE_CUDA, WB_F16 | WB_BF16,
-                  "fp16/bf16, 8 elements (16 bytes) per access, float arithmetic, flat one-shot grid; "
-                  "n % 8 tail or a pointer not 16-byte aligned -> same kernel with scalar accesses",
-                  launchers, wb_cuda_status_string)
+static const WbElementwiseLaunchers launchers =
+    wb_elementwise::vector_launchers<WB_F16 | WB_BF16, WbElementwiseMulForwardStep, WbElementwiseMulBackwardStep>();
+WB_EXPORT_VARIANT(elementwise_mul, WB_DEVICE_CUDA, WB_F16 | WB_BF16, "fp16/bf16, 8 elements (16 bytes) per access, "
+                  "float arithmetic, flat one-shot grid; n % 8 tail or a pointer not 16-byte aligned -> same kernel "
+                  "with scalar accesses", launchers, wb_cuda_status_string)

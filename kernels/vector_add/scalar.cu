@@ -48,7 +48,7 @@ int forward(const WbVectorAddForward* p, const WbLaunch* l) {
   return wb_dispatch_dtype<kDtypes>(p->dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     forward_kernel<T><<<grid_for(p->n, l), kThreads, 0, static_cast<cudaStream_t>(l->stream)>>>(
-        static_cast<const T*>(p->a), static_cast<const T*>(p->b), static_cast<T*>(p->c), p->n);
+        static_cast<const T*>(p->in[0]), static_cast<const T*>(p->in[1]), static_cast<T*>(p->out[0]), p->n);
     return wb_launch_status();
   });
 }
@@ -57,12 +57,12 @@ int backward(const WbVectorAddBackward* p, const WbLaunch* l) {
   return wb_dispatch_dtype<kDtypes>(p->dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     backward_kernel<T><<<grid_for(p->n, l), kThreads, 0, static_cast<cudaStream_t>(l->stream)>>>(
-        static_cast<const T*>(p->dc), static_cast<T*>(p->da), static_cast<T*>(p->db), p->n);
+        static_cast<const T*>(p->in[0]), static_cast<T*>(p->out[0]), static_cast<T*>(p->out[1]), p->n);
     return wb_launch_status();
   });
 }
 
-const WbVectorAddLaunchers launchers = {forward, backward};
+const WbElementwiseLaunchers launchers = {forward, backward};
 
 }  // namespace
 

@@ -1,29 +1,26 @@
 // vector_add: c = a + b for 1-D a and b of the same length (the CUDA extension guide's first op).
 //
 // Backward: da = db = dc (the sum's gradient is dc for both inputs; a and b are not read).
-// This header is the op's torch-free contract: the parameter structs and the launcher table each
-// variant exports. The binding (bindings/vector_add.cpp) fills the structs.
+// An op of the elementwise family (kernels/common/wb_elementwise.h): this header is its math, the
+// two steps below; the launcher table (WbElementwiseLaunchers) and the binding are the family's.
 #pragma once
 
-#include "wb_variant.h"
+#include "wb_elementwise.h"
 
-typedef struct WbVectorAddForward {
-  int dtype;          // WbDtype of a, b and c
-  int64_t n;          // elements in each vector
-  const void* a;      // [n], contiguous
-  const void* b;      // [n]
-  void* c;            // [n] = a + b
-} WbVectorAddForward;
+// The family's argument struct under this op's names, for variants written by hand (scalar.cu, cpu.cpp).
+typedef WbElementwiseArgs WbVectorAddForward;   // in: a, b; out: c
+typedef WbElementwiseArgs WbVectorAddBackward;  // in: dc, a, b (a and b NULL: not read); out: da, db
 
-typedef struct WbVectorAddBackward {
-  int dtype;
-  int64_t n;
-  const void* dc;     // [n]
-  void* da;           // [n] = dc
-  void* db;           // [n] = dc
-} WbVectorAddBackward;
+struct WbVectorAddForwardStep {  // a, b -> c
+  static constexpr int kReads = 2, kWrites = 1;
+  template <typename A>
+  WB_HD void operator()(const A* in, A* out) const { out[0] = in[0] + in[1]; }
+};
 
-typedef struct WbVectorAddLaunchers {
-  int (*forward)(const WbVectorAddForward* args, const WbLaunch* launch);
-  int (*backward)(const WbVectorAddBackward* args, const WbLaunch* launch);  // NULL: forward only
-} WbVectorAddLaunchers;
+// dc -> da = db = dc. Through a step the value passes as the compute type: exact for float32
+// (vec4's only dtype); the C++ variant copies 16-bit bits itself, so NaN payloads pass unchanged.
+struct WbVectorAddBackwardStep {
+  static constexpr int kReads = 1, kWrites = 2;
+  template <typename A>
+  WB_HD void operator()(const A* in, A* out) const { out[0] = out[1] = in[0]; }
+};
