@@ -1,0 +1,5 @@
+// swiglu's binding: the elementwise family's. Declared in workbench/specs/swiglu.py.
+#include "swiglu.h"
+#include "wb_binding.h"
+
+WB_EXPORT_ELEMENTWISE_BINDING(swiglu)
