@@ -148,15 +148,15 @@ def test_isolate_imports_the_callable_by_module_path_or_refuses_with_why():
 
 
 def test_the_profiled_child_remakes_a_callable_and_checks_its_call():
-    """wb.profile runs the call in a child under ncu (jobs._measure there): the child re-makes the
+    """wb.profile runs the call in a child under ncu (ncu.profiled_call there): the child re-makes the
     callable from its module path, and the profiled call is checked at its shape, as a variant's is."""
-    from workbench import isolate, jobs
+    from workbench import isolate, ncu
 
-    spec = isolate.variant_spec("bias_gelu", byo_impls.bias_gelu_torch)
+    spec = isolate.variant_address("bias_gelu", byo_impls.bias_gelu_torch)
     again = isolate.resolve(spec)
     assert again.name == "byo_impls.bias_gelu_torch" and again.fn is byo_impls.bias_gelu_torch
     for direction in ("fwd", "bwd"):
-        got = jobs._measure("bias_gelu", again, (256, 64), "float32", direction)
+        got = ncu.profiled_call("bias_gelu", again, (256, 64), "float32", direction)
         assert got["verified"] == "ok", got
 
 

@@ -154,7 +154,11 @@ def test_bench_on_cpu(run_cli, cpu_kernel, tmp_path):
     (["check", "bias_gelu", "--dtypes", "int8"], "invalid choice"),
     (["frobnicate"], "invalid choice"),
     ([], "required"),
-], ids=["bad-shape", "negative-shape", "bad-budget", "bad-dtype", "bad-command", "no-command"])
+    # The isolated children's old entry points: they start as `python -m workbench.isolate_child` now.
+    (["_child", "job.json"], "invalid choice: '_child'"),
+    (["_worker", "{}"], "invalid choice: '_worker'"),
+], ids=["bad-shape", "negative-shape", "bad-budget", "bad-dtype", "bad-command", "no-command", "no-child-command",
+        "no-worker-command"])
 def test_bad_arguments(run_cli, argv, message):
     proc = run_cli(*argv)
     assert proc.returncode != 0, describe(proc)

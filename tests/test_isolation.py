@@ -90,27 +90,59 @@ def test_a_worker_runs_jobs_in_turn_and_survives_a_crash_by_restarting(cpu_kerne
     segv = wb.load_source("bias_gelu", FAULTY / "cpu_segfault.cpp", name="segv_worker")
     kwargs = dict(seed=1, shapes=[[3, 5]], layouts=["contiguous"])
     with isolate.Worker({"op": "bias_gelu", "variant": "cpu"}) as worker:
-        first = worker.run("check", isolate.variant_spec("bias_gelu", "cpu"), kwargs)
+        first = worker.run("check", isolate.variant_address("bias_gelu", "cpu"), kwargs)
         assert wb.correctness.Report.from_dict(first).ok
         pid = worker._proc.pid
-        again = worker.run("gradcheck", isolate.variant_spec("bias_gelu", "cpu"), {"seed": 1})
+        again = worker.run("gradcheck", isolate.variant_address("bias_gelu", "cpu"), {"seed": 1})
         assert wb.correctness.Report.from_dict(again).ok and worker._proc.pid == pid  # the same child
         with pytest.raises(wb.IsolatedRunError, match="SIGSEGV"):
-            worker.run("check", isolate.variant_spec("bias_gelu", segv), kwargs)
-        after = worker.run("check", isolate.variant_spec("bias_gelu", "cpu"), kwargs)
+            worker.run("check", isolate.variant_address("bias_gelu", segv), kwargs)
+        after = worker.run("check", isolate.variant_address("bias_gelu", "cpu"), kwargs)
         assert wb.correctness.Report.from_dict(after).ok and worker._proc.pid != pid
         assert "[worker] ready in" in first["child_output"] or "[worker] check in" in after["child_output"]
+
+
+def test_a_child_starts_through_its_own_entry_point_never_the_cli(cpu_kernel, tmp_path):
+    """isolate's children run `python -m workbench.isolate_child`, behind a tool where one is
+    given; the CLI module is never imported in them (PYTHONVERBOSE names every module loaded)."""
+    import re
+    import sys
+
+    from workbench import isolate
+
+    job_file = tmp_path / "job.json"
+    assert isolate.child_command(job_file, ["ncu", "--nvtx"]) == \
+        ["ncu", "--nvtx", sys.executable, "-m", "workbench.isolate_child", str(job_file)]
+    assert isolate.worker_command({"op": "bias_gelu"})[1:4] == ["-m", "workbench.isolate_child", "--worker"]
+    out = isolate.run("check", isolate.variant_address("bias_gelu", "cpu"), dict(seed=1, shapes=[[3, 5]]),
+                      extra_env={"PYTHONVERBOSE": "1"})
+    assert wb.correctness.Report.from_dict(out).ok
+    imported = set(re.findall(r"^import '([\w.]+)' #", out["child_output"], flags=re.MULTILINE))
+    assert {"workbench.jobs", "workbench.correctness"} <= imported, sorted(imported)
+    assert not {"workbench.cli", "workbench.__main__"} & imported
+    with isolate.Worker({"op": "bias_gelu"}) as worker:
+        worker.run("gradcheck", isolate.variant_address("bias_gelu", "cpu"), {"seed": 1})
+        assert worker._proc.args[1:3] == ["-m", "workbench.isolate_child"]
+
+
+def test_a_job_that_is_not_one_is_refused_before_a_child_starts():
+    from workbench import isolate, jobs
+
+    assert isolate.JOBS == tuple(jobs.BY_NAME)  # the parent's list of names is the child's
+    with pytest.raises(ValueError, match=r"job must be one of \['load', 'check', 'gradcheck', 'bench', 'measure'\]; "
+                                         r"got 'chek'"):
+        isolate.run("chek", isolate.variant_address("bias_gelu", "cpu"), {})
 
 
 # ----------------------------------------------------------------------------- children that never report
 
 def _planted(stem: str):
     """A planted static initializer (tests/faulty/static_*.cu), built as the checker builds it
-    (not loaded here), and how a child finds it."""
+    (not loaded here), and its address (how a child finds it)."""
     from workbench import isolate, loader
 
     built = loader.build_source("bias_gelu", FAULTY / f"{stem}.cu", f"ex01_{stem}")  # the names the CLI tests use
-    return isolate.variant_spec("bias_gelu", built)
+    return isolate.variant_address("bias_gelu", built)
 
 
 @pytest.mark.parametrize("stem, how", [("static_exit", "exited with status 0 before reporting its result"),
@@ -120,14 +152,14 @@ def test_a_child_that_ends_before_reporting_is_an_error_even_with_status_0(cuda_
     the Worker's next job runs in a fresh child."""
     from workbench import isolate
 
-    spec = _planted(stem)
+    address = _planted(stem)
     with pytest.raises(wb.IsolatedRunError, match=how) as info:
-        isolate.run("load", spec, {}, timeout_s=300)
+        isolate.run("load", address, {}, timeout_s=300)
     assert "[load] bias_gelu/ex01_" in info.value.output  # its last words
     with isolate.Worker({"op": "bias_gelu"}) as worker:
         with pytest.raises(wb.IsolatedRunError, match=how):
-            worker.run("load", spec, {}, timeout_s=300)
-        again = worker.run("check", isolate.variant_spec("bias_gelu", "cpu"), dict(seed=1, shapes=[[3, 5]]))
+            worker.run("load", address, {}, timeout_s=300)
+        again = worker.run("check", isolate.variant_address("bias_gelu", "cpu"), dict(seed=1, shapes=[[3, 5]]))
         assert wb.correctness.Report.from_dict(again).ok
 
 
@@ -136,14 +168,14 @@ def test_a_child_that_hangs_is_killed_and_says_so(cuda_buildable, cpu_kernel):
 
     from workbench import isolate
 
-    spec = _planted("static_hang")
+    address = _planted("static_hang")
     with pytest.raises(isolate.ChildTimeout, match=r"did not finish within 15 s and was killed") as info:
-        isolate.run("load", spec, {}, timeout_s=15)  # a one-shot child's time includes its start-up
+        isolate.run("load", address, {}, timeout_s=15)  # a one-shot child's time includes its start-up
     assert isinstance(info.value, subprocess.TimeoutExpired) and isinstance(info.value, wb.IsolatedRunError)
     with isolate.Worker({"op": "bias_gelu"}) as worker:
         # The job's time counts from when the child is ready: its start-up (import torch) is not in the 2 s.
         with pytest.raises(isolate.ChildTimeout, match=r"did not finish within 2 s and was killed") as info:
-            worker.run("load", spec, {}, timeout_s=2)
+            worker.run("load", address, {}, timeout_s=2)
         assert not info.value.starting and "[load] bias_gelu/ex01_static_hang" in info.value.output
-        again = worker.run("check", isolate.variant_spec("bias_gelu", "cpu"), dict(seed=1, shapes=[[3, 5]]))
+        again = worker.run("check", isolate.variant_address("bias_gelu", "cpu"), dict(seed=1, shapes=[[3, 5]]))
         assert wb.correctness.Report.from_dict(again).ok

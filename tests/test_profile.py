@@ -303,6 +303,62 @@ def test_the_requested_metrics():
     assert not any(n.startswith("launch__") for n in names)  # those come with every report, unasked
 
 
+def test_the_whole_tensor_pipe_is_asked_for_on_compute_capability_9_only():
+    """ncu fails a whole run for a metric its chip lacks: the whole tensor pipe's counter (which
+    Hopper's wgmma keeps busy) is asked for on 9.x only, beside mma.sync's hmma counter."""
+    whole = wbp.HOPPER_METRICS["tensor_all_pct"]
+    on_hopper = wbp.requested_metrics((9, 0))
+    assert whole in on_hopper and wbp.METRICS["tensor_pct"] in on_hopper and len(on_hopper) == len(set(on_hopper))
+    for capability in (None, (8, 0), (8, 9), (10, 0), (12, 0)):
+        assert whole not in wbp.requested_metrics(capability), capability
+
+
+# A SYNTHESIZED ncu row, not a capture: one wgmma kernel of a bf16 matmul at 8192^3 on an H100, its
+# figures shaped like wgmma_tma's in results/gpu/3efe340/ncu_hopper.txt (2.4 ms, SM 58%, DRAM 23%),
+# with mma.sync's hmma counter low and the whole tensor pipe busy.
+WGMMA_KERNEL = ("void <unnamed>::wgmma_tma_kernel<wb_bf16_t, 0, 0>(CUtensorMap_st, CUtensorMap_st, Gemm<T1>, "
+                "long, long, bool)")
+HOPPER_GEMM = (8192, 8192, 8192)
+
+
+def _tensor_kernel(name=WGMMA_KERNEL, *, hmma, whole=None, ns=2_400_000):
+    tensor = {wbp.METRICS["tensor_pct"]: hmma}
+    if whole is not None:
+        tensor[wbp.HOPPER_METRICS["tensor_all_pct"]] = whole
+    return _kernel(name, ns=ns, dram_pct=23.0, sm=58.0, regs=90, **tensor)
+
+
+def _tensor_row(p: wbp.Profile) -> list[str]:
+    return next(line for line in p.table().splitlines() if line.startswith("tensor pipe (% of peak)")).split()
+
+
+def test_a_wgmma_kernels_tensor_figure_is_the_larger_of_the_two_counters():
+    p = wbp.from_csv("matmul", {"wgmma_tma": raw_csv([_tensor_kernel(hmma=9.0, whole=81.0)])}, HOPPER_GEMM, "bfloat16")
+    m = p.kernels[0].metrics
+    assert (m["tensor_pct"], m["tensor_all_pct"], m["tensor_pipe"]) == (9, 81, 81), m
+    assert p.verdict().kind == "compute-bound" and "tensor pipe 81%" in p.verdict().summary, p.table()
+    assert _tensor_row(p)[-1] == "81", p.table()
+    # The same kernel judged from the hmma counter alone (what was asked before): no roof is near
+    alone = wbp.from_csv("matmul", {"wgmma_tma": raw_csv([_tensor_kernel(hmma=9.0)])}, HOPPER_GEMM, "bfloat16")
+    assert alone.kernels[0].metrics["tensor_all_pct"] is None and alone.kernels[0].metrics["tensor_pipe"] == 9
+    assert alone.verdict().kind == "latency-bound", alone.table()
+    # mma.sync on a Hopper GPU: the hmma counter is the larger, and stays the figure
+    assert wbp.tensor_pipe({"tensor_pct": 69.0, "tensor_all_pct": 68.5}) == 69.0
+    assert wbp.tensor_pipe({"tensor_pct": None}) is None and wbp.tensor_pipe({}) is None
+
+
+def test_the_step_from_mma_sync_to_wgmma_is_read_from_the_tensor_pipe():
+    """tensor_core (mma.sync: the hmma counter) -> wgmma_tma (the whole pipe's): the comparison and
+    the ratio column show the tensor pipe's step."""
+    tc = _tensor_kernel("void <unnamed>::tensor_core_kernel<Plan<256, 128, 64, 64, 64, 3, 8, 1>, wb_bf16_t, 0, 0, 1>"
+                        "(Gemm<T2>, long, long)", hmma=69.0, whole=69.0, ns=2_630_000)
+    p = wbp.from_csv("matmul", {"tensor_core": raw_csv([tc]), "wgmma_tma": raw_csv([_tensor_kernel(hmma=9.0, whole=81.0)])},
+                     HOPPER_GEMM, "bfloat16", gemm_TFLOPs=780.0)
+    assert _tensor_row(p)[-3:] == ["69", "81", "1.17x"], p.table()
+    (step,) = p.compare()
+    assert step.startswith("tensor_core -> wgmma_tma: 1.10x faster") and "tensor pipe 69% -> 81%" in step, step
+
+
 @pytest.mark.parametrize("mangled, short", [
     ("void <unnamed>::forward_kernel<wb_bf16_t, float>(const T1 *, const T1 *, T1 *, long, long, T2)",
      "forward_kernel<wb_bf16_t, float>"),
@@ -514,7 +570,7 @@ if unknown and unknown in metrics:
     print("==ERROR== Failed to find metric regex:^" + unknown.split(".")[0] + "\\.(sum|avg|max|min)$")
     sys.exit(1)
 log.write_text(pathlib.Path(os.environ["FAKE_NCU_CSV"]).read_text())
-if os.environ.get("FAKE_NCU_RESULT"):  # the profiled child's report (jobs._measure), as the real child writes it
+if os.environ.get("FAKE_NCU_RESULT"):  # the profiled child's report (ncu.profiled_call), as the real child writes it
     job = json.loads(pathlib.Path(args[-1]).read_text())
     pathlib.Path(job["result"]).write_text(os.environ["FAKE_NCU_RESULT"])
 '''
@@ -596,7 +652,7 @@ def test_a_metric_this_ncu_lacks_is_left_out_and_the_run_repeated(fake_ncu, monk
     for c in calls:  # exactly the NVTX range, base units, clocks left alone, then the child
         assert c[c.index("--nvtx-include") + 1] == f"{ncu.RANGE}/" and "--print-units" in c
         assert c[c.index("--clock-control") + 1] == "none"
-        assert c[-4:-1] == ["-m", "workbench", "_child"]
+        assert c[-3:-1] == ["-m", "workbench.isolate_child"]
     assert (tmp_path / "kept.csv").read_text() == (tmp_path / "report.csv").read_text()
 
 
@@ -622,6 +678,15 @@ def test_profile_end_to_end_with_a_stand_in_ncu(fake_ncu, scalar_kernel, tmp_pat
         wb.profile("bias_gelu", "cpu", shape=(64, 64))
     with pytest.raises(ValueError, match="direction must be 'fwd' or 'bwd'"):
         wb.profile("bias_gelu", "scalar", shape=(64, 64), direction="fwd+bwd")
+
+
+def test_profile_asks_for_the_whole_tensor_pipe_on_hopper_only(fake_ncu, scalar_kernel, monkeypatch):
+    whole = wbp.HOPPER_METRICS["tensor_all_pct"]
+    for capability, asked in (((9, 0), True), ((8, 0), False), (None, False)):
+        monkeypatch.setattr(wbp, "device_capability", lambda capability=capability: capability)
+        wb.profile("bias_gelu", "scalar", shape=(8192, 8192), lines=False)
+        run = fake_ncu()[-1]
+        assert (whole in run[run.index("--metrics") + 1].split(",")) == asked, (capability, run)
 
 
 def test_where_no_line_info_build_is_possible_the_profile_goes_on_without_lines(fake_ncu, scalar_kernel, monkeypatch):
@@ -651,21 +716,19 @@ WRONG_CHECK = {"size": [8192, 8192], "dtype": "float32", "direction": "fwd", "ve
 
 
 def test_the_profiled_call_is_checked_at_its_shape(wb):
-    """jobs._measure (the child ncu profiles) checks the call at the profiled shape: the planted
+    """ncu.profiled_call (the child ncu profiles) checks the call at the profiled shape: the planted
     CPU variant that leaves the last quarter of the rows unwritten from 512 rows on is wrong at
     1024 x 64 and right at 64 x 64. (On the CPU: the same code path without the NVTX range.)"""
-    from workbench import jobs
-
     partial = wb.load_source("bias_gelu", FAULTY / "cpu_partial_at_size.cpp", name="cpu_partial_at_size")
-    bad = jobs._measure("bias_gelu", partial, (1024, 64), "float32", "fwd")
+    bad = ncu.profiled_call("bias_gelu", partial, (1024, 64), "float32", "fwd")
     assert bad["verified"] == "wrong" and bad["verify_where"][0] >= 768, bad
     assert "y wrong at 1024x64 float32" in bad["verify_detail"] and "unwritten" in bad["verify_detail"], bad
     assert bad["verify_detail"].startswith("before profiling (fresh inputs, outputs poisoned):"), bad
     json.dumps(bad)  # it travels back to the parent as JSON
-    good = jobs._measure("bias_gelu", partial, (64, 64), "float32", "fwd")
+    good = ncu.profiled_call("bias_gelu", partial, (64, 64), "float32", "fwd")
     assert good["verified"] == "ok" and good["verify_against"] == "float64 reference", good
     assert 0 <= good["verify_max_abs_err"] < 1e-4, good
-    bwd = jobs._measure("bias_gelu", wb.load("bias_gelu", "cpu"), (1024, 64), "float32", "bwd")
+    bwd = ncu.profiled_call("bias_gelu", wb.load("bias_gelu", "cpu"), (1024, 64), "float32", "bwd")
     assert bwd["verified"] == "ok" and (bwd["size"], bwd["direction"]) == ([1024, 64], "bwd"), bwd
 
 

@@ -1,5 +1,6 @@
 """python -m workbench list | build | check | gradcheck | bench | profile | plot | demo | sanitize | doctor | clean |
-export | exercise"""
+export | exercise: the command line, and only that (isolate=True's children start through
+isolate_child.py, not here)."""
 from __future__ import annotations
 
 import argparse
@@ -113,7 +114,7 @@ def cmd_bench(args) -> int:
     if args.plot:
         for p in result.plot(args.plot_dir):
             print(f"plot: {p}")
-    from .bench_rows import trusted
+    from .benchmark import trusted
     bad = [r for r in result.rows if not trusted(r)]
     if bad:  # a script reading the status must not take a wrong or impossible row for a result
         print(f"{len(bad)} row(s) WRONG or IMPOSSIBLE (the notes above say why); exit status 1", file=sys.stderr)
@@ -366,14 +367,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["_child"]:  # internal: the child side of isolate=True (workbench/isolate.py)
-        from .jobs import child_main
-        return child_main(argv[1])
-    if argv[:1] == ["_worker"]:  # internal: an isolate.Worker
-        from .jobs import worker_main
-        return worker_main(argv[1])
-    args = parser().parse_args(argv)
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     from .errors import WorkbenchError
 
     try:

@@ -8,8 +8,12 @@ report back as JSON, or an IsolatedRunError naming what went wrong.
 run() starts a child per job. A Worker is a child started ahead of its jobs, which imports torch,
 initializes CUDA and warms up while the caller does something else (the exercise checker builds
 the student's file meanwhile), then runs several jobs in turn; a job that fails ends it, exactly
-as it would end run()'s child, and the next job starts a fresh one. The children's code is in
-jobs.py.
+as it would end run()'s child, and the next job starts a fresh one.
+
+A child is `python -m workbench.isolate_child` (child_command, worker_command): its own entry
+point, never the CLI. What it runs is in jobs.py, one function per job, named there by the names
+run() and Worker take ("load", "check", "gradcheck", "bench", "measure"); the variant travels as
+its address (variant_address), which the child resolves (resolve) to the same variant.
 """
 from __future__ import annotations
 
@@ -28,10 +32,13 @@ from . import config
 from .errors import IsolatedRunError
 
 STARTUP_TIMEOUT_S = 600  # a Worker's warm-up (import torch, CUDA, a check of a reference variant)
+CHILD_MODULE = "workbench.isolate_child"
+JOBS = ("load", "check", "gradcheck", "bench", "measure")  # jobs.BY_NAME's names (not imported here: torch)
 
 
-def variant_spec(op: str, variant) -> dict:
-    """How a child finds the same variant: by name for kernels/<op>/, by source path otherwise."""
+def variant_address(op: str, variant) -> dict:
+    """How a child finds the same variant (a JSON dict, always with "op" and "name"): by name for
+    kernels/<op>/, by source path otherwise, a callable by its module path (byo.child_spec)."""
     from . import byo, loader, registry
 
     if isinstance(variant, byo.BuiltExtension):  # an extension-style source, built, never loaded here
@@ -49,19 +56,51 @@ def variant_spec(op: str, variant) -> dict:
     return {"op": op, "name": variant}
 
 
-def resolve(spec: dict):
+variant_spec = variant_address  # the old name, still called by profile.py (whose owner is editing it)
+
+
+def resolve(address: dict):
+    """The variant at `address` (variant_address), loaded in this process."""
     from . import loader
 
-    if spec.get("style") == "extension" or "callable" in spec:
+    if address.get("style") == "extension" or "callable" in address:
         from . import byo
 
-        return byo.from_child_spec(spec)
-    if "source" in spec:
-        return loader.load_source(spec["op"], spec["source"], spec["name"])
-    return loader.load(spec["op"], spec["name"])
+        return byo.from_child_spec(address)
+    if "source" in address:
+        return loader.load_source(address["op"], address["source"], address["name"])
+    return loader.load(address["op"], address["name"])
 
 
-def _child_env(extra_env: dict | None = None) -> dict:
+def child_command(job_file, prefix=()) -> list[str]:
+    """The command line of a child that runs the job in `job_file` (isolate_child.run_job_file),
+    behind `prefix` (a tool in front of it: ncu, compute-sanitizer)."""
+    return [*prefix, sys.executable, "-m", CHILD_MODULE, str(job_file)]
+
+
+def worker_command(warm: dict) -> list[str]:
+    """The command line of a Worker's child (isolate_child.serve), warming up with jobs.warm_up(**warm)."""
+    return [sys.executable, "-m", CHILD_MODULE, "--worker", json.dumps(warm)]
+
+
+def job_message(job: str, address: dict, args: dict, result) -> dict:
+    """A job as a child reads it: run jobs.BY_NAME[job](address, **args), write its result as
+    JSON to the path `result`."""
+    return {"job": _known(job), "address": address, "args": args, "result": str(result)}
+
+
+def _known(job: str) -> str:
+    if job not in JOBS:
+        raise ValueError(f"job must be one of {list(JOBS)}; got {job!r}")
+    return job
+
+
+def _what(job: str, address: dict) -> str:
+    return f"{job} of {address['op']}/{address['name']}"
+
+
+def child_env(extra_env: dict | None = None) -> dict:
+    """The environment of a child: this one's, with the repository importable."""
     env = dict(os.environ, **(extra_env or {}))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(config.REPO_ROOT), env.get("PYTHONPATH")]))
     return env
@@ -102,20 +141,20 @@ def _tail(text: str, n: int = 25) -> str:
     return "\n".join(text.strip().splitlines()[-n:])
 
 
-def run(kind: str, spec: dict, kwargs: dict, *, timeout_s: float = 1800, extra_env: dict | None = None,
+def run(job: str, address: dict, args: dict, *, timeout_s: float = 1800, extra_env: dict | None = None,
         prefix: list[str] | None = None) -> dict:
-    """Run `kind` ("load", "check", "gradcheck", "bench", "measure") in a fresh child; return its
-    JSON result. A child that exits (with any status, 0 included) or dies without writing its
-    result raises IsolatedRunError; one still running after timeout_s is killed (ChildTimeout)."""
+    """Run `job` ("load", "check", "gradcheck", "bench", "measure": jobs.BY_NAME) of the variant
+    at `address` with the keyword arguments `args` in a fresh child; return its JSON result. A
+    child that exits (with any status, 0 included) or dies without writing its result raises
+    IsolatedRunError; one still running after timeout_s is killed (ChildTimeout)."""
     with tempfile.TemporaryDirectory(prefix="workbench-child-") as tmp:
-        job = pathlib.Path(tmp) / "job.json"
+        job_file = pathlib.Path(tmp) / "job.json"
         result = pathlib.Path(tmp) / "result.json"
-        job.write_text(json.dumps({"kind": kind, "spec": spec, "kwargs": kwargs, "result": str(result)}))
-        env = _child_env(extra_env)
-        cmd = [*(prefix or []), sys.executable, "-m", "workbench", "_child", str(job)]  # -> jobs.child_main
-        what = f"{kind} of {spec['op']}/{spec['name']}"
-        proc = subprocess.Popen(cmd, env=env, cwd=config.REPO_ROOT, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
+        job_file.write_text(json.dumps(job_message(job, address, args, result)))
+        what = _what(job, address)
+        proc = subprocess.Popen(child_command(job_file, prefix or ()), env=child_env(extra_env), cwd=config.REPO_ROOT,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                errors="replace")
         try:
             stdout, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -155,9 +194,8 @@ class Worker:
         self._log = open(self._log_path, "w+")
         self._ready = False  # until the child prints "ready" (wait() reads it)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "workbench", "_worker", json.dumps(self.warm)],  # -> jobs.worker_main
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True,
-            cwd=config.REPO_ROOT, env=_child_env(self.extra_env))
+            worker_command(self.warm), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True,
+            cwd=config.REPO_ROOT, env=child_env(self.extra_env))
 
     def _size(self) -> int:
         """Bytes the child has written to its log so far: where a new job's output will start."""
@@ -174,30 +212,30 @@ class Worker:
     def _output(self, since: int = 0) -> str:
         return self._log_path.read_bytes()[since:].decode(errors="replace")
 
-    def submit(self, kind: str, spec: dict, kwargs: dict) -> dict:
-        """Hand the child a job and return at once; wait(job) collects its result. Jobs run in
-        the order submitted."""
+    def submit(self, job: str, address: dict, args: dict) -> dict:
+        """Hand the child a job (as run() takes it) and return at once with a ticket; wait(ticket)
+        collects its result. Jobs run in the order submitted."""
+        _known(job)  # before a child is started for it
         if self._proc is None or self._proc.poll() is not None:
             self.start()
         self._jobs += 1
-        job = {"what": f"{kind} of {spec['op']}/{spec['name']}", "result": self._dir / f"result-{self._jobs}.json",
-               "since": self._size(), "proc": self._proc}
+        ticket = {"what": _what(job, address), "result": self._dir / f"result-{self._jobs}.json",
+                  "since": self._size(), "proc": self._proc}
         try:
-            self._proc.stdin.write(json.dumps({"kind": kind, "spec": spec, "kwargs": kwargs,
-                                               "result": str(job["result"])}) + "\n")
+            self._proc.stdin.write(json.dumps(job_message(job, address, args, ticket["result"])) + "\n")
             self._proc.stdin.flush()
         except (BrokenPipeError, OSError):
             pass  # the child is gone: wait() reports how it ended
-        return job
+        return ticket
 
-    def wait(self, job: dict, *, timeout_s: float = 1800, startup_s: float = STARTUP_TIMEOUT_S) -> dict:
-        """The submitted job's JSON result, with the child's output for it as "child_output".
-        timeout_s counts from when the child is ready for jobs (its warm-up has its own limit,
+    def wait(self, ticket: dict, *, timeout_s: float = 1800, startup_s: float = STARTUP_TIMEOUT_S) -> dict:
+        """The JSON result of the job submit() gave this ticket for, with the child's output for it
+        as "child_output". timeout_s counts from when the child is ready for jobs (its warm-up has its own limit,
         startup_s). A child that ends without reporting the result (an exit with any status, 0
         included, or a signal) raises IsolatedRunError; one past its time is killed (ChildTimeout)."""
-        proc = job["proc"]
+        proc = ticket["proc"]
         if proc is not self._proc:  # an earlier job ended that child: this one never ran
-            raise _failed(job["what"], proc.returncode if proc.returncode is not None else -1,
+            raise _failed(ticket["what"], proc.returncode if proc.returncode is not None else -1,
                           "the child ended before this job ran", before="before this job ran")
         deadline = time.monotonic() + (timeout_s if self._ready else max(startup_s, timeout_s))
         sel = selectors.DefaultSelector()
@@ -208,36 +246,36 @@ class Worker:
                 if left <= 0 or not sel.select(timeout=left):
                     starting = not self._ready
                     self._kill()
-                    out = self._output(0 if starting else job["since"])
-                    raise ChildTimeout(job["what"], max(startup_s, timeout_s) if starting else timeout_s,
+                    out = self._output(0 if starting else ticket["since"])
+                    raise ChildTimeout(ticket["what"], max(startup_s, timeout_s) if starting else timeout_s,
                                        _tail(out), out, starting=starting)
                 line = proc.stdout.readline()
                 if not line:  # EOF: the job raised (the child exits 1), it exited, or it was killed
                     code = proc.wait()
-                    out = self._output(0 if not self._ready else job["since"])
-                    raise _failed(job["what"], code, _tail(out), out,
+                    out = self._output(0 if not self._ready else ticket["since"])
+                    raise _failed(ticket["what"], code, _tail(out), out,
                                   before="" if self._ready else "while starting up, before it ran this job")
                 if line.strip() == "ready":
                     self._ready = True
                     deadline = time.monotonic() + timeout_s  # the job's time starts now
-                    job["since"] = max(job["since"], self._after_warmup())  # its output: after the warm-up's
+                    ticket["since"] = max(ticket["since"], self._after_warmup())  # its output: after the warm-up's
                 elif line.strip() == "done":
                     break
         finally:
             sel.close()
         try:
-            out = json.loads(job["result"].read_text())
+            out = json.loads(ticket["result"].read_text())
         except (OSError, ValueError) as e:
-            err = IsolatedRunError(job["what"], 0, str(e))
-            err.args = (f"{job['what']}: the child process said it was done, but its result could not be read "
+            err = IsolatedRunError(ticket["what"], 0, str(e))
+            err.args = (f"{ticket['what']}: the child process said it was done, but its result could not be read "
                         f"({e}); the caller's process is unaffected.",)
             raise err from None
-        out["child_output"] = self._output(job["since"])
+        out["child_output"] = self._output(ticket["since"])
         return out
 
-    def run(self, kind: str, spec: dict, kwargs: dict, *, timeout_s: float = 1800) -> dict:
+    def run(self, job: str, address: dict, args: dict, *, timeout_s: float = 1800) -> dict:
         """Run one job and wait for it."""
-        return self.wait(self.submit(kind, spec, kwargs), timeout_s=timeout_s)
+        return self.wait(self.submit(job, address, args), timeout_s=timeout_s)
 
     def _kill(self) -> None:
         """End the current child at once (it may be stuck in a loop: no polite close)."""

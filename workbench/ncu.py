@@ -1,7 +1,8 @@
 """Hardware counters for one call of a variant, from Nsight Compute (ncu).
 
 `measure(op, variant, size, dtype, direction, metrics)` runs the variant in a child process under
-ncu: the child warms the call up, then makes it once more inside the NVTX range "wb_measure", and
+ncu: the child (profiled_call, the "measure" job of jobs.py) warms the call up, then makes it once
+more inside the NVTX range "wb_measure", checked at its shape, and
 ncu profiles exactly the kernels launched in that range (the warm-up, the inputs' creation and
 anything torch launches outside it are left out). Returns one dict per kernel: its name and the
 metrics, in base units (bytes, sectors, ns).
@@ -28,7 +29,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 
 from . import config, isolate, toolchain
@@ -65,7 +65,7 @@ class Kernels(list):
 
     dropped: tuple[str, ...] = ()
     source_csv: str = ""            # ncu's source page (--print-source cuda,sass) where asked for
-    # What the profiled child reported (jobs._measure): the size, dtype and direction, and the check
+    # What the profiled child reported (profiled_call): the size, dtype and direction, and the check
     # of the profiled call's output at that shape (verified: "ok", "wrong", "not checked";
     # verify_detail, verify_max_abs_err, verify_where, verify_against). None: the child reported nothing.
     measured: dict | None = None
@@ -178,31 +178,31 @@ def unknown_metrics(text: str, metrics) -> list[str]:
     return [m for m in metrics if m.split(".")[0] in missing]
 
 
-def _run_child(op: str, spec: dict, kwargs: dict, prefix: list[str], timeout_s: float
+def _run_child(address: dict, call: dict, prefix: list[str], timeout_s: float
                ) -> tuple[int, str, dict | None]:
-    """The "measure" job (jobs.py) in a child under `prefix` (ncu and its options): (exit status,
-    everything it printed, the job's result or None). Started in a session of its own, so that on a timeout (or an
-    interrupt) ncu and the child it started are stopped together, not only ncu."""
+    """The "measure" job (profiled_call, with the arguments `call`) in a child under `prefix` (ncu
+    and its options): (exit status, everything it printed, the job's result or None). Started in a
+    session of its own, so that on a timeout (or an interrupt) ncu and the child it started are
+    stopped together, not only ncu. Not isolate.run: a child under ncu is judged by ncu's log."""
     with tempfile.TemporaryDirectory(prefix="workbench-child-") as tmp:
-        job = pathlib.Path(tmp) / "job.json"
-        job.write_text(json.dumps({"kind": "measure", "spec": spec, "kwargs": kwargs,
-                                   "result": str(pathlib.Path(tmp) / "result.json")}))
-        cmd = [*prefix, sys.executable, "-m", "workbench", "_child", str(job)]  # -> jobs.child_main
-        proc = subprocess.Popen(cmd, env=isolate._child_env(), cwd=config.REPO_ROOT, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        job_file = pathlib.Path(tmp) / "job.json"
+        result = pathlib.Path(tmp) / "result.json"
+        job_file.write_text(json.dumps(isolate.job_message("measure", address, call, result)))
+        proc = subprocess.Popen(isolate.child_command(job_file, prefix), env=isolate.child_env(), cwd=config.REPO_ROOT,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
         try:
             out, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             _stop(proc)
             raise NcuTimeout(
-                f"ncu did not finish profiling {op}/{spec['name']} within {timeout_s:.0f} s; it and its child were "
+                f"ncu did not finish profiling {address['op']}/{address['name']} within {timeout_s:.0f} s; it and its child were "
                 f"stopped. A kernel that never ends hangs under ncu too (check it first: wb.check); a long kernel "
                 f"at a large size is replayed once per group of metrics: profile a smaller shape or allow more "
                 f"time (timeout_s, --timeout). {WITHOUT_NCU}") from None
         except BaseException:
             _stop(proc)
             raise
-        result = pathlib.Path(tmp) / "result.json"
         try:
             reported = json.loads(result.read_text()) if result.is_file() else None
         except ValueError:
@@ -229,9 +229,9 @@ def measure(op: str, variant, size, dtype: str, direction: str = "fwd", metrics=
     "none"]). timeout_s: for the whole profiled run. source_lines: also the stall samples per
     source line (the result's source_csv)."""
     exe = require()
-    spec = isolate.variant_spec(op, variant)
+    address = isolate.variant_address(op, variant)
     metrics, dropped = list(metrics), []
-    kwargs = dict(size=list(size), dtype=dtype, direction=direction)
+    call = dict(size=list(size), dtype=dtype, direction=direction)
     with tempfile.TemporaryDirectory(prefix="workbench-ncu-") as tmp:
         log = pathlib.Path(tmp) / "ncu.csv"
         report = pathlib.Path(tmp) / "report"  # ncu adds .ncu-rep
@@ -242,7 +242,7 @@ def measure(op: str, variant, size, dtype: str, direction: str = "fwd", metrics=
             prefix = [exe, "--target-processes", "all", "--nvtx", "--nvtx-include", f"{RANGE}/",
                       "--metrics", ",".join(metrics), "--csv", "--page", "raw", "--print-units", "base",
                       *sampling, *extra_args, "--log-file", str(log)]
-            code, output, reported = _run_child(op, spec, kwargs, prefix, timeout_s)
+            code, output, reported = _run_child(address, call, prefix, timeout_s)
             text = log.read_text(errors="replace") if log.exists() else ""
             why = _permission_problem(text + output)
             if why:
@@ -258,7 +258,7 @@ def measure(op: str, variant, size, dtype: str, direction: str = "fwd", metrics=
         if code != 0:
             full = text + output
             tail = "\n".join(full.strip().splitlines()[-25:])
-            raise IsolatedRunError(f"measure of {op}/{spec['name']} under ncu", code, tail, full)
+            raise IsolatedRunError(f"measure of {op}/{address['name']} under ncu", code, tail, full)
         kernels = Kernels(parse_csv(text))
         kernels.dropped = tuple(dropped)
         kernels.measured = reported
@@ -269,10 +269,63 @@ def measure(op: str, variant, size, dtype: str, direction: str = "fwd", metrics=
                 keep = pathlib.Path(keep_csv)
                 keep.with_name(keep.stem + "_source.csv").write_text(kernels.source_csv)
         if not kernels:
-            raise WorkbenchError(f"ncu profiled no kernel in the NVTX range {RANGE!r} of {op}/{spec['name']}; "
+            raise WorkbenchError(f"ncu profiled no kernel in the NVTX range {RANGE!r} of {op}/{address['name']}; "
                                  f"its output:\n" + "\n".join((text + output).splitlines()[-15:]))
         return kernels
 
 
 def total(kernels: list[dict], metric: str) -> float:
     return sum(float(k.get(metric, 0.0)) for k in kernels)
+
+
+def profiled_call(op: str, kernel, size, dtype: str, direction: str) -> dict:
+    """The child's side of measure(): warm the call up (builds, CUDA's lazy module loading, the
+    allocator), then make it once inside the NVTX range RANGE; inputs and gradients are made before
+    the range opens. The profiled call is checked at its shape (issue 23): first on fresh inputs
+    with its outputs poisoned (verify.check_kernel_at), then the profiled call's own output, on
+    inputs drawn after the warm-up (an answer replayed from the warm-up is wrong for them), against
+    the trusted result (float64 reference, or eager where that does not fit). The result carries
+    the verdict (Kernels.measured on the parent's side)."""
+    import torch
+
+    from . import verify
+
+    if direction not in ("fwd", "bwd"):
+        raise ValueError(f"direction must be 'fwd' or 'bwd'; got {direction!r}")
+    spec = kernel.spec
+    size = tuple(size)
+    before = verify.check_kernel_at(kernel, size, dtype, direction, seed=1)
+    device = torch.device(kernel.device if kernel.device != "cuda" else f"cuda:{torch.cuda.current_device()}")
+    gen = torch.Generator(device).manual_seed(0)
+    attrs = spec.sample_attrs()[0]
+
+    def step(p):
+        if direction == "fwd":
+            return kernel(*p.inputs, **attrs)
+        return kernel.backward(*p.grads, *p.inputs, **attrs)
+
+    warm = verify.Probe(spec, size, dtype, direction, attrs, gen, device)
+    for _ in range(2):
+        step(warm)
+    del warm
+    probe = verify.Probe(spec, size, dtype, direction, attrs, gen, device)  # fresh inputs for the profiled call
+    cuda = device.type == "cuda"  # a CPU variant runs here too (tests of the check, without a GPU)
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_push(RANGE)
+    out = step(probe)
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_pop()
+    last = probe.judge(out, "the profiled call")
+    del out, probe
+    if not before.ok:  # check_kernel_at's own run, before the warm-up: say which of the two it was
+        before.detail = before.detail.replace("the profiled call:", "before profiling (fresh inputs, outputs "
+                                              "poisoned):", 1)
+    verdict = next((v for v in (before, last) if not v.ok), last)
+    if verdict.ok and before.ok:
+        verdict.max_abs_err = max((e for e in (before.max_abs_err, last.max_abs_err) if e == e), default=verdict.max_abs_err)
+    return {"size": list(size), "dtype": dtype, "direction": direction, "verified": verdict.status,
+            "verify_detail": verdict.detail, "verify_max_abs_err": verdict.max_abs_err,
+            "verify_where": list(verdict.where) if verdict.where is not None else None,
+            "verify_against": verdict.against}

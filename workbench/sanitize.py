@@ -85,13 +85,13 @@ def run(op: str, variant, tools=TOOLS, *, timeout_s: float = 900) -> list[ToolRe
         raise WorkbenchError(
             "compute-sanitizer not found: it ships with the CUDA toolkit (bin/compute-sanitizer under "
             "CUDA_HOME); put it on PATH or set WORKBENCH_COMPUTE_SANITIZER to its path")
-    spec = isolate.variant_spec(op, variant)
+    address = isolate.variant_address(op, variant)
     out = []
     for tool in tools:
         prefix = [exe, "--tool", tool, "--error-exitcode", "86", "--print-limit", "10"]
         env = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "WORKBENCH_QUIET": "1"}
         try:
-            res = isolate.run("check", spec, small_check(op), timeout_s=timeout_s, extra_env=env, prefix=prefix)
+            res = isolate.run("check", address, small_check(op), timeout_s=timeout_s, extra_env=env, prefix=prefix)
             text, ran = res["child_output"], True
         except IsolatedRunError as e:  # the check failed or the tool found errors: read its report
             text, ran = e.full_output, True

@@ -226,7 +226,7 @@ def correctness(ex: Exercise, kernel, shapes, seed: int, sanitize: str, worker=N
     kwargs = dict(dtypes=dtypes, shapes=[list(s) for s in shapes], layouts=list(child.EXERCISE_LAYOUTS), seed=seed,
                   backward=True, announce=True)
     if worker is not None:
-        job = worker.submit("check", isolate.variant_spec(ex.op, kernel), kwargs)
+        job = worker.submit("check", isolate.variant_address(ex.op, kernel), kwargs)
         run = lambda: Report.from_dict(worker.wait(job, timeout_s=child.CHILD_TIMEOUT_S))  # noqa: E731
     else:
         run = lambda: child.in_child("check", ex, kernel, **kwargs)  # noqa: E731

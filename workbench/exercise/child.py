@@ -46,7 +46,7 @@ def start_worker(ex: Exercise, seed: int, gpu: bool | None = None):
     if not (gpu_likely() if gpu is None else gpu):
         return isolate.Worker({"op": ex.op})
     return isolate.Worker({"op": ex.op, "variant": ex.reference, "dtypes": list(ex.dtypes),
-                           "sizes_from_seed": seed, "layouts": list(EXERCISE_LAYOUTS), "seed": seed})
+                           "exercise_seed": seed, "layouts": list(EXERCISE_LAYOUTS), "seed": seed})
 
 
 def load_timeout_s() -> float:
@@ -59,23 +59,24 @@ def load_in_child(ex: Exercise, built, worker=None, timeout_s: float | None = No
     IsolatedRunError (ChildTimeout past timeout_s) where the child ends without reporting."""
     from .. import isolate
 
-    spec = isolate.variant_spec(ex.op, built)
+    address = isolate.variant_address(ex.op, built)
     timeout_s = load_timeout_s() if timeout_s is None else timeout_s
-    return worker.run("load", spec, {}, timeout_s=timeout_s) if worker is not None else \
-        isolate.run("load", spec, {}, timeout_s=timeout_s)
+    return worker.run("load", address, {}, timeout_s=timeout_s) if worker is not None else \
+        isolate.run("load", address, {}, timeout_s=timeout_s)
 
 
-def in_child(kind: str, ex: Exercise, kernel, worker=None, **kwargs):
+def in_child(job: str, ex: Exercise, kernel, worker=None, **args):
     """A check ("check", "gradcheck": a correctness.Report) or a benchmark ("bench": a BenchResult)
-    of the kernel in a child process: the worker, or a fresh child where there is none."""
+    of the kernel in a child process: the worker, or a fresh child where there is none; `args`:
+    the job's keyword arguments (jobs.py)."""
     from .. import isolate
     from ..benchmark import BenchResult
     from ..correctness import Report
 
-    spec = isolate.variant_spec(ex.op, kernel)
-    out = worker.run(kind, spec, kwargs, timeout_s=CHILD_TIMEOUT_S) if worker is not None else \
-        isolate.run(kind, spec, kwargs, timeout_s=CHILD_TIMEOUT_S)
-    return BenchResult(out["rows"]) if kind == "bench" else Report.from_dict(out)
+    address = isolate.variant_address(ex.op, kernel)
+    out = worker.run(job, address, args, timeout_s=CHILD_TIMEOUT_S) if worker is not None else \
+        isolate.run(job, address, args, timeout_s=CHILD_TIMEOUT_S)
+    return BenchResult(out["rows"]) if job == "bench" else Report.from_dict(out)
 
 
 def stopped(name: str, err, sanitize: str) -> Check:
