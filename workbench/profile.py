@@ -82,6 +82,14 @@ METRICS = {
     "local_ld_sectors": "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum",           # spills (and local arrays)
     "local_st_sectors": "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum",
 }
+# Asked for on compute capability 9.x only (ncu fails the whole run for a metric a chip lacks). The
+# hmma counter above is the sub-pipe mma.sync runs on; this one is the whole tensor pipe, which
+# Nsight Compute's pipe-utilization rule calls "the logical aggregation of individual tensor
+# pipelines", Hopper's wgmma (HGMMA) included: 57.8% for wgmma_tma at 8192^3 bf16 on the H100
+# (results/gpu/3efe340/ncu_hopper.txt). The tensor figure is the larger of the two (tensor_pipe()).
+HOPPER_METRICS = {
+    "tensor_all_pct": "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+}
 # Warp stall reasons (Nsight Compute's WarpStateStats): warps stalled for the reason per issued instruction.
 STALLS = ("long_scoreboard", "short_scoreboard", "mio_throttle", "lg_throttle", "math_pipe_throttle", "wait",
           "barrier", "membar", "not_selected", "no_instruction", "branch_resolving", "dispatch_stall", "drain",
@@ -117,9 +125,28 @@ def stall_metric(reason: str) -> str:
     return f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio"
 
 
-def requested_metrics() -> list[str]:
-    """Every metric name profile() asks ncu for (one run; ncu replays each kernel per group)."""
-    return list(dict.fromkeys([*METRICS.values(), *(stall_metric(r) for r in STALLS)]))
+def requested_metrics(capability: tuple[int, int] | None = None) -> list[str]:
+    """Every metric name profile() asks ncu for (one run; ncu replays each kernel per group) on a
+    GPU of this compute capability (major, minor): HOPPER_METRICS too on 9.x."""
+    hopper = list(HOPPER_METRICS.values()) if capability is not None and capability[0] == 9 else []
+    return list(dict.fromkeys([*METRICS.values(), *hopper, *(stall_metric(r) for r in STALLS)]))
+
+
+def device_capability() -> tuple[int, int] | None:
+    """The compute capability of the GPU the profiled child runs on (the current device), or None."""
+    try:
+        import torch
+
+        return tuple(torch.cuda.get_device_capability()) if torch.cuda.is_available() else None
+    except Exception:  # noqa: BLE001 - no usable CUDA here: ask for the metrics every GPU has
+        return None
+
+
+def tensor_pipe(m: dict) -> float | None:
+    """The tensor pipe's busy share (% of peak): the larger of the mma.sync (hmma) counter and the
+    whole pipe's (HOPPER_METRICS, where collected); None where neither was."""
+    values = [m[k] for k in ("tensor_pct", "tensor_all_pct") if m.get(k) is not None]
+    return max(values, default=None)
 
 
 def _num(v) -> float | None:
@@ -168,8 +195,9 @@ def kernel_metrics(row: dict) -> dict:
     """One kernel's metrics by short name (None where ncu did not collect one), from a row of
     ncu.parse_csv, plus what follows from them: bytes per request, DRAM bytes, spilled bytes, the
     occupancy limiter, the stall reasons."""
-    m = {k: _num(row.get(raw)) for k, raw in {**METRICS, **LAUNCH}.items()}
+    m = {k: _num(row.get(raw)) for k, raw in {**METRICS, **HOPPER_METRICS, **LAUNCH}.items()}
     m["name"] = short_name(row.get("Kernel Name", "?"))
+    m["tensor_pipe"] = tensor_pipe(m)
     m["stalls"] = {r: v for r in STALLS if (v := _num(row.get(stall_metric(r)))) is not None}
     for op in ("ld", "st"):
         s, r = m[f"{op}_sectors"], m[f"{op}_requests"]
@@ -294,7 +322,7 @@ def verdict(m: dict, *, nbytes: float | None = None, flops: float | None = None,
     dram = g("dram_pct") / 100 if g("dram_pct") is not None else None
     gemm_frac = tflops / gemm_TFLOPs if tflops is not None and gemm_TFLOPs and compute_bound else None
     sm = g("sm_pct") / 100 if g("sm_pct") is not None else None
-    tensor = g("tensor_pct") / 100 if g("tensor_pct") is not None else None
+    tensor = tensor_pipe(m) / 100 if tensor_pipe(m) is not None else None
     memory = max([x for x in (mem_frac, dram) if x is not None], default=None)
     spill = g("spill_bytes") or 0.0
     spill_note = (f"; and {spill / 1e3:.0f} KB go through local memory (spilled registers or a local array): "
@@ -522,7 +550,7 @@ class Profile:
         for key in ("ld_requests", "st_requests", "ld_sectors", "st_sectors", "dram_bytes", "spill_bytes"):
             vals = [m.get(key) for m in ms if m.get(key) is not None]
             out[key] = sum(vals) if vals else None
-        for key in ("dram_pct", "occupancy", "sm_pct", "tensor_pct", "issue_pct", "l2_hit", "ld_efficiency",
+        for key in ("dram_pct", "occupancy", "sm_pct", "tensor_pipe", "issue_pct", "l2_hit", "ld_efficiency",
                     "st_efficiency", "cycles_per_issue"):  # efficiencies weighted by requests, the rest by time
             weight = {"ld_efficiency": "ld_requests", "st_efficiency": "st_requests"}.get(key, "duration_ns")
             pairs = [(m[key], m.get(weight) or 0) for m in ms if m.get(key) is not None]
@@ -602,7 +630,7 @@ class Profile:
             ("occupancy possible (%)", g("occupancy_theoretical"), ".0f"),
             ("occupancy limited by", col(lambda k: k.metrics.get("limiter") or "-"), "s"),
             ("SM throughput (% of peak)", g("sm_pct"), ".0f"),
-            ("tensor pipe (% of peak)", g("tensor_pct"), ".0f"),
+            ("tensor pipe (% of peak)", g("tensor_pipe"), ".0f"),
             ("issue slots busy (%)", g("issue_pct"), ".0f"),
             ("cycles per issued instruction", g("cycles_per_issue"), ".1f"),
             ("top stalls (warps per instr.)", col(lambda k: _stall_text(k.metrics)), "s"),
@@ -746,7 +774,7 @@ def deltas(a: dict, b: dict) -> list[str]:
             out.append(f"{what} {a[key]:.0f} -> {b[key]:.0f}")
     for key, what in (("ld_efficiency", "load sector efficiency"), ("st_efficiency", "store sector efficiency"),
                       ("dram_pct", "DRAM throughput"), ("occupancy", "occupancy"), ("issue_pct", "issue slots busy"),
-                      ("sm_pct", "SM throughput"), ("tensor_pct", "tensor pipe"), ("l2_hit", "L2 hit rate")):
+                      ("sm_pct", "SM throughput"), ("tensor_pipe", "tensor pipe"), ("l2_hit", "L2 hit rate")):
         x, y = a.get(key), b.get(key)
         if x is not None and y is not None and abs(y - x) >= 5:
             out.append(f"{what} {x:.0f}% -> {y:.0f}%")
@@ -912,6 +940,7 @@ def profile(op: str, variant, shape=None, dtype: str = "float32", direction: str
     names = [k.name for k in kernels]
     if len(set(names)) != len(names):
         raise ValueError(f"profile: the variants must differ; got {names}")
+    capability = device_capability()  # HOPPER_METRICS on 9.x only
     reports, sources, checks = {}, {}, {}
     for k in kernels:
         keep = None
@@ -919,8 +948,8 @@ def profile(op: str, variant, shape=None, dtype: str = "float32", direction: str
             pathlib.Path(keep_csv).mkdir(parents=True, exist_ok=True)
             keep = pathlib.Path(keep_csv) / f"profile_{op}_{k.name}_{direction}.csv"
         with _line_info(lines):
-            rows = ncu.measure(op, k, shape, dtype, direction, metrics=requested_metrics(), timeout_s=timeout_s,
-                               keep_csv=keep, extra_args=NCU_ARGS, source_lines=lines)
+            rows = ncu.measure(op, k, shape, dtype, direction, metrics=requested_metrics(capability),
+                               timeout_s=timeout_s, keep_csv=keep, extra_args=NCU_ARGS, source_lines=lines)
         if rows.dropped:
             notes.append(f"{k.name}: this ncu or GPU lacks {', '.join(rows.dropped)} (left out)")
         reports[k.name] = rows
