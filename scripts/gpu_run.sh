@@ -9,6 +9,7 @@
 #   [matmul_tune.log: warptile's and tensor_core's tile plans against cuBLAS]
 #   [hopper_ladder.{jsonl,log} matmul_ladder_*_8192.png: the matmul ladder at 8192^3, bf16 and fp16]
 #   [ncu/*.csv: Nsight Compute reports of rmsnorm's scalar and vectorized forward, test fixtures]
+#   [hopper_profile.log, ncu/hopper_profile.tar: the Hopper rungs' SASS counts and wb.profile at 8192^3 bf16]
 #   [wheel.tar export.tar ndarray.tar (+ .log): issue 14's GPU scripts, scripts/gpu_{wheel,export,ndarray}.sh]
 # Usage (device tool):  bash scripts/gpu_run.sh            # everything but the notebooks
 #                       STEPS="tests" CHUNK=1 bash scripts/gpu_run.sh    # chunk 1 of 4 (CHUNKS=4); then 2, 3, 4
@@ -133,6 +134,48 @@ PY
       # one file back instead of six (the device returns at most 8): unpack it into tests/fixtures/ncu
       (cd "$OUT/ncu" && tar -cf profile_fixtures.tar profile_*.csv profile_ceilings.json && rm -f profile_*.csv profile_ceilings.json)
       ;;
+    hopper_profile)  # issue 28: the SASS opcode counts of each Hopper rung's built library (HGMMA: wgmma, UTMALDG:
+      # TMA loads, SYNCS: mbarriers, USETMAXREG: setmaxnreg), then wb.profile (Nsight Compute) of tensor_core,
+      # wgmma_tma and persistent at 8192^3 bf16: the table, the verdicts and each kernel's tensor-pipe figures
+      # (mma.sync's hmma counter, the whole pipe's on 9.x, the larger); the raw CSVs in $OUT/ncu/hopper_profile.tar
+      mkdir -p "$OUT/ncu"
+      timeout 290 python3 - "$OUT/ncu" <<'PY' 2>&1 | tee "$OUT/hopper_profile.log"
+import re, sys, time
+import torch
+import workbench as wb
+from workbench import profile, ptxas, registry
+
+out = sys.argv[1]
+ladder = registry.spec("matmul").ladder
+hopper = ladder[ladder.index("tensor_core") + 1:]
+capability = profile.device_capability()
+whole = profile.HOPPER_METRICS["tensor_all_pct"]
+print(f"{torch.cuda.get_device_name()}, compute capability {capability}; the whole tensor pipe's counter "
+      f"({whole}) asked for here: {whole in profile.requested_metrics(capability)}", flush=True)
+families = ("HGMMA", "UTMALDG", "UTMALDG.2D.MULTICAST", "SYNCS", "USETMAXREG", "HMMA", "LDSM", "LDGSTS")
+print("\nSASS (sm_90a) of each Hopper rung's built library, its own kernels: dtype, op(A)/op(B) (N as stored, "
+      "T transposed), instructions as written")
+for v in hopper:
+    started = time.perf_counter()
+    k = wb.load("matmul", v)
+    for (arch, kernel), ops in sorted(ptxas.sass_counts(ptxas.sass(k.library)).items()):
+        case = re.search(r"(wb_bf16_t|wb_half_t)Lb([01])ELb([01])E", kernel)
+        if arch == "sm_90a" and f"{v}_kernel" in kernel and "tc_route" not in kernel and case:
+            layout = "/".join("NT"[int(flag)] for flag in case.group(2, 3))
+            print(f"  {v:16s} {case.group(1)[3:-2]:4s} {layout}  "
+                  + " ".join(f"{f} {sum(n for op, n in ops.items() if op.startswith(f))}" for f in families))
+    print(f"  [{v}: built and read in {time.perf_counter() - started:.1f} s]", flush=True)
+variants = ["tensor_core", "wgmma_tma", "persistent"]
+started = time.perf_counter()
+p = wb.profile("matmul", variants, shape=(8192, 8192, 8192), dtype="bfloat16", lines=False, keep_csv=out)
+print(f"\n[profiled {', '.join(variants)} in {time.perf_counter() - started:.1f} s]\n")
+print(p.table() + "\n")
+for kp in p.kernels:
+    m = kp.metrics
+    print(f"tensor pipe {kp.variant}/{kp.name}: hmma counter {m['tensor_pct']}, whole pipe {m['tensor_all_pct']}, "
+          f"figure {m['tensor_pipe']} (% of peak); {(kp.metrics['duration_ns'] or 0) / 1e3:.0f} us; verdict {kp.verdict.kind}")
+PY
+      (cd "$OUT/ncu" && tar -cf hopper_profile.tar profile_matmul_*_fwd*.csv && rm -f profile_matmul_*_fwd*.csv) ;;
     wheel|export|ndarray)  # issue 14: scripts/gpu_<step>.sh (the installed wheel with no compiler, the exported
       # packages' own tests, the NumPy front end and its vector_add benchmark); its files in one tar, $OUT/<step>.tar
       script=scripts/gpu_$step.sh
