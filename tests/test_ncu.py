@@ -55,14 +55,14 @@ def test_the_counters_tell_one_read_from_two():
 
 def _loads_check(monkeypatch, measured):
     from workbench import exercise as wbex
-    from workbench.exercise import loads
+    from workbench.exercise import global_loads
 
     def fake_measure(*a, **kw):
         if isinstance(measured, Exception):
             raise measured
         return measured
     monkeypatch.setattr(ncu, "measure", fake_measure)
-    return loads.check(wbex.get(5), kernel=None)
+    return global_loads.check(wbex.get(5), kernel=None)
 
 
 def test_the_global_loads_check_passes_fails_and_skips_by_the_counters(monkeypatch):

@@ -6,7 +6,7 @@
     checks.py        build, load, declared dtypes, correctness, gradcheck
     speedcheck.py    speed, against the reference variant in one benchmark run
     sass.py          the SASS rules (opcodes anywhere in a kernel, or in its innermost loops)
-    loads.py         the optional counter rule: bytes of global loads, counted by Nsight Compute
+    global_loads.py  the optional counter rule: bytes of global loads, counted by Nsight Compute
     report.py        the report the checks fill, and how it prints
 
 A torch extension written the course's way (torch/extension.h; PYBIND11_MODULE or TORCH_LIBRARY
@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterator
 
 from .. import registry
-from . import checks, child, loads, speedcheck
+from . import checks, child, global_loads, speedcheck
 from .registration import (CHECKS, EXERCISES_DIR, Exercise, ExerciseConfigError, SassRule, Sizes, Speed, exercises,
                            get, load_exercise, tomllib)
 from .report import LAYOUTS, NEEDS_GPU, Check, ExerciseReport
@@ -144,7 +144,7 @@ def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool
             if correct.status != "ok" or grads.status != "ok":
                 yield add(Check("global loads", "skipped", "fix correctness first"))
             else:
-                yield add(loads.check(ex, kernel))
+                yield add(global_loads.check(ex, kernel))
         if not speed:
             yield add(Check("speed", "skipped", "not asked for (--no-speed)"))
         elif dtypes.status != "ok":

@@ -45,7 +45,7 @@ from .. import config, registry
 from ..dtypes import NAMES as _DTYPES
 from ..opspec import DIRECTIONS as _DIRECTIONS
 from . import sizes as sizes_
-from .loads import GlobalLoads
+from .global_loads import GlobalLoads
 
 try:
     import tomllib
@@ -105,7 +105,7 @@ class Exercise:
     starter_fails_at: str        # a name from CHECKS
     starter_reason: str
     sizes: Sizes = Sizes()
-    global_loads: "GlobalLoads | None" = None   # loads.py
+    global_loads: "GlobalLoads | None" = None   # global_loads.py
 
     @property
     def checks(self) -> tuple[str, ...]:
