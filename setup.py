@@ -1,6 +1,6 @@
 """The workbench as a wheel: the Python package, the kernel tree as package data (workbench/_tree:
 kernels/, bindings/, exercises/), and every C++ piece built ahead of time into workbench/_prebuilt
-with its manifest (workbench/prebuilt.py says how an installed workbench uses them).
+with its manifest (workbench/build/prebuilt.py says how an installed workbench uses them).
 
     pip wheel . --no-build-isolation --no-deps -w dist    # against the torch installed here
 
@@ -11,7 +11,7 @@ Environment knobs:
     WORKBENCH_WHEEL_DEVICES  which variants to prebuild: "cpu,cuda" (default where nvcc is found),
                              "cpu" (the harness, bindings and CPU variants: what CI builds), or
                              "none" (sources only: everything is JIT-built where installed)
-    TORCH_CUDA_ARCH_LIST     CUDA archs (default "8.0;9.0+PTX")
+    TORCH_CUDA_ARCH_LIST     CUDA archs (default workbench.build.arch.SHIPPED: "8.0;9.0+PTX")
     MAX_JOBS                 libraries compiled at once (default: the CPU count)
 An editable install (pip install -e .) prebuilds nothing: a checkout JIT-builds, edits included.
 """
@@ -81,7 +81,8 @@ def _prebuilt():
                          "--no-build-isolation --no-deps), or set WORKBENCH_WHEEL_DEVICES=none for a "
                          "sources-only wheel") from None
     sys.path.insert(0, str(ROOT))
-    from workbench import __version__, config, loader, prebuilt, toolchain
+    from workbench import __version__, config, toolchain
+    from workbench.build import arch, prebuilt, tree
 
     if config.INSTALLED or config.REPO_ROOT != ROOT:
         raise SystemExit(f"setup.py imported workbench from {config.PACKAGE_DIR}, not from {ROOT}")
@@ -92,10 +93,10 @@ def _prebuilt():
     devices = _devices(can_cuda)
     if not devices:
         return [], None
-    arch_list = os.environ.setdefault("TORCH_CUDA_ARCH_LIST", prebuilt.DEFAULT_ARCH_LIST)
+    arch_list = os.environ["TORCH_CUDA_ARCH_LIST"] = arch.arch_list(shipped=True)  # cpp_extension reads it
     abi = toolchain.abi()
     libstdcxx = toolchain.loaded_libstdcxx()
-    pieces = loader.tree_pieces(devices, harness_with_cuda=can_cuda)
+    pieces = tree.tree_pieces(devices, harness_with_cuda=can_cuda)
     # Longest first, so that the parallel build ends together: the harness, then CUDA, then C++.
     pieces.sort(key=lambda p: (p.kind != "harness", not p.with_cuda))
     exts = []
@@ -105,7 +106,7 @@ def _prebuilt():
                   sources=[str(pathlib.Path(s).relative_to(ROOT)) for s in piece.sources],
                   include_dirs=[str(d) for d in piece.include_dirs],
                   # -g0: Python's own CFLAGS carry -g, which would triple the wheel for nothing.
-                  extra_compile_args={"cxx": piece.cflags + ["-g0"], "nvcc": piece.cuda_cflags},
+                  extra_compile_args={"cxx": [*piece.cflags, "-g0"], "nvcc": list(piece.cuda_cflags)},
                   # The libstdc++ torch loaded, as the JIT builds link it (toolchain.loaded_libstdcxx).
                   extra_link_args=[libstdcxx] if libstdcxx else [])
         if piece.kind != "harness":  # bindings and variants are torch-free: keep torch's libraries out
@@ -153,7 +154,7 @@ def _prebuilt():
             shutil.rmtree(out, ignore_errors=True)  # libraries of an earlier build with other knobs
             start = time.perf_counter()
             super().run()
-            from workbench import cache
+            from workbench.build.keys import sha256_file
 
             libraries = {}
             for ext in self.extensions:
@@ -161,7 +162,7 @@ def _prebuilt():
                 lib = pathlib.Path(self.get_ext_fullpath(ext.name))
                 libraries[prebuilt.key(piece, arch_list, abi)] = {
                     "label": piece.label, "kind": piece.kind, "with_cuda": piece.with_cuda, "file": lib.name,
-                    "size": lib.stat().st_size, "sha256": cache._sha256_file(lib),
+                    "size": lib.stat().st_size, "sha256": sha256_file(lib),
                     "build_seconds": self._seconds.get(ext.name)}
             for k, entry in libraries.items():
                 entry["key"] = k

@@ -19,6 +19,8 @@ import torch
 
 from conftest import REPO_ROOT, describe, wait_for_line
 from workbench import cache, config, loader, toolchain
+from workbench.build import keys
+from workbench.build import tree as build_tree
 from workbench.specs.bias_gelu import SPEC as spec
 
 
@@ -48,8 +50,9 @@ subprocess.Popen = subprocess.run = subprocess.check_output = subprocess.call = 
 os.system = refuse
 
 import workbench as wb
-from workbench import build, loader
-build.build_library = refuse
+from workbench import loader
+from workbench.build import compilers
+compilers.COMPILERS.update(dict.fromkeys(compilers.COMPILERS, refuse))
 t2 = time.perf_counter()
 k = wb.load("bias_gelu", "cpu")
 t3 = time.perf_counter()
@@ -212,21 +215,21 @@ class _KeyComputed(Exception):
 def _loader_key(monkeypatch, wb, variant: str) -> dict:
     """The content key that wb.load(op, variant) computes, taken from the real loader path and then
     stopped before anything is looked up or built."""
-    real = cache.content_key
+    real = keys.content_key
     seen = {}
 
     def spy(**kwargs):
         seen.update(kwargs, key=real(**kwargs))
         raise _KeyComputed
 
-    monkeypatch.setattr(cache, "content_key", spy)
+    monkeypatch.setattr(keys, "content_key", spy)
     real_ensure_op = loader.ensure_op
     monkeypatch.setattr(loader, "ensure_op", lambda op, **kwargs: None)  # declared and bound already (cpu_kernel)
     try:
         with pytest.raises(_KeyComputed):
             wb.load("bias_gelu", variant)
     finally:
-        monkeypatch.setattr(cache, "content_key", real)
+        monkeypatch.setattr(keys, "content_key", real)
         monkeypatch.setattr(loader, "ensure_op", real_ensure_op)
     return seen
 
@@ -269,7 +272,7 @@ def test_loader_key_changes_with_torch_version_through_the_lru_cache(wb, cpu_ker
 
 def test_loader_key_changes_with_flags(wb, cpu_kernel, monkeypatch):
     base = _loader_key(monkeypatch, wb, "cpu")["key"]
-    monkeypatch.setattr(loader, "CPU_FLAGS", ["-O2"])
+    monkeypatch.setattr(build_tree, "CPU_FLAGS", ("-O2",))
     seen = _loader_key(monkeypatch, wb, "cpu")
     assert seen["flags"] == ["-O2"] and seen["key"] != base
 
@@ -277,7 +280,7 @@ def test_loader_key_changes_with_flags(wb, cpu_kernel, monkeypatch):
 def test_loader_key_changes_with_cuda_flags_and_arch_list(wb, cpu_kernel, cuda_buildable, monkeypatch):
     base_scalar = _loader_key(monkeypatch, wb, "scalar")
     base_cpu = _loader_key(monkeypatch, wb, "cpu")["key"]
-    monkeypatch.setattr(loader, "CUDA_FLAGS", [*loader.CUDA_FLAGS, "-DWB_TEST_ONLY_FLAG"])
+    monkeypatch.setattr(build_tree, "CUDA_FLAGS", (*build_tree.CUDA_FLAGS, "-DWB_TEST_ONLY_FLAG"))
     assert _loader_key(monkeypatch, wb, "scalar")["key"] != base_scalar["key"]
     assert _loader_key(monkeypatch, wb, "cpu")["key"] == base_cpu  # CUDA flags do not touch a CPU build
     monkeypatch.undo()

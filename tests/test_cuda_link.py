@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench import config, loader, registry, toolchain
+from workbench import build, config, loader, registry, toolchain
 
 
 def _variants(suffixes):
@@ -72,7 +72,7 @@ def test_cuda_build_records_arch_list_and_ptxas_report(wb, scalar_kernel):
     import json
 
     meta = json.loads((scalar_kernel.library.parent / "meta.json").read_text())
-    assert meta["arch_list"] == toolchain.default_arch_list()
+    assert meta["arch_list"] == build.arch_list()
     assert "-Xptxas=-v" in meta["cuda_flags"]
     log = scalar_kernel.library.parent / "build.log"
     assert log.is_file(), "the build log is not kept next to the library"

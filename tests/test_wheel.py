@@ -1,4 +1,4 @@
-"""The workbench as a wheel (setup.py, workbench/prebuilt.py).
+"""The workbench as a wheel (setup.py, workbench/build/prebuilt.py).
 
 Built here with WORKBENCH_WHEEL_DEVICES=cpu (the harness, every binding and every C++ CPU variant:
 ~30 s on 2 cores; the full build, ~90 s more, is scripts/gpu_wheel.sh's; WORKBENCH_TEST_WHEEL_DEVICES=
@@ -108,7 +108,8 @@ def run_installed(venv: dict, code: str = "", *, args=(), compilers: str = "shim
 
 
 def test_wheel_ships_the_tree_and_every_prebuilt_piece(wheel, wb):
-    from workbench import loader, prebuilt, registry, toolchain
+    from workbench import registry, toolchain
+    from workbench.build import arch, prebuilt, tree
 
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
@@ -117,7 +118,7 @@ def test_wheel_ships_the_tree_and_every_prebuilt_piece(wheel, wb):
     assert manifest["toolchain"] == toolchain.abi()
     cuda = "cuda" in manifest["devices"]
     assert manifest["devices"] == (["cpu", "cuda"] if cuda else ["cpu"])
-    assert manifest["arch_list"] == prebuilt.DEFAULT_ARCH_LIST
+    assert manifest["arch_list"] == arch.SHIPPED
     # Every piece the tree has now (an op added since is in), found as the registry finds them.
     expected = {"harness"} | {f"binding/{op}" for op in registry.ops()} | {
         f"{op}/{name}" for op in registry.ops() for name, src in registry.variant_sources(op).items()
@@ -128,7 +129,7 @@ def test_wheel_ships_the_tree_and_every_prebuilt_piece(wheel, wb):
         assert entry["with_cuda"] == (entry["kind"] == "harness" or entry["label"].endswith(tuple(
             f"/{n}" for op in registry.ops() for n, src in registry.variant_sources(op).items() if src.suffix == ".cu")))
     # Keys are what the checkout's loader computes for the same sources.
-    piece = loader.variant_piece("bias_gelu", "cpu", registry.variant_source("bias_gelu", "cpu"))
+    piece = tree.variant_piece("bias_gelu", "cpu", registry.variant_source("bias_gelu", "cpu"))
     assert prebuilt.key(piece, manifest["arch_list"], toolchain.abi()) in manifest["libraries"]
     for top in ("kernels", "bindings", "exercises"):
         missing = {f for f in _tree_files(REPO_ROOT, top) if f"workbench/_tree/{f}" not in names}
@@ -248,7 +249,8 @@ def test_another_torch_is_refused_by_name_or_rebuilt(venv):
 
 
 def test_checkout_ignores_prebuilt_libraries(wb):
-    from workbench import config, prebuilt
+    from workbench import config
+    from workbench.build import prebuilt
 
     assert not config.INSTALLED and config.REPO_ROOT == REPO_ROOT
     assert prebuilt.manifest() is None
@@ -256,7 +258,8 @@ def test_checkout_ignores_prebuilt_libraries(wb):
 
 @pytest.mark.parametrize("cap, gap", [((9, 0), []), ((8, 6), []), ((12, 0), []), ((7, 5), ["sm_75"])])
 def test_arch_coverage(monkeypatch, cap, gap):
-    from workbench import prebuilt, toolchain
+    from workbench import toolchain
+    from workbench.build import prebuilt
 
     monkeypatch.setattr(toolchain, "gpu_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)

@@ -58,7 +58,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import cache, loader, registry, toolchain
+from . import build, cache, loader, registry, toolchain
+from .build.tree import cuda_source_piece
 from . import dtypes as dtypes_
 from .errors import WorkbenchError
 from .opspec import as_tuple
@@ -516,13 +517,11 @@ def _style_of(path: pathlib.Path, text: str) -> tuple[str, str | None]:
                      f"or TORCH_LIBRARY(namespace, m) {{ m.def(\"forward(Tensor x, ...) -> Tensor\"); ... }}")
 
 
-def _piece(op: str, path: pathlib.Path) -> dict:
-    """_get_or_build's arguments for an extension source. One label per op, whatever the name, so
-    the same text finds the same build (a notebook's, a test's, the exercise checker's)."""
-    with_cuda = path.suffix == ".cu"
-    return dict(label=f"{op}/torch_extension", kind="extension", sources=[path], include_dirs=[path.parent],
-                with_cuda=with_cuda, cflags=list(loader.CPU_FLAGS),
-                cuda_cflags=loader._cuda_flags() + toolchain.variant_arch_flags(path) if with_cuda else [])
+def _piece(op: str, path: pathlib.Path) -> build.Piece:
+    """An extension source's build piece. One label per op, whatever the name, so the same text
+    finds the same build (a notebook's, a test's, the exercise checker's)."""
+    return cuda_source_piece(label=f"{op}/torch_extension", kind="extension", source=path, include_dirs=[path.parent],
+                             options=build.DEFAULT_OPTIONS)
 
 
 def _extension_path(op: str, path) -> pathlib.Path:
@@ -553,8 +552,8 @@ def build_extension(op: str, path, name: str | None = None) -> BuiltExtension:
     _style_of(path, path.read_text(errors="replace"))
     name = name or path.stem
     cache.progress(f"{op}/{name}: {EXTENSION_MESSAGE}")
-    with loader._built_not_loaded():
-        lib, bdir, built, key, _ = loader._get_or_build(**_piece(op, path))
+    with build.built_not_loaded():
+        lib, bdir, built, key, _ = build.get_or_build(_piece(op, path))
     cache.mark_in_use(bdir)
     device = "cuda" if path.suffix == ".cu" else "cpu"
     return BuiltExtension(op=op, name=name, source=path, library=lib, build_dir=bdir, built=built,
@@ -604,7 +603,7 @@ def load_extension(op: str, path, name: str | None = None, *, dtypes=None, devic
     name = name or path.stem
     cache.progress(f"{op}/{name}: {EXTENSION_MESSAGE}")
     rename = {str(path): inline_label} if inline_label else None
-    lib, bdir, built, key, _ = loader._get_or_build(**_piece(op, path), rename=rename)
+    lib, bdir, built, key, _ = build.get_or_build(_piece(op, path), rename=rename)
     cache.mark_in_use(bdir)
     module = _load_module(lib, style, namespace)
     fwd = getattr(module, forward, None) if style == "pybind11" else _op_or_none(module, forward)
@@ -662,6 +661,6 @@ def load_inline_extension(op: str, source: str, name: str, **kw) -> CallableKern
         raise ValueError("load_inline(style='extension'): source must be a non-empty string of C++ or CUDA C++")
     registry.check_variant_name(name)
     is_cuda = "__global__" in source or "<<<" in source
-    path = loader._cache_source(op, source, ".cu" if is_cuda else ".cpp", name)
+    path = cache.write_source(op, source, ".cu" if is_cuda else ".cpp", name)
     return load_extension(op, path, name, inline_label=f"<inline {op}/{name}>", **kw)
 

@@ -19,7 +19,7 @@ REPO_ROOT = PACKAGE_DIR / "_tree" if INSTALLED else PACKAGE_DIR.parent
 KERNELS_DIR = REPO_ROOT / "kernels"
 COMMON_DIR = KERNELS_DIR / "common"
 BINDINGS_DIR = REPO_ROOT / "bindings"
-# Libraries built ahead of time into a wheel, with their manifest (workbench/prebuilt.py). Only an
+# Libraries built ahead of time into a wheel, with their manifest (workbench/build/prebuilt.py). Only an
 # installed package consults them: from a checkout, every build is JIT and edits rebuild.
 PREBUILT_DIR = PACKAGE_DIR / "_prebuilt"
 # Results are written beside a checkout; never into site-packages ($WORKBENCH_RESULTS, else ./results).

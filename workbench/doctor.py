@@ -8,7 +8,7 @@ import sys
 import shutil
 import subprocess
 
-from . import cache, config, toolchain
+from . import build, cache, config, toolchain
 
 
 def _ninja_version() -> str | None:
@@ -65,7 +65,7 @@ def report() -> tuple[list[tuple[str, str]], list[str]]:
     else:
         rows.append(("gpu", "none visible: CPU variants only" + (
             "" if torch.version.cuda is None else "; CUDA variants still build and link here")))
-    rows.append(("arch list", toolchain.default_arch_list() if toolchain.can_build_cuda() else "-"))
+    rows.append(("arch list", build.arch_list() if toolchain.can_build_cuda() else "-"))
     root = config.cache_dir()
     size = cache.dir_size(root) if root.exists() else 0
     n_builds = sum(1 for d in (root / "builds").iterdir() if d.is_dir()) if (root / "builds").exists() else 0

@@ -31,6 +31,7 @@ import tempfile
 import types
 
 from . import config, registry
+from .build import arch
 from .dtypes import TOLERANCES
 from .opspec import REQUIRED
 
@@ -40,7 +41,7 @@ _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
 # torch.ops namespaces that are taken (torch's own, the workbench's harness and Python variants)
 _TAKEN_NAMESPACES = {"aten", "prim", "prims", "torch", "quantized", "_c", "workbench", "workbench_py"}
 _CPP_TYPES = {float: ("float", "double", "f"), int: ("int", "int64_t", "i"), bool: ("bool", "bool", "i")}
-ARCH_LIST = "8.0;9.0+PTX"  # where the build machine has no GPU to ask (issue 14: 8.0 and 9.0, plus PTX)
+ARCH_LIST = arch.SHIPPED  # where the build machine has no GPU to ask (issue 14: 8.0 and 9.0, plus PTX)
 TEST_SIZE_ELEMENTS = 20000  # the package test's sizes: the spec's check sizes up to this many elements per input
 
 

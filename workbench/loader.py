@@ -1,15 +1,16 @@
 """Loading: the harness (built once per toolchain), each op's binding, and variant libraries.
 
 `load(op, variant)` makes sure the op is declared in this process (its schemas, fake and autograd
-registration, from its spec) and its binding is loaded, then finds the variant's source, computes
-its content key, and either loads the published build (a warm hit: no ninja, no lock) or builds it
-under the key's lock and publishes it. The library is registered with the harness under `name` and
+registration, from its spec) and its binding is loaded, then finds the variant's source and hands
+its piece (build/tree.py) to the build pipeline (build.get_or_build: a warm hit loads with no ninja
+and no lock; otherwise it is built under the key's lock and published). The library is registered with the harness under `name` and
 `name@build_id`; the returned Kernel calls its exact build, so a handle to an older build keeps
 working after an edit. Each piece is its own library: editing one op's binding or one variant
 rebuilds that piece alone, never the harness.
 
 Installed from a wheel, each piece is first looked up among the libraries the wheel prebuilt
-(prebuilt.py): where its source and torch match, it loads with no compiler and no cache.
+(build/prebuilt.py, the pipeline's first tier): where its source and torch match, it loads with no
+compiler and no cache.
 
 A Python variant (kernels/<op>/<name>.py: a PyTorch formula or Triton kernels) needs neither the
 harness nor a compiler: it is imported per content (pyvariant.py) and served by a PythonKernel,
@@ -17,20 +18,19 @@ the same interface with the same checks.
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import dataclasses
 import hashlib
 import json
-import os
 import pathlib
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 
-from . import build, cache, config, prebuilt, pyvariant, registry, toolchain, torchops
-from .errors import BuildError, WorkbenchError
+from . import cache, config, pyvariant, registry, toolchain, torchops
+from .build import DEFAULT_OPTIONS, BuildOptions, built_not_loaded, get_or_build, prebuilt
+from .build.tree import binding_piece, harness_piece, variant_piece
+from .errors import WorkbenchError
 
 _lock = threading.RLock()
 _harness: dict | None = None
@@ -39,16 +39,6 @@ _declared: set[str] = set()              # ops declared to the harness in this p
 _bindings: dict[str, tuple[str, str]] = {}  # op -> (content key, contract) of the binding registered now
 _current: dict[tuple[str, str], "Kernel"] = {}  # (op, name) -> newest loaded build
 _last_good: dict[tuple[str, str], str] = {}
-
-CPU_FLAGS = ["-O3"]
-# -Xptxas=-v puts the register/spill report in each build log. -lineinfo is left out of the edit
-# loop (it costs ~3% of the nvcc time); WORKBENCH_NVCC_FLAGS adds it, or anything else, when wanted.
-CUDA_FLAGS = ["-O3", "-Xptxas=-v"]
-
-
-def _cuda_flags() -> list[str]:
-    return CUDA_FLAGS + os.environ.get("WORKBENCH_NVCC_FLAGS", "").split()
-
 
 @dataclass
 class Kernel:
@@ -65,6 +55,7 @@ class Kernel:
     built: bool                 # compiled by this load (False: loaded from the cache)
     seconds: float              # time this load took
     info: dict = field(default_factory=dict, repr=False)
+    options: BuildOptions = field(default=DEFAULT_OPTIONS, repr=False)  # how it was built
     kind = "c++"                # a class attribute; a PythonKernel's is "torch" or "triton"
 
     def runs_on(self, device_type: str) -> bool:
@@ -88,8 +79,8 @@ class Kernel:
 
     @property
     def spec(self):
-        """The op's spec as registered in this process (no look into the tree: calls stay cheap)."""
-        return torchops.current_spec(self.op) or registry.spec(self.op)
+        """The op's spec, from the registry's store (no look into the tree: calls stay cheap)."""
+        return registry.spec(self.op)
 
     def __post_init__(self):
         # Resolved now, not on first use: torch.compile traces __call__, and dynamo cannot trace
@@ -157,114 +148,6 @@ class PythonKernel(Kernel):
         return self.build.backward(*tensors, *values)
 
 
-def _get_or_build(*, label: str, kind: str, sources: list[pathlib.Path], include_dirs: list[pathlib.Path],
-                  with_cuda: bool, cflags: list[str], cuda_cflags: list[str], rename: dict | None = None
-                  ) -> tuple[pathlib.Path, pathlib.Path, bool, str, dict]:
-    """(library, build dir, built now, key, record) for these sources: an installed wheel's
-    prebuilt library (checked before anything runs nvcc), else from the cache or built."""
-    piece = prebuilt.Piece(label=label, kind=kind, sources=sources, include_dirs=include_dirs,
-                           with_cuda=with_cuda, cflags=cflags, cuda_cflags=cuda_cflags)
-    hit = prebuilt.find(piece)
-    if hit is not None:
-        return hit[0], config.PREBUILT_DIR, False, hit[1]["key"], hit[1]
-    arch = toolchain.default_arch_list() if with_cuda else None
-    tc = toolchain.current().fields()
-    key = cache.content_key(kind=kind, sources=sources, include_dirs=include_dirs, flags=piece.flags,
-                            arch_list=arch, toolchain=tc)
-    final = cache.build_dir_for(label, key)
-    lib, meta, problem = cache.lookup(final)
-    if lib is not None:
-        return lib, final, False, key, meta
-    with cache.writing(label), cache.file_lock(cache.lock_path(key), what=label):
-        lib, meta, problem = cache.lookup(final)  # someone may have built it while we waited
-        if lib is not None:
-            return lib, final, False, key, meta
-        if cache.import_shared(final, label):  # a shared cache the user opted into, checked by its manifest
-            lib, meta, problem = cache.lookup(final)
-            if lib is not None:
-                return lib, final, False, key, meta
-        if problem:
-            cache.progress(f"{label}: cached build unusable ({problem}); rebuilding")
-        staging = cache.new_staging_dir(label, key)
-        what = ", ".join(s.name for s in sources)
-        tool = f"nvcc, arch {arch}" if with_cuda and any(s.suffix == ".cu" for s in sources) else "c++"
-        cache.progress(f"{label}: compiling {what} ({tool}) ...")
-        last_good = _last_good.get(tuple(label.split("/", 1))) if "/" in label else None
-        try:
-            built, seconds = build.build_library(
-                # A name of this build's own (cpp_extension renames a second build of a name in one
-                # process; dlopen would hand back the library already loaded under a path).
-                label=label, name=f"wb_{label.replace('/', '_')}_{key[:12]}_{uuid.uuid4().hex[:6]}", sources=sources,
-                include_dirs=include_dirs, cflags=cflags, cuda_cflags=cuda_cflags, with_cuda=with_cuda,
-                arch_list=arch, build_dir=staging, rename=rename, last_good=last_good)
-        except BuildError as e:
-            # Keep the log where the message says it is; drop the rest of the staging dir later.
-            kept = cache.subdir("logs") / f"{label.replace('/', '-')}-{key[:12]}.log"
-            if e.log_path.exists():
-                e.log_path.replace(kept)
-                e.log_path = kept
-                e.args = (str(e.args[0]).replace(str(staging / "build.log"), str(kept)),)
-            cache.discard(staging)
-            full = cache.full_disk_error(e, label, e.log_path)
-            if full is not None:
-                raise full from None
-            raise
-        record = {"label": label, "key": key, "kind": kind, "arch_list": arch, "toolchain": tc,
-                  "flags": cflags, "cuda_flags": cuda_cflags if with_cuda else [], "build_seconds": seconds,
-                  "created": time.time(), "sources": [str(s) for s in sources]}
-        # What the compilers read (ninja's log of their depfiles), each file with its digest: a hit
-        # whose dependencies changed is stale, whatever way a header was included.
-        deps = cache.ninja_deps(staging)
-        if deps is None:
-            cache.discard(staging)
-            raise WorkbenchError(f"{label}: ninja recorded no dependency list for this build (its .ninja_deps "
-                                 f"is missing), so a later edit of a header could not be seen; is "
-                                 f"TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES set, or ninja older than 1.3?")
-        lib = cache.publish(staging, final, built, record, cache.dependency_record(deps + [str(s) for s in sources],
-                                                                                    staging), rename=False)
-        cache.progress(f"{label}: built in {seconds:.1f} s")
-        return lib, final, True, key, json.loads((final / "meta.json").read_text())
-
-
-def harness_sources() -> list[pathlib.Path]:
-    return sorted((config.BINDINGS_DIR / "harness").glob("*.cpp"))
-
-
-# The three kinds of piece, described once: the loader builds them from these, and setup.py
-# prebuilds the same descriptions into a wheel (tree_pieces), so the keys agree.
-def harness_piece(with_cuda: bool) -> prebuilt.Piece:
-    return prebuilt.Piece(label="harness", kind="harness", sources=harness_sources(),
-                          include_dirs=[config.BINDINGS_DIR / "harness", config.COMMON_DIR], with_cuda=with_cuda,
-                          cflags=["-O2"] + (["-DWORKBENCH_WITH_CUDA"] if with_cuda else []), cuda_cflags=[])
-
-
-def binding_piece(op: str) -> prebuilt.Piece:
-    src = registry.sources(op)
-    return prebuilt.Piece(label=f"binding/{op}", kind="binding", sources=[src.binding],
-                          include_dirs=[config.BINDINGS_DIR, config.COMMON_DIR, src.kernel_dir], with_cuda=False,
-                          cflags=CPU_FLAGS, cuda_cflags=[])
-
-
-def variant_piece(op: str, name: str, source: pathlib.Path) -> prebuilt.Piece:
-    src = registry.sources(op)
-    return prebuilt.Piece(label=f"{op}/{name}", kind="variant", sources=[source],
-                          include_dirs=[config.COMMON_DIR, src.kernel_dir], with_cuda=source.suffix == ".cu",
-                          cflags=CPU_FLAGS, cuda_cflags=_cuda_flags() + toolchain.variant_arch_flags(source))
-
-
-def tree_pieces(devices: tuple[str, ...], harness_with_cuda: bool) -> list[prebuilt.Piece]:
-    """Every piece a wheel prebuilds (setup.py), found in the tree as the registry finds ops and
-    variants: the harness, each op's binding, each .cu (devices has "cuda") and .cpp (devices has
-    "cpu") variant. Python variants ship as sources only."""
-    pieces = [harness_piece(harness_with_cuda)]
-    for op in registry.ops():
-        pieces.append(binding_piece(op))
-        for name, source in registry.variant_sources(op).items():
-            if {".cu": "cuda", ".cpp": "cpu"}.get(source.suffix) in devices:
-                pieces.append(variant_piece(op, name, source))
-    return pieces
-
-
 def ensure_harness() -> dict:
     """Build (once per toolchain) and load the C++ harness: the registries and the one kernel that
     serves every op. It knows no op: ops are declared to it at run time."""
@@ -279,7 +162,7 @@ def ensure_harness() -> dict:
         if with_cuda is None:
             with_cuda = toolchain.can_build_cuda()
         start = time.perf_counter()
-        lib, bdir, built, key, _ = _get_or_build(**harness_piece(with_cuda).kwargs())
+        lib, bdir, built, key, _ = get_or_build(harness_piece(with_cuda))
         if not built:
             if _workbench_namespace_registered():
                 raise WorkbenchError(
@@ -327,12 +210,13 @@ def ensure_op(op: str, *, python: bool = True) -> None:
     ensure_harness()
     spec = registry.spec(op)
     with _lock:
+        # Built before the op is declared: a binding that does not build leaves no schema behind.
+        lib, bdir, built, key, _ = get_or_build(binding_piece(op))
         if op not in _declared:
             _call_harness("workbench_define_op", spec.declaration())
             _declared.add(op)
         if python:
             torchops.register(spec)  # the current spec: an edited one (same schema) takes over
-        lib, bdir, built, key, _ = _get_or_build(**binding_piece(op).kwargs())
         if _bindings.get(op, ("",))[0] != key:
             digest = contract(op)
             _call_harness("workbench_register_binding", op, str(lib), digest)
@@ -344,7 +228,7 @@ def _register_python(op: str, name: str, source: pathlib.Path) -> Kernel:
     """Import (once per content) and serve a Python variant; the C++ harness is not involved."""
     start = time.perf_counter()
     spec = registry.spec(op)
-    build_, imported = pyvariant.load(op, name, source, lambda: torchops.current_spec(op) or spec,
+    build_, imported = pyvariant.load(op, name, source, lambda: registry.spec(op),
                                       last_good=_last_good.get((op, name)))
     v = build_.info
     import torch
@@ -367,7 +251,7 @@ def _register_python(op: str, name: str, source: pathlib.Path) -> Kernel:
 
 
 def _register(op: str, name: str, source: pathlib.Path, *, inline_label: str | None = None,
-              python: bool = True) -> Kernel:
+              python: bool = True, options: BuildOptions = DEFAULT_OPTIONS) -> Kernel:
     if source.suffix == ".py":
         return _register_python(op, name, source)
     start = time.perf_counter()
@@ -382,7 +266,8 @@ def _register(op: str, name: str, source: pathlib.Path, *, inline_label: str | N
             f"(torch {torch.__version__} {'has no CUDA' if not toolchain.torch_has_cuda() else 'found no nvcc'}); "
             f"CPU variants here: {', '.join(v.name for v in registry.variants(op) if v.runs_on('cpu'))}")
     rename = {str(source): inline_label} if inline_label else None
-    lib, bdir, built, key, _ = _get_or_build(**variant_piece(op, name, source).kwargs(), rename=rename)
+    lib, bdir, built, key, _ = get_or_build(variant_piece(op, name, source, options), rename=rename,
+                                            last_good=_last_good.get((op, name)))
     build_id = key[:10]
     with _lock:
         # The contract of the binding just ensured: the variant's build key covers the same header.
@@ -390,7 +275,7 @@ def _register(op: str, name: str, source: pathlib.Path, *, inline_label: str | N
         cache.mark_in_use(bdir)
         kernel = Kernel(op=op, name=name, build_id=build_id, device=info["device"], dtypes=tuple(info["dtypes"]),
                         description=info["description"], library=lib, source=source, built=built,
-                        seconds=time.perf_counter() - start, info=info)
+                        seconds=time.perf_counter() - start, info=info, options=options)
         _current[(op, name)] = kernel
         _last_good[(op, name)] = f"{op}/{kernel.qualified} ({lib})"
         if registry.variant_sources(op).get(name) != source:
@@ -401,23 +286,32 @@ def _register(op: str, name: str, source: pathlib.Path, *, inline_label: str | N
     return kernel
 
 
-def load(op: str, variant: str) -> Kernel:
-    """Build (or fetch from the cache) and load one variant of an op from kernels/<op>/."""
+def load(op: str, variant: str, *, options: BuildOptions = DEFAULT_OPTIONS) -> Kernel:
+    """Build (or fetch from the cache) and load one variant of an op from kernels/<op>/. options:
+    how it is built beyond the defaults (BuildOptions(line_info=True): a build with nvcc -lineinfo)."""
     source = registry.variant_source(op, variant)
-    return _register(op, variant, source)
+    return _register(op, variant, source, options=_checked(options))
 
 
-def load_source(op: str, path, name: str | None = None, *, python: bool = True) -> Kernel:
+def load_source(op: str, path, name: str | None = None, *, python: bool = True,
+                options: BuildOptions = DEFAULT_OPTIONS) -> Kernel:
     """Build and load a variant of `op` from a source file anywhere (an exercise, a planted test
     kernel, a copy of a Python variant); `name` defaults to the file's stem. python=False: see
-    ensure_op (a C++ variant only). (wb.load_source also takes style="extension": byo.py.)"""
+    ensure_op (a C++ variant only); options: see load. (wb.load_source also takes style="extension":
+    byo.py.)"""
     registry.check_op(op)
     path = pathlib.Path(path).resolve()
     if not path.is_file() or path.suffix not in registry.SUFFIXES:
         raise ValueError(f"load_source: path must be an existing .cu, .cpp or .py file; got {str(path)!r}")
     name = name or path.stem
     registry.check_variant_name(name)
-    return _register(op, name, path, python=python)
+    return _register(op, name, path, python=python, options=_checked(options))
+
+
+def _checked(options) -> BuildOptions:
+    if not isinstance(options, BuildOptions):
+        raise TypeError(f"options must be a workbench.build.BuildOptions; got {type(options).__name__}")
+    return options
 
 
 @dataclass
@@ -444,39 +338,7 @@ class BuiltVariant:
         return self.key[:10]    # as a loaded Kernel's
 
 
-@contextlib.contextmanager
-def _built_not_loaded():
-    """While it lasts, a build links the library and stops there: cpp_extension.load, through
-    which every build goes (build.build_library), ends by loading what it built into the building
-    process (torch.ops.load_library: the library's static initializers would run here, and under
-    the build lock); here it returns the path instead. Fails closed: if this torch has no such
-    step to replace, nothing is built, and a load that happens anyway raises. For a process that
-    builds and never loads (the exercise checker's; it builds in one thread)."""
-    import torch
-    from torch.utils import cpp_extension
-
-    if not callable(getattr(cpp_extension, "_import_module_from_library", None)):
-        raise WorkbenchError("cannot build without loading with this torch (no cpp_extension._import_module_from_library "
-                             f"in torch {torch.__version__}); refusing to build code this process must not run")
-
-    def path_only(module_name, path, is_python_module):
-        if is_python_module:
-            raise WorkbenchError("build_source builds libraries, not Python modules")
-        return os.path.join(path, f"{module_name}{cpp_extension.LIB_EXT}")
-
-    def refuse(path):
-        raise WorkbenchError(f"refused to load {path}: this process builds without loading")
-
-    saved, own = cpp_extension._import_module_from_library, vars(torch.ops).get("load_library")
-    cpp_extension._import_module_from_library, torch.ops.load_library = path_only, refuse
-    try:
-        yield
-    finally:
-        cpp_extension._import_module_from_library = saved
-        if own is None:
-            del torch.ops.load_library  # the class's method again
-        else:
-            torch.ops.load_library = own
+_built_not_loaded = built_not_loaded  # the name the exercise checker's tests know
 
 
 def build_source(op: str, path, name: str | None = None) -> BuiltVariant:
@@ -496,34 +358,12 @@ def build_source(op: str, path, name: str | None = None) -> BuiltVariant:
     if static.device == "cuda" and not toolchain.can_build_cuda() and prebuilt.manifest() is None:
         raise WorkbenchError(f"{op}/{name} is a CUDA variant, and this machine cannot build CUDA code "
                              f"({'torch has no CUDA' if not toolchain.torch_has_cuda() else 'no nvcc found'})")
-    with _built_not_loaded():
-        lib, bdir, built, key, _ = _get_or_build(**variant_piece(op, name, path).kwargs())
+    with built_not_loaded():
+        lib, bdir, built, key, _ = get_or_build(variant_piece(op, name, path))
     cache.mark_in_use(bdir)  # a shared lock that keeps `clean` away until this process ends, not a build lock
     return BuiltVariant(op=op, name=name, source=path, library=lib, build_dir=bdir, built=built,
                         seconds=time.perf_counter() - start, key=key, device=static.device, dtypes=static.dtypes,
                         description=static.description)
-
-
-def _write_text(path: pathlib.Path, text: str) -> None:
-    """Write `text` to `path` atomically (a temporary file per writer, renamed into place), unless
-    the file already holds exactly that text."""
-    if path.is_file() and not path.is_symlink() and path.read_text() == text:
-        return
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    tmp.replace(path)  # replaces a link at `path` itself, never writes through it
-
-
-def _cache_source(kind: str, text: str, suffix: str, name: str) -> pathlib.Path:
-    """A source string written under the cache, named by its hash."""
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    path = cache.subdir("sources") / kind / f"{name}-{digest}{suffix}"
-    with cache.writing(f"writing the source of {kind}/{name}"):
-        _write_text(path, text)
-    return path
 
 
 def load_inline(op: str, source: str, name: str, *, replace: bool = False) -> Kernel:
@@ -538,7 +378,7 @@ def load_inline(op: str, source: str, name: str, *, replace: bool = False) -> Ke
     registry.check_variant_name(name)
     registry.check_not_shadowing(op, name, None, replace, f"load_inline({op!r}, ..., name={name!r})")
     is_cuda = "__global__" in source or "WB_DEVICE_CUDA" in source
-    path = _cache_source(op, source, ".cu" if is_cuda else ".cpp", name)
+    path = cache.write_source(op, source, ".cu" if is_cuda else ".cpp", name)
     return _register(op, name, path, inline_label=f"<inline {op}/{name}>")
 
 
@@ -565,10 +405,14 @@ def define_op(spec, header: str, binding: str) -> None:
     folder = cache.subdir("sources") / "ops" / f"{spec.name}-{digest}"
     # The binding in a subfolder: every .cu/.cpp beside the header would be taken for a variant.
     header_path, binding_path = folder / f"{spec.name}.h", folder / "binding" / f"{spec.name}.cpp"
-    _write_text(header_path, texts["header"])
-    _write_text(binding_path, texts["binding"])
-    registry.add_inline_op(spec, registry.OpSources(folder, header_path, binding_path, inline=True))
-    ensure_op(spec.name)
+    cache.write_text(header_path, texts["header"])
+    cache.write_text(binding_path, texts["binding"])
+    before = registry.add_inline_op(spec, registry.OpSources(folder, header_path, binding_path, inline=True))
+    try:
+        ensure_op(spec.name)
+    except BaseException:  # e.g. the binding does not build: the op is not left listed without one
+        registry.restore_inline_op(spec.name, before)
+        raise
 
 
 def get(op: str, name: str) -> Kernel:

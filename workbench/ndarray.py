@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import cache, config, dtypes, ndarray_build, registry, static_spec
+from . import build, cache, config, dtypes, ndarray_build, registry, static_spec
 from .errors import WorkbenchError
 from .shapes import ShapeBinder, shape_text
 
@@ -69,12 +69,8 @@ def copy_bandwidth_gbps(nbytes: int = 1 << 30, repeat: int = 10, device: int = 0
 
 
 def arch_list() -> str:
-    """$TORCH_CUDA_ARCH_LIST, else the visible GPUs' capabilities, else 8.0;9.0 (as the torch path)."""
-    env = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    if env:
-        return env
-    caps = sorted({tuple(d["capability"]) for d in devices()})
-    return ";".join(f"{a}.{b}" for a, b in caps) or ndarray_build.DEFAULT_ARCH_LIST
+    """The torch path's arch list (build.arch_list), the GPUs asked through this module, not torch."""
+    return build.arch_list(capabilities=lambda: [tuple(d["capability"]) for d in devices()])
 
 
 def ops() -> list[str]:

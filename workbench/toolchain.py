@@ -1,4 +1,4 @@
-"""The toolchain a build depends on: torch, its CUDA, nvcc, the C++ ABI, the arch list.
+"""The toolchain a build depends on: torch, its CUDA, nvcc, the C++ ABI (the arch list: build/arch.py).
 
 Everything here feeds the content key, so an upgrade of any part gives a fresh build instead of an
 `undefined symbol` at load time. Queries are cached per process; the nvcc version is also cached on
@@ -101,19 +101,6 @@ def gpu_available() -> bool:
     return torch_has_cuda() and torch.cuda.is_available()
 
 
-def default_arch_list() -> str:
-    """TORCH_CUDA_ARCH_LIST if set; else the visible GPUs' capabilities; else sm_80 and sm_90 (what
-    CI compiles for when there is no GPU to ask)."""
-    env = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    if env:
-        return env
-    if gpu_available():
-        import torch
-        caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
-        return ";".join(f"{major}.{minor}" for major, minor in caps)
-    return "8.0;9.0"
-
-
 # A CUDA variant whose source names this marker issues Hopper's arch-specific instructions (wgmma,
 # setmaxnreg: the sm_90a target; kernels/matmul/hopper.cuh) and runs on compute capability 9.0 only.
 SM90A_MARKER = "WB_NEEDS_SM90A"
@@ -127,22 +114,15 @@ def needs_sm90a(source) -> bool:
 
 
 def variant_arch_flags(source, arch_list: str | None = None) -> list[str]:
-    """Explicit -gencode flags for a CUDA variant that needs sm_90a: the arch list with 9.0 built as
-    9.0a (a plain sm_90 pass rejects wgmma and setmaxnreg), every other entry as listed. [] for any
-    other source: cpp_extension derives the flags from TORCH_CUDA_ARCH_LIST as before (it adds none
-    of its own where the flags already name an arch)."""
+    """Explicit -gencode flags for a CUDA variant that needs sm_90a: the arch list (default: the
+    build's, build.arch.arch_list) with 9.0 built as 9.0a (a plain sm_90 pass rejects wgmma and
+    setmaxnreg), every other entry as listed. [] for any other source: cpp_extension derives the flags
+    from TORCH_CUDA_ARCH_LIST as before (it adds none of its own where the flags already name an arch)."""
     if not needs_sm90a(source):
         return []
-    flags = []
-    for entry in re.split(r"[;\s,]+", (arch_list or default_arch_list()).strip()):
-        m = re.fullmatch(r"(\d+)\.(\d+)([a-z]?)(\+PTX)?", entry)
-        if not m:
-            continue
-        num = m.group(1) + m.group(2) + (m.group(3) or ("a" if m.group(1) + m.group(2) == "90" else ""))
-        flags.append(f"-gencode=arch=compute_{num},code=sm_{num}")
-        if m.group(4):
-            flags.append(f"-gencode=arch=compute_{num},code=compute_{num}")
-    return flags
+    from .build import arch
+
+    return arch.gencode_flags(arch_list or arch.arch_list(), sm90a=True, strict=False)
 
 
 def unmet_arch(source, device) -> str | None:

@@ -18,44 +18,23 @@ from __future__ import annotations
 import functools
 import json
 import pathlib
-import re
 import sys
-from dataclasses import dataclass, field
 
-from . import cache, config, toolchain
-from .errors import WorkbenchError
+from .. import config, toolchain
+from ..errors import WorkbenchError
+from . import arch
+from .keys import sha256_file
+from .piece import Piece
+from .records import elf_problem
 
 MANIFEST = "manifest.json"
 FORMAT = 1
-DEFAULT_ARCH_LIST = "8.0;9.0+PTX"
 _noted: set[str] = set()
 
 
-@dataclass(frozen=True)
-class Piece:
-    """One library the loader builds or loads: the harness, an op's binding, or a C++ variant."""
-    label: str
-    kind: str
-    sources: list = field(hash=False)
-    include_dirs: list = field(hash=False)
-    with_cuda: bool
-    cflags: list = field(hash=False)
-    cuda_cflags: list = field(hash=False)
-
-    @property
-    def flags(self) -> list[str]:
-        """The flags as the content key sees them (the loader's JIT key takes the same list)."""
-        return self.cflags + (self.cuda_cflags if self.with_cuda else []) + (["cuda"] if self.with_cuda else [])
-
-    def kwargs(self) -> dict:
-        return {"label": self.label, "kind": self.kind, "sources": self.sources, "include_dirs": self.include_dirs,
-                "with_cuda": self.with_cuda, "cflags": self.cflags, "cuda_cflags": self.cuda_cflags}
-
-
 def key(piece: Piece, arch_list: str, abi: dict) -> str:
-    return cache.content_key(kind=piece.kind, sources=piece.sources, include_dirs=piece.include_dirs,
-                             flags=piece.flags, arch_list=arch_list if piece.with_cuda else None,
-                             toolchain={"prebuilt": abi})
+    """A piece's prebuilt key: its content key with the wheel's arch list and `abi` as the toolchain."""
+    return piece.key({"prebuilt": abi}, arch_list)
 
 
 @functools.lru_cache(maxsize=None)
@@ -126,10 +105,10 @@ def _arch_gap(arch_list: str) -> list[str]:
     if not toolchain.gpu_available():
         return []
     sass, ptx = [], []
-    for major, minor, suffix, plus_ptx in re.findall(r"(\d+)\.(\d+)([a-z]?)(\+PTX)?", arch_list):
-        sass.append((int(major), int(minor), suffix))
+    for major, minor, suffix, plus_ptx in arch.entries(arch_list):
+        sass.append((major, minor, suffix))
         if plus_ptx:
-            ptx.append((int(major), int(minor)))
+            ptx.append((major, minor))
     gaps = []
     for i in range(torch.cuda.device_count()):
         cap = torch.cuda.get_device_capability(i)
@@ -163,7 +142,7 @@ def find(piece: Piece) -> tuple[pathlib.Path, dict] | None:
             f"{piece.label}: {text}, and this machine cannot build it instead ({missing}). Install "
             f"torch=={m['toolchain'].get('torch')}, rebuild the wheel against this torch (pip wheel . "
             f"--no-build-isolation --no-deps), or install a compiler{' and nvcc' if piece.with_cuda else ''}.")
-    arch_list = m.get("arch_list") or DEFAULT_ARCH_LIST
+    arch_list = m.get("arch_list") or arch.SHIPPED
     entry = m.get("libraries", {}).get(key(piece, arch_list, toolchain.abi()))
     problem = None
     if entry is None:
@@ -181,9 +160,9 @@ def find(piece: Piece) -> tuple[pathlib.Path, dict] | None:
             size = lib.stat().st_size
         except OSError as e:
             size, problem = None, f"{lib} is missing ({e.strerror})"
-        if size is not None and (size != entry.get("size") or cache._sha256_file(lib) != entry.get("sha256")):
+        if size is not None and (size != entry.get("size") or sha256_file(lib) != entry.get("sha256")):
             problem = f"{lib} does not match the manifest's size and sha256 (modified or truncated)"
-        elif size is not None and (elf := cache.elf_problem(lib, size)):
+        elif size is not None and (elf := elf_problem(lib, size)):
             problem = f"{lib} is damaged ({elf})"  # never dlopen'ed: a truncated file is a SIGBUS
         if problem is None:
             return lib, dict(entry, prebuilt=True, arch_list=arch_list if piece.with_cuda else None,

@@ -1,36 +1,22 @@
-"""One build: a library compiled and linked by torch.utils.cpp_extension.load, its log captured.
+"""A build's processes, guarded: its compilers die with the process that started them.
 
-Every build goes through `load()` (so flags, include paths and link lines are PyTorch's own), in a
-fresh staging directory that nobody else uses (so load()'s own lock file can never be stale), with
-the compiler's output (including ptxas's register and spill report) captured into build.log.
-
-A build's processes (ninja and the compilers it starts, or one compiler) run in a process group of
-their own, watched by a small process that kills the whole group if this process dies, even by
-kill -9, or is interrupted: no ninja, nvcc or cc1plus outlives the build that started it.
+A build's processes (ninja and the compilers it starts, or one compiler) run in a session of their
+own, watched by a small process that kills the whole session if this process dies, even by
+kill -9, or is interrupted: no ninja, nvcc or cc1plus outlives the build that started it. Also the
+capture of everything a build prints (Python's streams and file descriptors 1 and 2) into its log.
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import pathlib
-import re
 import subprocess
 import sys
 import threading
-import time
-
-from . import toolchain
-from .errors import BuildError
-
-# nvcc:  kernels/x.cu(12): error: identifier "foo" is undefined
-_NVCC_ERROR = re.compile(r"^(?P<file>[^\s(:][^(:\n]*)\((?P<line>\d+)\): (?:catastrophic )?error:?\s*(?P<msg>.*)$", re.M)
-# gcc / clang / ptxas:  path:12:5: error: ...
-_GCC_ERROR = re.compile(r"^(?P<file>[^\s:][^:\n]*):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<msg>.*)$", re.M)
-_OTHER_ERROR = re.compile(r"^.*(?:undefined reference|ld returned|ptxas (?:fatal|error)|error:).*$", re.M | re.I)
 
 
 @contextlib.contextmanager
-def _capture_output(log_path: pathlib.Path):
+def capture_output(log_path: pathlib.Path):
     """Send everything the build prints, from Python or from child processes (ninja writes to
     file descriptor 1 when verbose), to `log_path`; restore the streams afterwards."""
     sys.stdout.flush()
@@ -52,7 +38,7 @@ def _capture_output(log_path: pathlib.Path):
 
 
 @contextlib.contextmanager
-def _env(**values: str | None):
+def environment(**values: str | None):
     old = {k: os.environ.get(k) for k in values}
     try:
         for k, v in values.items():
@@ -161,11 +147,11 @@ _guard_depth = 0
 
 
 @contextlib.contextmanager
-def _guarded_cpp_extension(cpp_extension):
+def guarded_cpp_extension(cpp_extension):
     global _guard_depth
     with _guard_lock:
         if _guard_depth == 0:
-            _guarded_cpp_extension.saved = cpp_extension.subprocess
+            guarded_cpp_extension.saved = cpp_extension.subprocess
             cpp_extension.subprocess = _GuardedSubprocess()
         _guard_depth += 1
     try:
@@ -174,62 +160,6 @@ def _guarded_cpp_extension(cpp_extension):
         with _guard_lock:
             _guard_depth -= 1
             if _guard_depth == 0:
-                cpp_extension.subprocess = _guarded_cpp_extension.saved
+                cpp_extension.subprocess = guarded_cpp_extension.saved
 
 
-def first_error(log: str, rename: dict[str, str] | None = None) -> tuple[str | None, int | None, str]:
-    """(file, line, message with up to three following lines) of the first compiler error in a log."""
-    best = None
-    for pattern in (_NVCC_ERROR, _GCC_ERROR):
-        m = pattern.search(log)
-        if m and (best is None or m.start() < best.start()):
-            best = m
-    if best is None:
-        m = _OTHER_ERROR.search(log)
-        tail = m.group(0).strip() if m else "\n".join(log.strip().splitlines()[-15:])
-        return None, None, tail
-    follow = [ln for ln in log[best.end():].splitlines()[1:4] if ln.strip() and not ln.startswith(("[", "ninja"))]
-    file = best.group("file").strip()
-    for path, label in (rename or {}).items():
-        if os.path.basename(file) == os.path.basename(path):
-            file = label
-    return file, int(best.group("line")), "\n".join([best.group("msg").strip(), *follow])
-
-
-def build_library(*, label: str, name: str, sources: list[pathlib.Path], include_dirs: list[pathlib.Path],
-                  cflags: list[str], cuda_cflags: list[str], with_cuda: bool, arch_list: str | None,
-                  build_dir: pathlib.Path, rename: dict[str, str] | None = None,
-                  last_good: str | None = None) -> tuple[pathlib.Path, float]:
-    """Compile and link `sources` into build_dir/<name>.so through cpp_extension.load (which also
-    loads it into this process). Returns (library path, seconds). Raises BuildError naming the
-    first compiler error on failure."""
-    toolchain.cuda_home()  # sets CUDA_HOME before cpp_extension reads it
-    log_path = build_dir / "build.log"
-    start = time.perf_counter()
-    try:
-        # nvcc's depfile (-MD) is what the cache's record of this build's dependencies comes from.
-        with _env(TORCH_CUDA_ARCH_LIST=arch_list if with_cuda else None, TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES=None), \
-                _capture_output(log_path):
-            from torch.utils import cpp_extension  # its import-time warnings belong in the log
-
-            if with_cuda and cpp_extension.CUDA_HOME is None:
-                cpp_extension.CUDA_HOME = toolchain.cuda_home()
-            libstdcxx = toolchain.loaded_libstdcxx()
-            with _guarded_cpp_extension(cpp_extension):
-                cpp_extension.load(
-                    name=name,
-                    sources=[str(s) for s in sources],
-                    extra_cflags=cflags,
-                    extra_cuda_cflags=cuda_cflags,
-                    extra_ldflags=[libstdcxx] if libstdcxx else [],
-                    extra_include_paths=[str(d) for d in include_dirs],
-                    build_directory=str(build_dir),
-                    verbose=True,
-                    with_cuda=with_cuda,
-                    is_python_module=False,
-                )
-    except Exception as exc:  # noqa: BLE001 - every failure becomes a BuildError with the log
-        log = log_path.read_text(errors="replace") if log_path.exists() else ""
-        file, line, message = first_error(log + "\n" + str(exc), rename)
-        raise BuildError(label, file, line, message, log_path, last_good) from None
-    return build_dir / f"{name}.so", time.perf_counter() - start

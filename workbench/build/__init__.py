@@ -1,0 +1,31 @@
+"""The build pipeline: what to compile, where a library comes from, and how it is compiled.
+
+Owns every compiled library's way onto disk, for the torch path (harness, bindings, variants,
+extension-style sources) and the NumPy front end's torch-free builds alike:
+
+- piece.py      Piece (sources, flags, compiler kind, arch list) and its content key; BuildOptions
+                (line info ...), passed as arguments; WORKBENCH_NVCC_FLAGS, the user's own flags
+- arch.py       the CUDA arch list, written once (JIT and shipped), and its -gencode flags
+- pipeline.py   get_or_build: the tiers in front of the cache (prebuilt.py: a wheel's libraries),
+                then the cache: look-up, lock, shared import, staging, compile, publish, log
+- compilers.py  the compiler kinds: cpp_extension (torch-facing) and raw (one command, no torch)
+- guard.py      a build's processes in a session a watchdog kills with it; its output into build.log
+- the cache, by concern: keys.py (content keys), store.py (folders and trust), locks.py (flocks,
+                in-use marks), records.py (a build's record, the checks a hit passes, publication),
+                shared.py (a shared cache by opt-in), clean.py (`python -m workbench clean`)
+- tree.py       the torch-facing pieces of the kernel tree (the loader's and setup.py's)
+
+May import: config, errors, toolchain (and registry, in tree.py alone). Nothing here loads or
+calls a library: the loader, byo and the NumPy front end do, with what get_or_build returns.
+The NVRTC tier (issue 27) plugs in at pipeline.TIERS and compilers.COMPILERS (see pipeline.py).
+"""
+from __future__ import annotations
+
+from .arch import arch_list
+from .compilers import built_not_loaded, first_error
+from .guard import kill_session, run_guarded
+from .piece import DEFAULT_OPTIONS, BuildOptions, Piece, user_nvcc_flags
+from .pipeline import Built, get_or_build
+
+__all__ = ["BuildOptions", "Built", "DEFAULT_OPTIONS", "Piece", "arch_list", "built_not_loaded", "first_error",
+           "get_or_build", "kill_session", "run_guarded", "user_nvcc_flags"]

@@ -1,0 +1,107 @@
+"""`python -m workbench clean`: remove builds, only ever the workbench's own and never one in use."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import stat
+import time
+
+from .. import config
+from .locks import in_use
+from .store import MARKER, builds_root, check_root_location, discard
+
+
+def dir_size(path: pathlib.Path) -> int:
+    """Bytes of the regular files under `path` (links are not followed)."""
+    total = 0
+    for dirpath, _, files in os.walk(path, followlinks=False):
+        for name in files:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(dirpath, name))
+                if stat.S_ISREG(st.st_mode):
+                    total += st.st_size
+    return total
+
+
+def workbench_build(d: pathlib.Path) -> str | None:
+    """Why `d` is not a build folder the workbench wrote (None: it is). It must be a real folder (not
+    a link) of this user's, carrying the workbench's marker or a build record it wrote."""
+    try:
+        st = os.lstat(d)
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link (never followed)"
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a folder"
+    if st.st_uid != os.geteuid():
+        return f"owned by uid {st.st_uid}, not by you"
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(os.lstat(d / MARKER).st_mode):
+            return None
+    try:
+        if stat.S_ISREG(os.lstat(d / "meta.json").st_mode):
+            meta = json.loads((d / "meta.json").read_text())
+            if isinstance(meta, dict) and {"key", "label", "sha256", "library"} <= set(meta):
+                return None
+    except (OSError, ValueError):
+        pass
+    return "carries no workbench build record"
+
+
+def clean(*, older_than_s: float | None = None, max_bytes: int | None = None, everything: bool = False) -> dict:
+    """Remove builds: all idle ones (`everything`), those not used for `older_than_s`, or the
+    least recently used until the cache is under `max_bytes`. Only folders that carry a build record
+    (or the marker) the workbench wrote are touched, links are never followed, and a build that
+    some process has loaded is never removed. Refuses a cache root that is the filesystem root or
+    a home folder. Returns what was removed, kept in use, and left alone (with why)."""
+    check_root_location(config.cache_dir(), all_users=True)
+    removed, kept_in_use, skipped, freed = [], [], [], 0
+    if not config.cache_dir().exists():
+        return {"removed": removed, "in_use": kept_in_use, "skipped": skipped, "freed_bytes": 0}
+    root = builds_root()
+    entries = []
+    for d in sorted(root.iterdir()):
+        why = workbench_build(d)
+        if why:
+            skipped.append((str(d), why))
+            continue
+        stamps = []  # the last use (inuse) or publication (meta.json); a staging folder's own time
+        for p in (d / "meta.json", d / "inuse"):
+            with contextlib.suppress(OSError):
+                stamps.append(os.lstat(p).st_mtime)
+        entries.append((max(stamps, default=os.lstat(d).st_mtime), d))
+    entries.sort()  # oldest first
+    total = sum(dir_size(d) for _, d in entries)
+    now = time.time()
+    for stamp, d in entries:
+        staging = d.name.startswith(".staging-")
+        want = everything or staging and now - stamp > 3600 \
+            or (older_than_s is not None and now - stamp > older_than_s) \
+            or (max_bytes is not None and total > max_bytes)
+        if not want:
+            continue
+        if in_use(d) or (staging and now - stamp <= 3600):
+            kept_in_use.append(str(d))
+            continue
+        size = dir_size(d)
+        discard(d)
+        total -= size
+        freed += size
+        removed.append(str(d))
+    trash = config.cache_dir() / "trash"
+    if os.path.isdir(trash) and not os.path.islink(trash):
+        for d in sorted(trash.iterdir()):
+            why = workbench_build(d)
+            if why:
+                skipped.append((str(d), why))
+                continue
+            if in_use(d):
+                kept_in_use.append(str(d))
+                continue
+            freed += dir_size(d)
+            discard(d)
+            removed.append(str(d))
+    return {"removed": removed, "in_use": kept_in_use, "skipped": skipped, "freed_bytes": freed}

@@ -1,0 +1,69 @@
+"""Content keys: what names a build in the cache.
+
+A key is a sha256 over the piece's kind, flags, arch list and toolchain, and the source with every
+header it reaches by quoted #include lines. The key only names the folder; what the compiler
+actually read is recorded with the build (records.py), which decides whether a hit is stale.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+import re
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+KEY_FORMAT = 2  # bump when what goes into a key or a record changes (2: records carry the compiler's deps)
+
+
+def source_closure(source: pathlib.Path, include_dirs: list[pathlib.Path]) -> list[tuple[str, bytes]]:
+    """(name, content) for the source and every quoted header it reaches, in a stable order. The
+    source itself is named '<source>' so the same text at another path gives the same key."""
+    seen: dict[pathlib.Path, str] = {}
+    out: list[tuple[str, bytes]] = []
+
+    def visit(path: pathlib.Path, name: str) -> None:
+        path = path.resolve()
+        if path in seen:
+            return
+        seen[path] = name
+        data = path.read_bytes()
+        out.append((name, data))
+        for inc in _INCLUDE.findall(data.decode("utf-8", errors="replace")):
+            for d in [path.parent, *include_dirs]:
+                cand = d / inc
+                if cand.is_file():
+                    visit(cand, inc)
+                    break
+            else:
+                out.append((inc, b"<not found>"))
+
+    visit(source, "<source>")
+    return out
+
+
+def content_key(*, kind: str, sources: list[pathlib.Path], include_dirs: list[pathlib.Path],
+                flags: list[str], arch_list: str | None, toolchain: dict) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps({"format": KEY_FORMAT, "kind": kind, "flags": flags, "arch_list": arch_list,
+                         "toolchain": toolchain}, sort_keys=True).encode())
+    for src in sources:
+        for name, data in source_closure(src, include_dirs):
+            h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()
+
+
+def closure_digest(source: pathlib.Path, include_dirs: list[pathlib.Path]) -> str:
+    """A hash of a header and everything it includes: an op's contract, which its binding and its
+    variants must have been built against alike."""
+    h = hashlib.sha256()
+    for name, data in source_closure(source, include_dirs):
+        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()[:16]
+
+
+def sha256_file(path: pathlib.Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

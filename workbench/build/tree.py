@@ -1,0 +1,60 @@
+"""The torch-facing pieces, described once: the harness, an op's binding, a C++ variant, an
+extension-style source. The loader builds them from these, and setup.py prebuilds the same
+descriptions into a wheel (tree_pieces), so the keys agree."""
+from __future__ import annotations
+
+import pathlib
+
+from .. import config, registry, toolchain
+from .arch import arch_list
+from .piece import DEFAULT_OPTIONS, BuildOptions, Piece
+
+CPU_FLAGS = ("-O3",)
+# -Xptxas=-v puts the register/spill report in each build log. -lineinfo is left out of the edit
+# loop (it costs ~3% of the nvcc time); BuildOptions(line_info=True) or WORKBENCH_NVCC_FLAGS adds it.
+CUDA_FLAGS = ("-O3", "-Xptxas=-v")
+
+
+def harness_sources() -> list[pathlib.Path]:
+    return sorted((config.BINDINGS_DIR / "harness").glob("*.cpp"))
+
+
+def harness_piece(with_cuda: bool) -> Piece:
+    return Piece(label="harness", kind="harness", sources=harness_sources(),
+                 include_dirs=[config.BINDINGS_DIR / "harness", config.COMMON_DIR], with_cuda=with_cuda,
+                 cflags=["-O2"] + (["-DWORKBENCH_WITH_CUDA"] if with_cuda else []),
+                 arch_list=arch_list() if with_cuda else None)
+
+
+def binding_piece(op: str) -> Piece:
+    src = registry.sources(op)
+    return Piece(label=f"binding/{op}", kind="binding", sources=[src.binding],
+                 include_dirs=[config.BINDINGS_DIR, config.COMMON_DIR, src.kernel_dir], cflags=CPU_FLAGS)
+
+
+def cuda_source_piece(*, label: str, kind: str, source: pathlib.Path, include_dirs, options: BuildOptions) -> Piece:
+    """A variant's (or an extension's) one source: nvcc for a .cu file, the host compiler for a .cpp."""
+    with_cuda = source.suffix == ".cu"
+    return Piece(label=label, kind=kind, sources=[source], include_dirs=include_dirs, with_cuda=with_cuda,
+                 cflags=CPU_FLAGS, arch_list=arch_list() if with_cuda else None,
+                 cuda_cflags=[*CUDA_FLAGS, *options.nvcc_flags(), *toolchain.variant_arch_flags(source)]
+                 if with_cuda else [])
+
+
+def variant_piece(op: str, name: str, source: pathlib.Path, options: BuildOptions = DEFAULT_OPTIONS) -> Piece:
+    src = registry.sources(op)
+    return cuda_source_piece(label=f"{op}/{name}", kind="variant", source=source,
+                             include_dirs=[config.COMMON_DIR, src.kernel_dir], options=options)
+
+
+def tree_pieces(devices: tuple[str, ...], harness_with_cuda: bool) -> list[Piece]:
+    """Every piece a wheel prebuilds (setup.py), found in the tree as the registry finds ops and
+    variants: the harness, each op's binding, each .cu (devices has "cuda") and .cpp (devices has
+    "cpu") variant. Python variants ship as sources only."""
+    pieces = [harness_piece(harness_with_cuda)]
+    for op in registry.ops():
+        pieces.append(binding_piece(op))
+        for name, source in registry.variant_sources(op).items():
+            if {".cu": "cuda", ".cpp": "cpu"}.get(source.suffix) in devices:
+                pieces.append(variant_piece(op, name, source))
+    return pieces
