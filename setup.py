@@ -11,7 +11,7 @@ Environment knobs:
     WORKBENCH_WHEEL_DEVICES  which variants to prebuild: "cpu,cuda" (default where nvcc is found),
                              "cpu" (the harness, bindings and CPU variants: what CI builds), or
                              "none" (sources only: everything is JIT-built where installed)
-    TORCH_CUDA_ARCH_LIST     CUDA archs (default workbench.build.arch.SHIPPED: "8.0;9.0+PTX")
+    TORCH_CUDA_ARCH_LIST     CUDA archs (default: workbench.build.arch.SHIPPED, sm_80 and sm_90 plus PTX)
     MAX_JOBS                 libraries compiled at once (default: the CPU count)
 An editable install (pip install -e .) prebuilds nothing: a checkout JIT-builds, edits included.
 """
