@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 from conftest import HAS_GPU, describe
 
-from workbench import correctness, ptxas, registry
+from workbench import correctness, ptxas, registry, toolchain
 from workbench import exercise as wbex
 from workbench.bench_rows import BenchResult
 from workbench.errors import IsolatedRunError
@@ -43,8 +43,9 @@ def _needs_cuobjdump(ex):
 # ----------------------------------------------------------------------------- registration
 
 def test_the_course_exercises_are_there():
-    assert [ex.slug for ex in EXERCISES][:6] == ["01_fp16_support", "02_vec4_loads", "03_fused_backward",
-                                                 "04_warp_shuffle", "05_rmsnorm_one_read", "06_smem_tiling"]
+    assert [ex.slug for ex in EXERCISES][:7] == ["01_fp16_support", "02_vec4_loads", "03_fused_backward",
+                                                 "04_warp_shuffle", "05_rmsnorm_one_read", "06_smem_tiling",
+                                                 "07_tma_pipeline"]
 
 
 def test_the_tiling_exercise_is_registered():
@@ -55,6 +56,23 @@ def test_the_tiling_exercise_is_registered():
     rule, = ex.sass
     assert (rule.kind, rule.pattern, rule.scope) == ("require", "^LDS", "inner_loop")
     assert (ex.starter_fails_at, ex.starter_reason) == ("SASS rules", "no shared-memory loads (LDS) in the inner loop")
+
+
+def test_the_tma_exercise_is_registered():
+    ex = wbex.get("tma_pipeline")
+    assert (ex.number, ex.op, ex.reference, ex.dtypes) == (7, "matmul", "wgmma_tma", ("float16", "bfloat16"))
+    assert ex.reference in MATMUL.ladder and ex.speed.shape == (4096, 4096, 4096) and ex.speed.directions == ("fwd",)
+    assert set(ex.speed.dtypes) == {"float16", "bfloat16"} and 0 < ex.speed.target < 1
+    assert [(r.kind, r.pattern, r.scope) for r in ex.sass] == [("require", "^UTMALDG", "kernel"),
+                                                                ("require", r"^SYNCS\.PHASECHK", "kernel")]
+    # tensor_core's route kernels (hopper.cuh, not the student's) are left out of the rules
+    assert all(not re.search(r.kernels, "tensor_core_kernel<..., ...>") and re.search(r.kernels, "mine<wb_bf16_t>")
+               for r in ex.sass)
+    assert (ex.starter_fails_at, ex.starter_reason) == ("SASS rules", "no TMA tile loads (UTMALDG)")
+    # Both files are built for sm_90a (the marker) and name their refusal off Hopper.
+    for path in (ex.starter, ex.solution):
+        assert toolchain.needs_sm90a(path), path
+        assert 'WB_HOPPER_STATUS_STRING(exercise07_status, "exercise 07")' in path.read_text()
 
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=IDS)
@@ -179,13 +197,14 @@ def test_the_count_rule_and_the_sizes_table_are_read(tmp_path):
     ("[[sass]]\nfewer_than_starter = 'BAR'\nrequire = 'SHFL'\nmessage = \"m\"\n", "give exactly one of"),
     ("[[sass]]\nfewer_than_starter = 'BAR'\nmessage = \"m\"\nkernels = '('\n", "kernels '\\(' is not a regular"),
     ("[[sass]]\nfewer_than_starter = 'BAR'\nmessage = \"m\"\nfewer = 1\n", "unknown field 'fewer'"),
-    ("[sizes]\nkind = \"reductions\"\n", r"\[sizes\]: kind must be one of \['elementwise', 'reduction', 'tiled'\]"),
+    ("[sizes]\nkind = \"reductions\"\n",
+     r"\[sizes\]: kind must be one of \['elementwise', 'reduction', 'tiled', 'tiled_aligned'\]"),
     ("[sizes]\nkind = \"reduction\"\nmoduli = [32, 1000]\n", "each dividing the next"),
     ("[sizes]\nkind = \"reduction\"\nmoduli = [32, 32]\n", "increasing"),
     ("[sizes]\nkind = \"reduction\"\nmoduli = [128, 1024]\n", "the first at most 64"),
     ("[sizes]\nkind = \"reduction\"\nmoduli = []\n", "moduli must be"),
     ("[sizes]\nkind = \"reduction\"\nmoduli = [32, true]\n", "moduli must be"),
-    ("[sizes]\nmoduli = [32, 1024]\n", "moduli is a field of kind = 'reduction' or 'tiled' only"),
+    ("[sizes]\nmoduli = [32, 1024]\n", "moduli is a field of kind = 'reduction' or 'tiled' or 'tiled_aligned' only"),
     ("[sizes]\nkind = \"tiled\"\nmoduli = [32, 48]\n", "each dividing the next"),
     ("[[sass]]\nrequire = '^LDS'\nmessage = \"m\"\nscope = \"loop\"\n",
      r"scope \(of an opcode rule\) must be one of \['kernel', 'inner_loop'\]; got 'loop'"),
@@ -269,6 +288,34 @@ def test_a_tiled_draw_is_reproducible_per_seed_and_takes_its_tiles():
         values = {s[dim] for s in full}
         assert {1, 15, 16, 17} <= values and {127, 129} & values or {255, 257} & values
     assert wbex.Sizes("tiled", (32,)).draw(5, MATMUL) == wbex.tiled_sizes(5, MATMUL)
+
+
+@pytest.mark.parametrize("seed", range(0, 400, 7))
+def test_an_aligned_tiled_draw_keeps_every_input_row_whole(seed):
+    """Exercise 07's draw: k and n (the dims that end a's and b's patterns) in steps of 8, so the
+    operands reach the student's TMA kernel and not the route for unaligned rows; m as tiled."""
+    ex = wbex.get(7)
+    assert ex.sizes == wbex.Sizes("tiled_aligned", (64, 128))
+    shapes = ex.sizes.draw(seed, MATMUL)
+    assert shapes == wbex.tiled_sizes(seed, MATMUL, (64, 128), aligned=True)
+    full = [s for s in shapes if 0 not in s]
+    assert len(full) == 28 and [s for s in shapes if 0 in s] == [(0, *shapes[-3][1:]), (shapes[-2][0], 0,
+                                                                 shapes[-2][2]), (*shapes[-1][:2], 0)]
+    assert all(k % 8 == 0 and n % 8 == 0 for _, k, n in shapes)
+    ms = {s[0] for s in full}
+    assert {1, 63, 64, 65} <= ms and ({127, 255} & ms) and ({129, 257} & ms) and any(v % 8 for v in ms)
+    for dim in (1, 2):
+        values = {s[dim] for s in full}
+        assert {8, 56, 64, 72} <= values and ({120, 248} & values) and ({136, 264} & values)
+        assert any(v >= 768 and v % 64 for v in values) and any(v > 128 and v % 64 for v in values)  # ~1000, a few
+    for s in shapes:
+        MATMUL.dims(s)
+
+
+def test_an_aligned_tiled_draw_needs_a_tile_of_whole_steps():
+    with pytest.raises(ValueError, match=r"the first tile \(12\) must be a multiple of 8 above it"):
+        wbex.tiled_sizes(1, MATMUL, (12,), aligned=True)
+    assert wbex.tiled_sizes(3, MATMUL, (64, 128)) != wbex.tiled_sizes(3, MATMUL, (64, 128), aligned=True)
 
 
 # ----------------------------------------------------------------------------- SASS rules
@@ -398,6 +445,67 @@ def test_the_inner_loop_rule_fails_the_starter_and_holds_on_the_solution(cuda_bu
     code = wbsass._code(str(kernel.library))
     for key, c in code.items():        # every kernel, every architecture: an LDS in an innermost loop
         assert wbsass.scoped({key: c}, "inner_loop")[key]["LDS"] > 0, key
+
+
+_HOPPER_LISTING = """
+\tarch = sm_80
+\t\tFunction : _Z4mineIfEvv
+        /*0000*/                   BPT.TRAP 0x1 ;
+\tarch = sm_90a
+\t\tFunction : _Z4mineIfEvv
+        /*0000*/                   UTMALDG.2D [UR8], [UR4] ;
+        /*0010*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR6], R3 ;
+        /*0020*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], RZ, !UPT ;
+"""
+
+
+def _hopper_sass(monkeypatch, listing: str, source):
+    """check_sass of exercise 07 on a made-up listing (no build): the library's code is `listing`."""
+    from types import SimpleNamespace
+
+    code = ptxas.sass_instructions(listing)
+    monkeypatch.setattr(wbsass, "_code", lambda library: code)
+    monkeypatch.setattr(ptxas, "cuobjdump", lambda: "cuobjdump")
+    return wbsass.check_sass(wbex.get(7), SimpleNamespace(library="lib.so", source=source, device="cuda"))
+
+
+def test_the_sass_rules_of_an_sm90a_source_judge_its_sm90a_code_alone(monkeypatch, tmp_path):
+    ex = wbex.get(7)
+    # Its sm_80 code is a trap that never runs (the launcher declines off sm_90): not judged.
+    held = _hopper_sass(monkeypatch, _HOPPER_LISTING, ex.solution)
+    assert (held.status, held.detail) == ("ok", "2 rules hold on sm_90a"), held
+    # The same code from a source without the marker is judged on every architecture it has.
+    plain = tmp_path / "plain.cu"
+    plain.write_text(ex.solution.read_text().replace(toolchain.SM90A_MARKER, "no marker"))
+    bad = _hopper_sass(monkeypatch, _HOPPER_LISTING, plain)
+    assert bad.status == "FAIL" and "(SASS for sm_80; wanted an instruction matching ^UTMALDG)" in bad.lines[0], bad
+    # A build with no sm_90a code (an arch list without 9.0) has nothing to judge: skipped, saying why.
+    only_80 = _HOPPER_LISTING[:_HOPPER_LISTING.index("\tarch = sm_90a")]
+    skipped = _hopper_sass(monkeypatch, only_80, ex.solution)
+    assert skipped.status == "skipped" and skipped.detail.startswith("no sm_90a code in this build (built for sm_80)")
+
+
+@pytest.mark.skipif(ptxas.cuobjdump() is None, reason="cuobjdump not found: the SASS rules cannot be read here")
+def test_the_tma_rules_fail_the_starter_and_hold_on_the_solution(cuda_buildable):
+    """Exercise 07's starter copies its tiles with the threads (LDG, STS) and waits at barriers
+    alone; its solution loads by TMA on mbarriers. Judged on the sm_90a code the marker builds."""
+    ex = wbex.get(7)
+    kernel, built = wbex.checks.build(ex, ex.starter, wbex.variant_name(ex, ex.starter))   # cached builds
+    assert built.status == "ok", built
+    bad = wbsass.check_sass(ex, kernel)
+    assert bad.status == "FAIL" and bad.detail == "; ".join(r.message for r in ex.sass), bad
+    assert all("(SASS for sm_90a;" in ln for ln in bad.lines if not ln.startswith(" ")), bad.lines
+    evidence = [ln.strip() for ln in bad.lines if ln.startswith("    ") and not ln.strip().startswith("hint:")]
+    assert evidence and all(ln.startswith("sync_load_kernel<") and "LDG.E.128" in ln for ln in evidence), bad.lines
+    kernel, built = wbex.checks.build(ex, ex.solution, wbex.variant_name(ex, ex.solution))
+    assert built.status == "ok" and "no spills" in built.detail, built
+    assert (wbsass.check_sass(ex, kernel).detail) == "2 rules hold on sm_90a"
+    own = {k: c for (arch, k), c in wbsass.scoped(wbsass._code(str(kernel.library))).items()
+           if arch == "sm_90a" and "tma_pipeline_kernel" in k}
+    assert len(own) == 6, list(own)     # 2 dtypes x 3 transpose cases, each loading by TMA, on mbarriers
+    for k, c in own.items():
+        assert any(op.startswith("UTMALDG.2D") for op in c) and any(op.startswith("HGMMA.64") for op in c), k
+        assert not any(op.startswith(("LDG", "STS")) for op in c), k   # no thread touches a tile
 
 
 # ----------------------------------------------------------------------------- starters and solutions (CPU)

@@ -1,6 +1,9 @@
 """The SASS rules of an exercise: opcodes its kernels must (or must not) contain, or must contain
 fewer of than the starter's, read with cuobjdump; anywhere in a kernel, or (scope "inner_loop")
-in its innermost loops only, found from the backward branches of its machine code."""
+in its innermost loops only, found from the backward branches of its machine code. The rules hold
+per GPU architecture the library was built for; for a source that needs sm_90a (the
+WB_NEEDS_SM90A marker: wgmma, TMA), on its sm_90a code alone, since its code for any other
+architecture never runs (its launcher declines off compute capability 9.0)."""
 from __future__ import annotations
 
 import functools
@@ -8,7 +11,7 @@ import re
 import subprocess
 from collections import Counter
 
-from .. import ptxas
+from .. import ptxas, toolchain
 from ..errors import WorkbenchError
 from .registration import Exercise, SassRule
 from .report import Check
@@ -39,6 +42,13 @@ def check_sass(ex: Exercise, kernel) -> Check:
             return Check("SASS rules", "skipped", f"the starter, which a rule counts against, could not be built "
                                                   f"and read: {first}")
     archs = sorted({a for a, _ in code})
+    if toolchain.needs_sm90a(getattr(kernel, "source", None)):
+        built = archs
+        archs = [a for a in archs if a.startswith("sm_90a")]
+        if not archs:
+            return Check("SASS rules", "skipped", f"no sm_90a code in this build (built for {', '.join(built)}); "
+                                                  f"the rules are about the sm_90a code: build with 9.0 in "
+                                                  f"TORCH_CUDA_ARCH_LIST")
     failed, lines = [], []
     for rule in ex.sass:
         evidence, bad_archs = [], []

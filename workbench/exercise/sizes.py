@@ -23,6 +23,12 @@ not in turn take those of the lengths under 200, so a GEMM's size has at most ~4
 (1087 x 200 x 200 with the default 32: a float64 check is quick even on a CPU); one size has
 every dim a few tiles and a remainder (4 to 8 of them: many blocks both ways); and there is one
 empty size per dim (for a GEMM's k, a sum over nothing).
+
+"tiled_aligned", tiled_sizes(aligned=True): the tiled draw for kernels that take only rows of whole
+16-byte runs (TMA's strides; a Hopper GEMM routes other operands to another kernel): the dims that
+end an input's pattern (a GEMM's k and n) are multiples of 8 (8 16-bit values are 16 bytes), drawn
+round the same edges in steps of 8 (8, a few steps, m0 - 8, m0, m0 + 8, ..., m - 8, m + 8); the
+others as "tiled" draws them. The offset layout still reaches the other kernel (unaligned bases).
 """
 from __future__ import annotations
 
@@ -32,10 +38,11 @@ import random
 
 from ..shapes import ELLIPSIS
 
-KINDS = ("elementwise", "reduction", "tiled")
+KINDS = ("elementwise", "reduction", "tiled", "tiled_aligned")
 REDUCTION_MODULI = (32, 1024)   # the default of a "reduction" draw: a warp, two blocks of 512
 TILED_MODULI = (32,)            # the default of a "tiled" draw: 32 x 32 tiles
-DEFAULT_MODULI = {"reduction": REDUCTION_MODULI, "tiled": TILED_MODULI}   # the kinds that take moduli
+DEFAULT_MODULI = {"reduction": REDUCTION_MODULI, "tiled": TILED_MODULI, "tiled_aligned": TILED_MODULI}  # take moduli
+ALIGNED_STEP = 8                # "tiled_aligned": an input's rows are whole runs of 8 (16 bytes of 16-bit values)
 HUGE_ROW = 1 << 22              # the huge row's length is this plus an odd number below 2^16
 MANY_ROWS = (10_000, 20_000)
 
@@ -48,8 +55,8 @@ def draw(seed: int, spec, kind: str = "elementwise", moduli: tuple[int, ...] = (
     """The sizes of an exercise check: the draw `kind` names (KINDS), from `seed`."""
     if kind == "reduction":
         return reduction_sizes(seed, spec, moduli or REDUCTION_MODULI)
-    if kind == "tiled":
-        return tiled_sizes(seed, spec, moduli or TILED_MODULI)
+    if kind in ("tiled", "tiled_aligned"):
+        return tiled_sizes(seed, spec, moduli or TILED_MODULI, aligned=kind == "tiled_aligned")
     if kind != "elementwise":
         raise ValueError(f"sizes kind must be one of {list(KINDS)}; got {kind!r}")
     return random_sizes(seed, spec)
@@ -155,29 +162,38 @@ def reduction_sizes(seed: int, spec, moduli: tuple[int, ...] = REDUCTION_MODULI)
     return _with_empty(sizes, [s for s in sizes[:len(lengths)] if len(s) >= 2] or sizes[:len(lengths)], rng)
 
 
-def tiled_lengths(rng: random.Random, moduli: tuple[int, ...]) -> tuple[list[int], int]:
-    """(the short lengths, the long one) a tiled draw gives each dim in turn (module docstring)."""
+def tiled_lengths(rng: random.Random, moduli: tuple[int, ...], step: int = 1) -> tuple[list[int], int]:
+    """(the short lengths, the long one) a tiled draw gives each dim in turn (module docstring), in
+    multiples of `step`."""
     m0 = moduli[0]
-    short = [1, rng.randint(2, max(2, m0 - 2)), m0 - 1, m0, m0 + 1, m0 * rng.randint(2, 5) + rng.randint(1, m0 - 1)]
+    if m0 % step or m0 <= step:
+        raise ValueError(f"moduli: the first tile ({m0}) must be a multiple of {step} above it for this draw")
+    short = [step, step * rng.randint(2, max(2, m0 // step - 2)), m0 - step, m0, m0 + step,
+             m0 * rng.randint(2, 5) + step * rng.randint(1, m0 // step - 1)]
     for m in moduli[1:]:
-        short += [m * rng.randint(1, 2) - 1, m * rng.randint(1, 2) + 1]
-    return short, m0 * (1000 // m0 + rng.randint(-3, 3)) + rng.randint(1, m0 - 1)
+        short += [m * rng.randint(1, 2) - step, m * rng.randint(1, 2) + step]
+    return short, m0 * (1000 // m0 + rng.randint(-3, 3)) + step * rng.randint(1, m0 // step - 1)
 
 
-def tiled_sizes(seed: int, spec, moduli: tuple[int, ...] = TILED_MODULI) -> list[tuple[int, ...]]:
+def tiled_sizes(seed: int, spec, moduli: tuple[int, ...] = TILED_MODULI, aligned: bool = False
+                ) -> list[tuple[int, ...]]:
     rng = random.Random(seed)
     tokens = spec.size_pattern.tokens
     dims = [i for i, t in enumerate(tokens) if not t.isdigit()]   # "..." stands for one dim here
-    short, long = tiled_lengths(rng, tuple(moduli))
-    few = [n for n in short if n <= 200] or short[:1]
+    plain = tiled_lengths(rng, tuple(moduli))
+    rows = {t.pattern.tokens[-1] for t in spec.inputs} if aligned else set()   # the dims ending an input
+    step = {d: ALIGNED_STEP if tokens[d] in rows else 1 for d in dims}
+    whole = tiled_lengths(rng, tuple(moduli), ALIGNED_STEP) if rows else plain
+    lengths = {d: whole if step[d] > 1 else plain for d in dims}
+    few = {d: [n for n in short if n <= 200] or short[:1] for d, (short, _) in lengths.items()}
 
     def size(chosen: dict[int, int]) -> tuple[int, ...]:
-        return tuple(int(t) if t.isdigit() else chosen[i] if i in chosen else rng.choice(few)
+        return tuple(int(t) if t.isdigit() else chosen[i] if i in chosen else rng.choice(few[i])
                      for i, t in enumerate(tokens))
 
     m0 = moduli[0]
-    sizes = [size({d: n}) for d in dims for n in [*short, long]]
-    sizes.append(size({d: m0 * rng.randint(4, 8) + rng.randint(1, m0 - 1) for d in dims}))
+    sizes = [size({d: n}) for d in dims for n in [*lengths[d][0], lengths[d][1]]]
+    sizes.append(size({d: m0 * rng.randint(4, 8) + step[d] * rng.randint(1, m0 // step[d] - 1) for d in dims}))
     rng.shuffle(sizes)
     return sizes + [size({d: 0}) for d in dims]
 
