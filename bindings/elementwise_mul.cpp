@@ -3,4 +3,4 @@
 #include "elementwise_mul.h"
 #include "wb_binding.h"
 
-WB_EXPORT_ELEMENTWISE_BINDING(elementwise_mul)
+WB_EXPORT_BINDING(elementwise_mul, WB_ELEMENTWISE_STEPS)

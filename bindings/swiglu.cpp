@@ -2,4 +2,4 @@
 #include "swiglu.h"
 #include "wb_binding.h"
 
-WB_EXPORT_ELEMENTWISE_BINDING(swiglu)
+WB_EXPORT_BINDING(swiglu, WB_ELEMENTWISE_STEPS)

@@ -3,4 +3,4 @@
 #include "vector_add.h"
 #include "wb_binding.h"
 
-WB_EXPORT_ELEMENTWISE_BINDING(vector_add)
+WB_EXPORT_BINDING(vector_add, WB_ELEMENTWISE_STEPS)

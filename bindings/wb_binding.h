@@ -12,8 +12,8 @@
 // A step the op does not have, or that needs no workspace, is nullptr.
 //
 // An op of the elementwise family (kernels/common/wb_elementwise.h) needs none of that: its whole
-// binding is WB_EXPORT_ELEMENTWISE_BINDING(my_op), which hands the call's tensors, in order, and its
-// attributes to the variant's WbElementwiseLaunchers.
+// binding is WB_EXPORT_BINDING(my_op, WB_ELEMENTWISE_STEPS), whose steps hand the call's tensors, in
+// order, and its attributes to the variant's WbElementwiseLaunchers.
 #pragma once
 
 #include <stddef.h>
@@ -66,7 +66,9 @@ inline int elementwise_backward(const WbCall& c, const WbElementwiseLaunchers& l
 
 }  // namespace wb_binding
 
-#define WB_EXPORT_BINDING(OP, LAUNCHERS, FORWARD, BACKWARD, FORWARD_WORKSPACE, BACKWARD_WORKSPACE)              \
+// Variadic, so that one macro can stand for the five arguments after OP (WB_ELEMENTWISE_STEPS).
+#define WB_EXPORT_BINDING(...) WB_EXPORT_BINDING_TABLE(__VA_ARGS__)
+#define WB_EXPORT_BINDING_TABLE(OP, LAUNCHERS, FORWARD, BACKWARD, FORWARD_WORKSPACE, BACKWARD_WORKSPACE)        \
   static_assert(offsetof(LAUNCHERS, forward) == 0 && offsetof(LAUNCHERS, backward) == sizeof(void*),            \
                 #LAUNCHERS " must start with its forward and backward launchers (see wb_op.h)");                \
   static int wb_binding_run(int step, const WbCall* call, const void* launchers, const WbLaunch* launch) {      \
@@ -83,7 +85,6 @@ inline int elementwise_backward(const WbCall& c, const WbElementwiseLaunchers& l
     return &table;                                                                                              \
   }
 
-// An elementwise op's whole binding (its header declares no launcher table of its own).
-#define WB_EXPORT_ELEMENTWISE_BINDING(OP)                                                                   \
-  WB_EXPORT_BINDING(OP, WbElementwiseLaunchers, wb_binding::elementwise_forward, wb_binding::elementwise_backward, \
-                    nullptr, nullptr)
+// The elementwise family's launcher table and steps, no workspace: WB_EXPORT_BINDING(my_op, WB_ELEMENTWISE_STEPS).
+#define WB_ELEMENTWISE_STEPS \
+  WbElementwiseLaunchers, wb_binding::elementwise_forward, wb_binding::elementwise_backward, nullptr, nullptr

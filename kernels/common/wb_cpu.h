@@ -1,13 +1,13 @@
 // Host-side helpers shared by the C++ CPU variants: 16-bit storage types with round-to-nearest-even
-// conversion (bit-exact with PyTorch's), dtype dispatch and the status string. No torch, no CUDA.
+// conversion (bit-exact with PyTorch's), the status string and the thread pool; dtype dispatch in
+// wb_dispatch.h. No torch, no CUDA.
 #pragma once
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "wb_types.h"
-#include "wb_variant.h"
+#include "wb_dispatch.h"
 
 inline float wb_bits_to_float(uint32_t u) { float f; memcpy(&f, &u, sizeof f); return f; }
 inline uint32_t wb_float_to_bits(float f) { uint32_t u; memcpy(&u, &f, sizeof u); return u; }
@@ -28,10 +28,6 @@ inline float wb_to_acc(wb_half_t h) {
 }
 
 inline float wb_to_acc(wb_bf16_t b) { return wb_bits_to_float(static_cast<uint32_t>(b.bits) << 16); }
-
-template <typename T> struct WbAcc { using type = float; };
-template <> struct WbAcc<double> { using type = double; };
-template <typename T> using wb_acc_t = typename WbAcc<T>::type;
 
 template <typename T> inline T wb_from_acc(wb_acc_t<T> v);
 template <> inline float wb_from_acc<float>(float v) { return v; }
@@ -58,27 +54,9 @@ template <> inline wb_bf16_t wb_from_acc<wb_bf16_t>(float f) {
   return {static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16)};
 }
 
-template <typename T> struct WbType { using type = T; };
-
-// Calls fn(WbType<T>{}) for the storage type T named by a WbDtype in MASK; WB_ERR_DTYPE otherwise.
-template <unsigned MASK, typename Fn>
-inline int wb_dispatch_dtype(int dtype, Fn&& fn) {
-  switch (dtype) {
-    case WB_FLOAT32: if constexpr ((MASK & WB_F32) != 0) return fn(WbType<float>{}); break;
-    case WB_FLOAT64: if constexpr ((MASK & WB_F64) != 0) return fn(WbType<double>{}); break;
-    case WB_FLOAT16: if constexpr ((MASK & WB_F16) != 0) return fn(WbType<wb_half_t>{}); break;
-    case WB_BFLOAT16: if constexpr ((MASK & WB_BF16) != 0) return fn(WbType<wb_bf16_t>{}); break;
-  }
-  return WB_ERR_DTYPE;
-}
-
 inline const char* wb_cpu_status_string(int status) {
-  switch (status) {
-    case WB_OK: return "no error";
-    case WB_ERR_DTYPE: return "dtype not supported by this variant";
-    case WB_ERR_ARGUMENT: return "invalid argument";
-    default: return "unknown error";
-  }
+  const char* words = wb_status_words(status);
+  return words ? words : "unknown error";
 }
 
 // Runs body(begin, end) over [begin, end) on the harness's thread pool, in chunks of at least grain.

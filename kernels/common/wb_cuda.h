@@ -1,5 +1,5 @@
 // Device-side helpers shared by the CUDA variants: storage <-> compute type conversion, the
-// status string every CUDA variant exports, and grid sizing.
+// status string every CUDA variant exports, and grid sizing; dtype dispatch in wb_dispatch.h.
 //
 // 16-bit values are converted with the PTX cvt instructions directly rather than through
 // cuda_fp16.h / cuda_bf16.h: those headers add ~0.3 s to every nvcc run, a fifth of the
@@ -8,13 +8,7 @@
 
 #include <cuda_runtime.h>
 
-#include "wb_types.h"
-#include "wb_variant.h"
-
-// Compute type for a storage type: float for the 16-bit types (and float), double for double.
-template <typename T> struct WbAcc { using type = float; };
-template <> struct WbAcc<double> { using type = double; };
-template <typename T> using wb_acc_t = typename WbAcc<T>::type;
+#include "wb_dispatch.h"
 
 __device__ __forceinline__ float wb_to_acc(float v) { return v; }
 __device__ __forceinline__ double wb_to_acc(double v) { return v; }
@@ -48,31 +42,11 @@ template <> __device__ __forceinline__ wb_bf16_t wb_from_acc<wb_bf16_t>(float v)
 }
 
 static const char* wb_cuda_status_string(int status) {
-  switch (status) {
-    case WB_OK: return "no error";
-    case WB_ERR_DTYPE: return "dtype not supported by this variant";
-    case WB_ERR_ARGUMENT: return "invalid argument";
-    default: return cudaGetErrorString(static_cast<cudaError_t>(status));
-  }
+  const char* words = wb_status_words(status);
+  return words ? words : cudaGetErrorString(static_cast<cudaError_t>(status));
 }
 
 // The status of the launch just made: a launch-configuration error, or WB_OK.
 static inline int wb_launch_status() { return static_cast<int>(cudaGetLastError()); }
 
 static inline int64_t wb_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-template <typename T> struct WbType { using type = T; };
-
-// Calls fn(WbType<T>{}) with the storage type T named by a WbDtype, for the dtypes in MASK only;
-// any other dtype returns WB_ERR_DTYPE, so a variant never reinterprets memory it was not written
-// for. (A tag argument rather than a templated lambda keeps this C++17.)
-template <unsigned MASK, typename Fn>
-static int wb_dispatch_dtype(int dtype, Fn&& fn) {
-  switch (dtype) {
-    case WB_FLOAT32: if constexpr ((MASK & WB_F32) != 0) return fn(WbType<float>{}); break;
-    case WB_FLOAT64: if constexpr ((MASK & WB_F64) != 0) return fn(WbType<double>{}); break;
-    case WB_FLOAT16: if constexpr ((MASK & WB_F16) != 0) return fn(WbType<wb_half_t>{}); break;
-    case WB_BFLOAT16: if constexpr ((MASK & WB_BF16) != 0) return fn(WbType<wb_bf16_t>{}); break;
-  }
-  return WB_ERR_DTYPE;
-}

@@ -1,8 +1,8 @@
 // The elementwise family's contract: ops whose tensors all have the same n elements and whose
 // forward and backward compute each element from the same element of their inputs (vector_add,
 // elementwise_mul, swiglu). Such an op's header (kernels/<op>/<op>.h) is its math, as two steps;
-// the launcher table, the binding (WB_EXPORT_ELEMENTWISE_BINDING in bindings/wb_binding.h), the
-// dtype dispatch, the flat tiles, alignment and tail routing come from here and from
+// the launcher table, the binding (WB_EXPORT_BINDING(op, WB_ELEMENTWISE_STEPS), bindings/wb_binding.h),
+// the dtype dispatch, the flat tiles, alignment and tail routing come from here and from
 // wb_elementwise.cuh (CUDA) and wb_elementwise_cpu.h (C++). A step is a functor:
 //
 //   struct MyOpForward {                                  // a, b -> y
