@@ -55,9 +55,9 @@ def load_source(op: str, path, name: str | None = None, *, python: bool = True, 
     """Build and load a variant of `op` from a source file anywhere; `name` defaults to the file's
     stem (loader.load_source). style="extension": a torch extension written the course's way
     (torch/extension.h; PYBIND11_MODULE or TORCH_LIBRARY exporting forward and backward), served as
-    a variant (byo.load_extension; `extension`: its dtypes, device, forward, backward)."""
+    a variant (extension.load_extension; `extension`: its dtypes, device, forward, backward)."""
     if _style(style, "load_source"):
-        from .byo import load_extension
+        from .extension import load_extension
 
         return load_extension(op, path, name, **extension)
     return _loader.load_source(op, path, name, python=python)
@@ -66,9 +66,9 @@ def load_source(op: str, path, name: str | None = None, *, python: bool = True, 
 def load_inline(op: str, source: str, name: str, *, replace: bool = False, style: str = "workbench", **extension):
     """Build a variant of `op` from a source string (a notebook cell; loader.load_inline).
     style="extension": a torch extension written the course's way, served as a variant
-    (byo.load_inline_extension). It compiles the torch headers: tens of seconds."""
+    (extension.load_inline_extension). It compiles the torch headers: tens of seconds."""
     if _style(style, "load_inline"):
-        from .byo import load_inline_extension
+        from .extension import load_inline_extension
 
         return load_inline_extension(op, source, name, **extension)
     return _loader.load_inline(op, source, name, replace=replace)

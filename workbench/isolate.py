@@ -39,9 +39,9 @@ JOBS = ("load", "check", "gradcheck", "bench", "measure")  # jobs.BY_NAME's name
 def variant_address(op: str, variant) -> dict:
     """How a child finds the same variant (a JSON dict, always with "op" and "name"): by name for
     kernels/<op>/, by source path otherwise, a callable by its module path (byo.child_spec)."""
-    from . import byo, loader, registry
+    from . import byo, extension, loader, registry
 
-    if isinstance(variant, byo.BuiltExtension):  # an extension-style source, built, never loaded here
+    if isinstance(variant, extension.BuiltExtension):  # an extension-style source, built, never loaded here
         return {"op": op, "name": variant.name, "source": str(variant.source), "style": "extension"}
     if isinstance(variant, loader.BuiltVariant):  # built, never loaded here: the child loads that source
         return {"op": op, "name": variant.name, "source": str(variant.source)}

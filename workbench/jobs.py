@@ -34,8 +34,8 @@ def load_variant(address: dict) -> dict:
     if "source" in address:
         from . import loader
         if address.get("style") == "extension":
-            from . import byo
-            built_here = byo.build_extension(op, address["source"], address["name"]).built
+            from . import extension
+            built_here = extension.build_extension(op, address["source"], address["name"]).built
         else:
             built_here = loader.build_source(op, address["source"], address["name"]).built
     kernel = isolate.resolve(address)

@@ -62,7 +62,7 @@ def _student_path(ex: Exercise, path) -> pathlib.Path:
 
 
 def _extension_style(p: pathlib.Path) -> bool:
-    from ..byo import is_extension_source
+    from ..extension import is_extension_source
 
     try:
         return is_extension_source(p.read_text(errors="replace"))

@@ -58,7 +58,7 @@ def build(ex: Exercise, source: pathlib.Path, name: str):
     if source.suffix == ".cu" and not toolchain.can_build_cuda():
         why = "torch has no CUDA" if not toolchain.torch_has_cuda() else "no nvcc found (set CUDA_HOME)"
         return None, Check("build", "skipped", f"this machine cannot build CUDA code: {why}")
-    from ..byo import build_extension, is_extension_source
+    from ..extension import build_extension, is_extension_source
 
     extension = is_extension_source(source.read_text(errors="replace"))
     try:
