@@ -21,7 +21,7 @@ NAMES = ["01_quickstart.ipynb", "02_edit_loop.ipynb", "03_your_own_op.ipynb", "0
 CPU_LABEL = "No GPU visible: CPU path"
 # Notebooks committed with their CPU path's outputs (written where no GPU was to be had) until the GPU
 # script's executed copy replaces them (STEPS=notebooks bash scripts/gpu_run.sh).
-CPU_OUTPUTS_UNTIL_GPU_RUN = {"08_bring_your_own.ipynb"}
+CPU_OUTPUTS_UNTIL_GPU_RUN = {"06_matmul_ladder.ipynb", "08_bring_your_own.ipynb"}
 GPU_LABEL = "GPU path: "
 # What the deliberate typo in 02_edit_loop's compile-error cells makes each compiler say.
 TYPO = "wb_gelu_tanh_grd"
@@ -296,31 +296,43 @@ def test_matmul_ladder_shows_every_rung_with_its_compiler_report_and_checks_what
     comment and, where nvcc and cuobjdump are here (they need no GPU), a row of the compiler's table
     and its report in words; on the GPU every rung passes its check and the edge sizes, naive its
     float64 gradcheck, and the ladder's summary names naive's and the best rung's share of cuBLAS;
-    on the CPU the cpu variant does and the note says the CUDA rungs need a GPU. Two plots: the
-    ladder and the roofline."""
+    on the CPU the cpu variant does and the note says the CUDA rungs need a GPU. The Hopper rungs
+    (sm_90a) are read from their machine code on any machine with nvcc (HGMMA and TMA loads, no
+    HMMA); on an sm_90a GPU they are checked, timed at 8192^3 against cuBLAS and profiled, and
+    elsewhere the section says so and shows the committed H100 run's figures. Plots: the ladder,
+    the Hopper ladder per 16-bit dtype, and the roofline."""
+    import torch
+
     from workbench import ptxas, registry, toolchain
 
-    # The notebook teaches the ladder through tensor_core; the Hopper rungs after it (issue 28:
-    # wgmma_tma, warp_specialized, persistent) get their own section there next, and this test then
-    # takes the whole of spec.ladder again.
-    full = registry.spec("matmul").ladder
-    ladder = full[:full.index("tensor_core") + 1]
+    ladder = registry.spec("matmul").ladder
+    hopper = ladder[ladder.index("tensor_core") + 1:]
+    sm90a = HAS_GPU and torch.cuda.get_device_capability() == (9, 0)
     nb = executed["06_matmul_ladder.ipynb"]
     outputs = [_cell_text(c) for c in nb.cells if c.cell_type == "code"]
     text = "\n".join(outputs)
     compiled = bool(toolchain.nvcc_path() and ptxas.cuobjdump())
     for i, name in enumerate(ladder, 1):
-        shown = [t for t in outputs if re.search(rf"^rung {i} of {len(full)}: {name}$", t, re.MULTILINE)]
+        shown = [t for t in outputs if re.search(rf"^rung {i} of {len(ladder)}: {name}$", t, re.MULTILINE)]
         assert len(shown) == 1, (name, outputs)
         first = (REPO_ROOT / "kernels" / "matmul" / f"{name}.cu").read_text().splitlines()[0]
         assert first.removeprefix("// ") in shown[0], (first, shown[0])
         if compiled:
             assert re.search(rf"^{name} +\d+ +\d+- *\d+ +\d+(\+dyn)? +\d+ ", text, re.MULTILINE), (name, text)
             assert re.search(r"\d+ registers per thread .* B spilled", " ".join(shown[0].split())), shown[0]
+        if compiled and name in hopper:  # wgmma and TMA in its machine code, no mma.sync
+            words = " ".join(shown[0].split())
+            code = re.search(r"(\d+) HGMMA \(64x\d+x16\.F32\.BF16\) and (\d+) HMMA; (\d+) TMA loads", words)
+            assert code and int(code.group(1)) > 0 and code.group(2) == "0" and int(code.group(3)) > 0, words
+            assert re.search(r"[1-9]\d* mbarrier operations", words), words
+            assert ("of them multicast" in words) == (name == "persistent"), words
+            assert bool(re.search(r"[1-9]\d* setmaxnreg", words)) == (name != "wgmma_tma"), words  # producer/consumer
+        if HAS_GPU and name in hopper and not sm90a:
+            assert f"{name} needs an sm_90a GPU" in shown[0], shown[0]
     if not compiled:
         assert "The compiler's view needs nvcc and cuobjdump" in text, text
     if HAS_GPU:
-        for name in ladder:
+        for name in [v for v in ladder if v not in hopper or sm90a]:
             passed = re.findall(rf"matmul/{name} on cuda:\d+: (\d+)/(\d+) cases passed", text)
             assert len(passed) >= 2 and all(a == b for a, b in passed), (name, passed)
         assert re.search(r"matmul/naive on cuda:\d+: (\d+)/\1 cases passed \(torch.autograd.gradcheck in float64",
@@ -332,5 +344,13 @@ def test_matmul_ladder_shows_every_rung_with_its_compiler_report_and_checks_what
         assert len(passed) >= 3 and all(a == b for a, b in passed), passed  # the matrix, the edges, gradcheck
         assert "(torch.autograd.gradcheck in float64" in text, text
         assert CPU_RUNG_NOTE in text and "the cpu variant" in text, text
+    for dtype in ("bfloat16", "float16"):  # measured on an sm_90a GPU, else the committed H100 run's rows
+        assert re.search(rf"^{dtype}: the last rung, persistent: \d+ TFLOP/s, [\d.]+x cuBLAS, [\d.]+x tensor_core$",
+                         text, re.MULTILINE), text
+    if sm90a:
+        assert re.search(r"tensor pipe \d+% -> \d+% of peak \([\d.]+x\), duration", text) or "no profile here:" in text
+    else:
+        assert "not measured here" in text and "The rows below are the committed H100 run's" in text, text
+        assert re.search(r"^  wgmma_tma_kernel +[\d.]+ ms; Tensor pipe [\d.]+% busy", text, re.MULTILINE), text
     pngs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
-    assert len(pngs) >= 2, len(pngs)
+    assert len(pngs) >= 4, len(pngs)  # the ladder, the Hopper ladder in bf16 and fp16, the roofline
