@@ -19,7 +19,7 @@ import time
 import pytest
 
 from conftest import describe, run_cli
-from workbench import registry
+from workbench import config, registry
 
 pytestmark = pytest.mark.slow
 
@@ -118,6 +118,25 @@ def test_every_op_exports_a_package(wb, tmp_path, op):
     assert "CppExtension" in (out / "setup.py").read_text()  # CPU variants only: no nvcc needed
     op_cpp = (out / "csrc/harness/op.cpp").read_text()
     assert f"TORCH_LIBRARY(wb_{op}, m)" in op_cpp and "TORCH_LIBRARY_IMPL(wb_{}, CUDA".format(op) not in op_cpp
+
+
+def test_the_package_carries_the_one_call_check_and_the_math(wb, tmp_path):
+    """The package's checks are copies of the workbench's one source per language (no rewritten
+    twin): shapes.py's check_call for the fake, call_check.cpp for the harness; its math is the op's
+    math module as it is, named in spec.py."""
+    assert callable(registry.spec("rmsnorm").eager)  # read first: export still sees the declaration's names
+    out = wb.export("rmsnorm", "cpu", tmp_path / "pkg")
+    package = out / "wb_rmsnorm"
+    assert (package / "_shapes.py").read_text().endswith((config.PACKAGE_DIR / "shapes.py").read_text())
+    for f in ("call_check.h", "call_check.cpp", "op_decl.h", "op_decl.cpp"):
+        assert (out / "csrc/harness" / f).read_bytes() == (config.BINDINGS_DIR / "harness" / f).read_bytes(), f
+    assert "call_check.cpp" in (out / "setup.py").read_text()
+    assert (package / "_math.py").read_text().endswith((config.PACKAGE_DIR / "specs/rmsnorm_math.py").read_text())
+    spec_py = (package / "spec.py").read_text()
+    assert "from ._math import reference as reference" in spec_py and "make_inputs = None" in spec_py
+    assert not (package / "opspec.py").exists() and not (package / "spec").exists()  # no stand-in model
+    init = (package / "__init__.py").read_text()
+    assert "check_call(" in init and "must be a finite number" not in init  # the words live in _shapes.py
 
 
 def test_cuda_variants_make_a_cuda_extension(wb, tmp_path):

@@ -244,14 +244,121 @@ def test_the_python_shape_rule_and_the_harness_say_the_same(run_python, cpu_kern
         assert from_cpp == f"workbench::shape_probe_{i}: {message}"
 
 
-def test_declared_ops_give_the_fakes_words_on_real_calls(cpu_kernel):
-    """The same through the real ops: the harness's message for a bad bias is the fake's."""
-    x = torch.randn(4, 7)
-    with pytest.raises(ValueError) as real:
-        torch.ops.workbench.bias_gelu(x, torch.randn(6), "cpu")
-    with pytest.raises(ValueError) as fake:
-        torch.ops.workbench.bias_gelu(x.to("meta"), torch.randn(6, device="meta"), "cpu")
+# (what is wrong, op, tensors, attributes): each fails the call check, in C++ and in Python alike
+CALL_CASES = [
+    ("a bias of another length", "bias_gelu", lambda: (torch.randn(4, 7), torch.randn(6)), ()),
+    ("bias float64", "bias_gelu", lambda: (torch.randn(4, 7), torch.randn(7, dtype=torch.float64)), ()),
+    ("int32 tensors", "bias_gelu", lambda: (torch.ones(4, 7, dtype=torch.int32), torch.ones(7, dtype=torch.int32)), ()),
+    ("9 dims", "bias_gelu", lambda: (torch.randn((1,) * 8 + (7,)), torch.randn(7)), ()),
+    ("a 0-dim x", "bias_gelu", lambda: (torch.tensor(1.0), torch.randn(7)), ()),
+    ("eps below its minimum", "rmsnorm", lambda: (torch.randn(3, 5), torch.randn(5)), (-1.0,)),
+    ("eps NaN", "rmsnorm", lambda: (torch.randn(3, 5), torch.randn(5)), (float("nan"),)),
+    ("scale infinite", "scale_bias_relu", lambda: (torch.randn(3, 5), torch.randn(5)), (float("inf"),)),
+]
+
+
+@pytest.mark.parametrize("what, op, tensors, attrs", CALL_CASES, ids=[c[0] for c in CALL_CASES])
+def test_the_call_check_says_the_same_in_cpp_and_python(wb, what, op, tensors, attrs):
+    """bindings/harness/call_check.cpp (a real call) and workbench/shapes.py's check_call (the fake
+    implementation, on meta tensors): the same error type and words for the same bad call."""
+    wb.load(op, "cpu")
+    ts = tensors()
+    with pytest.raises((ValueError, TypeError, RuntimeError)) as real:
+        getattr(torch.ops.workbench, op)(*ts, *attrs, "cpu")
+    with pytest.raises((ValueError, TypeError, RuntimeError)) as fake:
+        getattr(torch.ops.workbench, op)(*(t.to("meta") for t in ts), *attrs, "cpu")
+    assert type(real.value) is type(fake.value)
     assert str(real.value).splitlines()[0] == str(fake.value).splitlines()[0]
+    assert str(real.value).startswith(f"workbench::{op}: ")
+
+
+# ----------------------------------------------------------------------------- declarations
+
+NO_TORCH = r'''
+import json, sys
+sys.modules["torch"] = None  # any import of torch fails
+from workbench import registry
+out = {}
+for op in registry.ops():
+    spec = registry.spec(op)
+    size = spec.check_sizes[0] if spec.check_sizes else spec.sample_size()
+    out[op] = {"declaration": spec.declaration(), "shapes": [list(s) for s in spec.input_shapes(size)],
+               "ladder": list(spec.ladder), "variants": [v.name for v in registry.variants(op)]}
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_every_declaration_reads_without_torch(run_python):
+    """A declaration is torch-free data: a process where importing torch fails reads every op's
+    (the harness's declaration text, shapes, the ladder, the variants) and gets what this one does."""
+    proc = run_python(NO_TORCH)
+    assert proc.returncode == 0, describe(proc)
+    out = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))[7:])
+    assert sorted(out) == registry.ops()
+    for op, got in out.items():
+        spec = registry.spec(op)
+        assert got["declaration"] == spec.declaration() and got["ladder"] == list(spec.ladder), op
+        tree = registry.variant_sources(op)  # this process may hold variants built from strings too
+        assert got["variants"] == [v.name for v in registry.variants(op) if v.name in tree], op
+
+
+def test_the_math_is_named_and_resolves(wb):
+    """Each tree op's declaration names its math in workbench/specs/<op>_math.py; read in a torch
+    process, every math field is the function itself (timed and traced as it is)."""
+    from workbench.opmath import MathRef, declared
+
+    for op in registry.ops():
+        spec = registry.spec(op)
+        for field in ("reference", "eager", "make_inputs", "reference_backward", "double_backward", "bytes_moved"):
+            raw = declared(spec, field)
+            assert raw is None or (isinstance(raw, MathRef) and raw.module == f"workbench.specs.{op}_math"), (op, field)
+            assert not isinstance(getattr(spec, field), MathRef), (op, field)
+        assert callable(spec.reference) and callable(spec.eager), op
+        assert not any(isinstance(f, MathRef) for f in spec.baselines.values()), op
+        if spec.layer is not None and spec.layer.init is not None:
+            assert callable(spec.layer.init.resolve() if isinstance(spec.layer.init, MathRef) else spec.layer.init)
+        for case in spec.error_cases:
+            assert callable(case.build.resolve() if isinstance(case.build, MathRef) else case.build), (op, case.what)
+
+
+def test_one_store_of_specs(wb, cpu_kernel):
+    """The registry holds the process's specs: a loaded kernel, the fakes and a second look-up all
+    see the same object."""
+    from workbench import torchops
+
+    spec = registry.spec("bias_gelu")
+    assert registry.spec("bias_gelu") is spec and cpu_kernel.spec is spec
+    assert torchops.current_spec("bias_gelu") is spec
+    assert not hasattr(torchops, "_specs")
+
+
+def test_a_failed_define_op_leaves_nothing_behind(wb):
+    """A binding that does not build: define_op raises, and the op is not left listed without one."""
+    spec = wb.OpSpec(name="never_built", doc="a binding with a syntax error",
+                     inputs=(wb.Tensor("x", "n"),), outputs=(wb.Output("y", "n"),), reference=None, eager=None)
+    binding = "#include \"wb_binding.h\"\nthis is not C++;\nWB_EXPORT_BINDING(never_built, int, 0, 0, 0, 0)\n"
+    with pytest.raises(Exception):
+        wb.define_op(spec, header="#pragma once\n", binding=binding)
+    assert "never_built" not in wb.ops()
+    assert not hasattr(torch.ops.workbench, "never_built")  # the binding builds before the op is declared
+    with pytest.raises(ValueError, match="op must be one of"):
+        registry.spec("never_built")
+
+
+def test_list_goes_on_past_an_op_whose_spec_fails(wb, monkeypatch, capsys):
+    """python -m workbench list: one op whose declaration cannot be read is reported, the ops after
+    it are still listed, and the exit status says something failed."""
+    from workbench import cli
+
+    broken = registry.ops()[0]
+    monkeypatch.delitem(registry._specs, broken, raising=False)
+    monkeypatch.setitem(__import__("sys").modules, f"workbench.specs.{broken}", None)  # its import fails
+    assert cli.main(["list"]) == 1
+    out, err = capsys.readouterr()
+    assert f"cannot list {broken}" in err
+    for op in registry.ops():
+        assert f"\n{op}\n" in "\n" + out, op
+    assert "  cpu" in out.split(f"\n{registry.ops()[-1]}\n")[-1]  # the last op's variants too
 
 
 # ----------------------------------------------------------------------------- structure

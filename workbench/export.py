@@ -4,19 +4,19 @@
     pip install --no-build-isolation out/wb_bias_gelu            # then torch.ops.wb_bias_gelu.bias_gelu
 
 The package holds copies of the variants' sources and the headers they include, the op's binding,
-a small torch-facing harness (the checks of bindings/harness, rewritten for one op with its
-variants linked in), TORCH_LIBRARY registration in the package's own namespace, the fake and
+a small torch-facing harness (bindings/harness's declaration, shape rule and call check, copied,
+with a runner for one op and its variants linked in), TORCH_LIBRARY registration in the package's own namespace, the fake and
 autograd registration in its __init__.py, a setup.py with CUDAExtension (CppExtension when only CPU
 variants go in), a README and a pytest test. Everything op-specific is generated from the op's spec:
 the schemas, the typed C++ entry points, the declaration the checks run on, the Python signature,
-the test's sizes and tolerances; the spec module itself is copied for its float64 reference and
-eager math (with a stand-in for workbench.opspec). Nothing in the package imports the workbench.
+the test's sizes and tolerances; the op's math module (workbench/specs/<op>_math.py) is copied as
+_math.py for its float64 reference and eager math, and the call check (workbench/shapes.py) as
+_shapes.py. Nothing in the package imports the workbench.
 Templates: workbench/export_templates/.
 """
 from __future__ import annotations
 
 import ast
-import dataclasses
 import hashlib
 import keyword
 import os
@@ -32,8 +32,8 @@ import types
 
 from . import config, registry
 from .build import arch
-from .dtypes import TOLERANCES
-from .opspec import REQUIRED
+from .dtypes import NAMES as DTYPE_NAMES, TOLERANCES
+from .opmath import MathRef, declared
 
 TEMPLATES = config.PACKAGE_DIR / "export_templates"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch: "abc\n" is not an identifier
@@ -167,52 +167,39 @@ def _packaged_path(path: pathlib.Path) -> str:
     raise ValueError(f"{path}: an exported source must live under {config.KERNELS_DIR} or {config.BINDINGS_DIR}")
 
 
-def _spec_source(op: str, shim_names: set[str]) -> str:
-    """The spec module's text, after checking that it imports nothing the package lacks."""
-    path = config.PACKAGE_DIR / "specs" / f"{op}.py"
+# The math fields an exported package uses (its __init__'s autograd, its test's inputs and reference).
+_PACKAGE_MATH = ("reference", "eager", "double_backward", "reference_backward", "make_inputs")
+
+
+def _math_source(spec) -> tuple[str, str]:
+    """(the op's math module's text, the package's spec.py naming its functions), after checking
+    that the module imports nothing the package lacks and that each math field the package uses is
+    a function of it (a MathRef in the declaration)."""
+    refs = {f: declared(spec, f) for f in _PACKAGE_MATH}  # the declaration's MathRefs, not imported
+    modules = {r.module for r in refs.values() if isinstance(r, MathRef)}
+    plain = [f for f, r in refs.items() if r is not None and not isinstance(r, MathRef)]
+    if plain or len(modules) != 1:
+        raise ValueError(f"{spec.name}: an exported package carries the op's math module, so the declaration must "
+                         f"name reference, eager (and any of {', '.join(_PACKAGE_MATH[2:])}) in one module "
+                         f"(MathModule(...)); got {', '.join(plain) or 'none'} as plain functions, modules "
+                         f"{sorted(modules)}")
+    module = modules.pop()
+    path = config.PACKAGE_DIR.parent.joinpath(*module.split(".")).with_suffix(".py")
     text = path.read_text()
     for node in ast.walk(ast.parse(text, filename=str(path))):
         if isinstance(node, ast.ImportFrom) and node.level:
-            names = {a.name for a in node.names}
-            if node.level != 2 or node.module != "opspec" or not names <= shim_names:
-                raise ValueError(f"{path}:{node.lineno}: an exported package carries the spec with a stand-in for "
-                                 f"workbench.opspec ({', '.join(sorted(shim_names))}); the spec may import only those "
-                                 f"(from ..opspec) and modules outside the workbench")
-        modules = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                   [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
-        if any(m.split(".")[0] == "workbench" for m in modules):
-            raise ValueError(f"{path}:{node.lineno}: the spec imports the workbench, which an exported package must "
-                             f"not depend on")
-    return text
-
-
-def _opspec_shim() -> tuple[str, set[str]]:
-    """workbench.opspec's records as plain dataclasses with the same fields and defaults (the
-    derived methods are not needed: the package derives what it needs at export time)."""
-    from . import opspec
-
-    lines = ['"""A stand-in for workbench.opspec: the records the op\'s spec is written with, fields only."""',
-             "from __future__ import annotations", "", "from dataclasses import dataclass, field", "",
-             "REQUIRED = object()  # an attribute without a default", f"DIRECTIONS = {opspec.DIRECTIONS!r}",
-             f"LAYOUTS = {opspec.LAYOUTS!r}", "", "", "def as_tuple(out) -> tuple:",
-             "    return tuple(out) if isinstance(out, (tuple, list)) else (out,)"]
-    names = {"REQUIRED", "DIRECTIONS", "LAYOUTS", "as_tuple"}
-    for cls in (opspec.Tensor, opspec.Attr, opspec.Output, opspec.ErrorCase, opspec.Layer, opspec.OpSpec):
-        lines += ["", "", "@dataclass(frozen=True)", f"class {cls.__name__}:"]
-        for f in dataclasses.fields(cls):
-            if f.default_factory is not dataclasses.MISSING:
-                value = f"field(default_factory=lambda: {f.default_factory()!r})"
-            elif f.default is dataclasses.MISSING:
-                value = None
-            elif f.default is REQUIRED:
-                value = "REQUIRED"
-            elif callable(f.default):
-                value = "None"
-            else:
-                value = repr(f.default)
-            lines.append(f"    {f.name}: object" + (f" = {value}" if value is not None else ""))
-        names.add(cls.__name__)
-    return "\n".join(lines) + "\n", names
+            raise ValueError(f"{path}:{node.lineno}: an exported package carries the op's math module alone; it may "
+                             f"import modules outside the workbench, not relative ones")
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        if any(m.split(".")[0] == "workbench" for m in names):
+            raise ValueError(f"{path}:{node.lineno}: the op's math imports the workbench, which an exported package "
+                             f"must not depend on")
+    lines = [f'"""The op\'s math as workbench/specs/{spec.name}.py names it (the functions: _math.py, a copy of',
+             f'{path.relative_to(config.PACKAGE_DIR.parent).as_posix()})."""']
+    for f, r in refs.items():
+        lines.append(f"from ._math import {r.attr} as {f}" if isinstance(r, MathRef) else f"{f} = None")
+    return text, "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------- generated text
@@ -379,6 +366,7 @@ def _decl_py(spec, variants: list[dict], namespace: str, fwd: str, bwd: str | No
         "OUTPUTS": [{"name": o.name, "dims": o.dims, "terms": o.terms} for o in spec.outputs],
         "ATTRS": [{"name": a.name, "kind": kind(a), "required": a.required, "default": None if a.required else a.default,
                    "min": a.min, "max": a.max, "finite": a.finite} for a in spec.attrs],
+        "DTYPES": DTYPE_NAMES,
         "VARIANTS": [{k: v[k] for k in ("name", "device", "dtypes", "description", "source")} for v in variants],
         "SIZE": spec.size_pattern.text,
         "TEST_SIZES": sizes, "OPCHECK_SIZE": sample,
@@ -425,7 +413,7 @@ def _package_files(op: str, spec, names: list[str], package: str, namespace: str
     if any(v["generated"] == binding_wrapper for v in variants):
         raise ValueError("variants: a variant named '_binding' clashes with the binding's wrapper; rename it")
     harness_dir = config.BINDINGS_DIR / "harness"
-    for f in ("op_decl.h", "op_decl.cpp"):
+    for f in ("op_decl.h", "op_decl.cpp", "call_check.h", "call_check.cpp"):  # the shape rule, the call check
         files[f"csrc/harness/{f}"] = (harness_dir / f).read_bytes()
     for f in ("harness.h", "harness.cpp", "module.cpp"):
         files[f"csrc/harness/{f}"] = (TEMPLATES / f).read_bytes()
@@ -433,22 +421,20 @@ def _package_files(op: str, spec, names: list[str], package: str, namespace: str
 
     fwd, bwd = _schemas(spec)
     sizes, sample = _test_sizes(spec)
-    shim, shim_names = _opspec_shim()
+    math_text, spec_py = _math_source(spec)
     doc = spec.doc.replace('"""', "'''")
     listed = ", ".join(names)
     files[f"{package}/__init__.py"] = _fill("__init__.py.in", doc=doc + ".", namespace=namespace,
                                             op=op, variant_list=listed, function=_python_function(spec))
     files[f"{package}/_decl.py"] = _decl_py(spec, variants, namespace, fwd, bwd, sizes, sample, copied)
     files[f"{package}/_shapes.py"] = ("# Copied from workbench/shapes.py by export: the Python twin of "
-                                      "csrc/harness/op_decl.cpp's shape rule.\n"
+                                      "csrc/harness's shape rule and call check.\n"
                                       + (config.PACKAGE_DIR / "shapes.py").read_text())
-    files[f"{package}/opspec.py"] = shim
-    files[f"{package}/spec/__init__.py"] = f'"""The op\'s spec, as workbench/specs/{op}.py had it."""\n'
-    files[f"{package}/spec/{op}.py"] = (f"# Copied from workbench/specs/{op}.py by export; its ..opspec is "
-                                        f"{package}/opspec.py, a stand-in.\n" + _spec_source(op, shim_names))
+    files[f"{package}/_math.py"] = f"# Copied from workbench/specs/{op}_math.py by export.\n" + math_text
+    files[f"{package}/spec.py"] = spec_py
 
     sources = sorted(v["generated"] for v in variants) + [binding_wrapper] + [
-        f"csrc/harness/{f}" for f in ("module.cpp", "op.cpp", "op_decl.cpp")]  # op.cpp includes harness.cpp
+        f"csrc/harness/{f}" for f in ("module.cpp", "op.cpp", "op_decl.cpp", "call_check.cpp")]  # op.cpp includes harness.cpp
     include_dirs = ["csrc/harness", "csrc/kernels/common", f"csrc/kernels/{op}", "csrc/bindings"]
     kind = "CUDAExtension" if with_cuda else "CppExtension"
     why = ("a CUDA variant is exported, so nvcc builds the .cu files" if with_cuda

@@ -12,9 +12,10 @@ A variant (kernels/<op>/<variant>.cu or .cpp) and the op's binding (bindings/<op
 with nvcc or the host compiler, not cpp_extension, and opened by one pybind11 module
 (bindings/ndarray/ndarray_module.cpp). CPU variants run on the arrays' memory, on a std::thread
 pool; CUDA variants run on device copies, staged with cudaMalloc/cudaMemcpy. Calls are checked
-against the op's spec, read without importing it (static_spec.py): dtypes, shapes (the dims
-patterns' rule and words), C-contiguity, writable outputs, attributes; errors are TypeError or
-ValueError naming the argument and what was expected.
+against the op's declaration (torch-free: workbench/specs/<op>.py, from the registry) by the check
+every front end runs (shapes.check_call: dtypes, shapes, attributes, in the harness's words), then
+for what NumPy adds: C-contiguity, byte order, writable and separate outputs; errors are TypeError
+or ValueError naming the argument and what was expected.
 """
 from __future__ import annotations
 
@@ -27,15 +28,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import build, cache, config, dtypes, ndarray_build, registry, static_spec
+from . import build, cache, config, dtypes, ndarray_build, registry
 from .errors import WorkbenchError
-from .shapes import ShapeBinder, shape_text
+from .shapes import shape_text
 
 _lock = threading.RLock()
 _ext = None                        # the extension module, once built and imported
 _bindings: dict[str, tuple[str, int]] = {}   # op -> (build key, WbOpBinding*) opened in this process
 _STEPS = {"forward": 0, "backward": 1}
-_FLOAT_NAMES = ", ".join(dtypes.NAMES[:-1]) + " or " + dtypes.NAMES[-1]
 
 
 def extension():
@@ -151,24 +151,22 @@ class NdKernel:
     # ------------------------------------------------------------------ one call
 
     def _names(self, step: str):
-        """(input names, their patterns, read flags, output names, differentiable input indices)."""
+        """(tensor names in call order, read flags, output names, differentiable input indices)."""
         spec = self.spec
         ins = [t.name for t in spec.inputs]
-        pats = [t.pattern for t in spec.inputs]
         if step == "forward":
-            return ins, pats, [True] * len(ins), [o.name for o in spec.outputs], None
+            return ins, [True] * len(ins), [o.name for o in spec.outputs], None
         grads = [f"grad_{o.name}" for o in spec.outputs]
         read = [True] * len(grads) + [t.read_by_backward for t in spec.inputs]
         diff = [i for i, t in enumerate(spec.inputs) if t.differentiable]
-        return grads + ins, [o.pattern for o in spec.outputs] + pats, read, \
-            [f"grad_{spec.inputs[i].name}" for i in diff], diff
+        return grads + ins, read, [f"grad_{spec.inputs[i].name}" for i in diff], diff
 
     def _call(self, step: str, args: tuple, attrs: dict, out, repeat: int, warmup: int):
         spec, prefix = self.spec, f"{self.label}: "
         if step not in self.steps:
             raise NotImplementedError(f"{self.label} has no {step}"
                                       + ("; the op has no differentiable inputs" if not spec.differentiable else ""))
-        names, patterns, read, out_names, diff = self._names(step)
+        names, read, out_names, diff = self._names(step)
         n = len(names)
         if len(args) < n:
             raise TypeError(f"{prefix}expected arrays {', '.join(names)}"
@@ -185,23 +183,18 @@ class NdKernel:
             if len(outs) != len(out_names):
                 raise TypeError(f"{prefix}out must be {len(out_names)} array(s) ({', '.join(out_names)}); got {len(outs)}")
         # Attributes: positional after the arrays, or by name; kinds checked by the spec.
-        _, values = spec.call_args((*arrays[len(names) - len(spec.inputs):], *rest), attrs)
-        dtype = self._check_arrays(names, arrays, prefix)
-        binder = ShapeBinder()
         first = len(names) - len(spec.inputs)
-        for i in list(range(first, n)) + list(range(first)):  # inputs bind the names, then the gradients
-            if arrays[i].ndim > 8:
-                raise ValueError(f"{prefix}{names[i]} has {arrays[i].ndim} dimensions; the workbench takes at most 8")
-            err = binder.bind(names[i], patterns[i], arrays[i].shape)
-            if err:
-                raise ValueError(prefix + err)
+        _, values = spec.call_args((*arrays[first:], *rest), attrs)
+        for name, a in zip(names, arrays):
+            if not isinstance(a, np.ndarray):
+                raise TypeError(f"{prefix}{name} must be a numpy.ndarray; got {type(a).__name__}")
+            _check_byte_order(prefix, name, a)
+        binder = spec.check_call("fwd" if step == "forward" else "bwd", arrays, values, prefix=prefix,
+                                 device_of=lambda a: None, dtype_of=lambda a: a.dtype.name)
+        dtype = self._check_variant_dtype(names[first], arrays[first], prefix)
         for name, a, r in zip(names, arrays, read):
             if r:
                 _check_layout(prefix, name, a)
-        for a, v in zip(spec.attrs, values):
-            problem = a.problem(v)
-            if problem:
-                raise ValueError(prefix + problem)
         shapes = ([binder.shape_of(o.pattern) for o in spec.outputs] if step == "forward"
                   else [arrays[first + i].shape for i in diff])
         outs = self._outputs(prefix, out_names, shapes, outs, dtype)
@@ -227,19 +220,8 @@ class NdKernel:
                 (time.perf_counter() - start) * 1e3)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def _check_arrays(self, names, arrays, prefix) -> str:
-        """Every argument an ndarray of one float dtype that this variant takes; returns its name."""
-        for name, a in zip(names, arrays):
-            if not isinstance(a, np.ndarray):
-                raise TypeError(f"{prefix}{name} must be a numpy.ndarray; got {type(a).__name__}")
-            _check_byte_order(prefix, name, a)
-        ref_i = len(names) - len(self.spec.inputs)
-        ref, x = names[ref_i], arrays[ref_i]
-        for name, a in zip(names, arrays):
-            if a.dtype != x.dtype:
-                raise TypeError(f"{prefix}{name} must have the dtype of {ref} ({x.dtype.name}); got {a.dtype.name}")
-        if x.dtype.name not in dtypes.NAMES:
-            raise TypeError(f"{prefix}{ref} must be a {_FLOAT_NAMES} array; got {x.dtype.name}")
+    def _check_variant_dtype(self, ref: str, x, prefix) -> str:
+        """The arrays' dtype (already one float dtype: check_call) is one this variant takes; returns its name."""
         if x.dtype.name not in self.dtypes:
             takes = " or ".join(self.dtypes)
             raise TypeError(f"{prefix}{ref} must be a {takes} array (variant '{self.name}' takes {takes}); "
@@ -343,7 +325,7 @@ def load(op: str, variant: str) -> NdKernel:
         others = [n for n, p in registry.variant_sources(op).items() if p.suffix == ".py"]
         raise ValueError(f"{op} has no C++ variant {variant!r}; C++ variants: {', '.join(found) or 'none'}"
                          + (f" (Python variants, which need torch: {', '.join(others)})" if others else ""))
-    static, spec = found[variant], static_spec.spec(op)
+    static, spec = found[variant], registry.spec(op)
     src = registry.sources(op)
     include = [config.COMMON_DIR, src.kernel_dir]
     label = f"ndarray-{op}/{variant}"

@@ -2,7 +2,11 @@
 
 A spec (workbench/specs/<op>.py, or one built in a notebook) names the op's tensor inputs with dims
 patterns ("... n", "n"), its scalar attributes, its outputs (shapes from the inputs' dims), which
-inputs are differentiable, a float64 reference and the PyTorch eager math. From that alone the
+inputs are differentiable, a float64 reference and the PyTorch eager math. The declaration is
+torch-free data: the math of a spec in the tree lives beside it (workbench/specs/<op>_math.py) and
+is named in the declaration by MathRef (MathModule("workbench.specs.<op>_math").reference), imported on
+its first call, so a process without torch (the NumPy front end, export) reads every declaration.
+From that alone the
 workbench derives the schemas and the C++ harness's checks (declaration()), the fake and autograd
 registrations (torchops.py), inputs for any size, the check matrix's tolerances (how many terms
 each output sums), the bytes a direction must move, the bad-input cases every op is tested with
@@ -20,7 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import dtypes as dtypes_
-from .shapes import ELLIPSIS, DimPattern, ShapeBinder, shape_text
+from .error_cases import ErrorCase, derived_error_cases
+from .opmath import MathField, MathModule, MathRef, declared
+from .shapes import ELLIPSIS, DimPattern, ShapeBinder, attr_problem, check_call, shape_text
 
 REQUIRED = object()  # an attribute without a default
 DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
@@ -78,14 +84,7 @@ class Attr:
 
     def problem(self, v) -> str:
         """The harness's complaint about a value of the right kind ("" if none): same words as C++."""
-        if self.kind is float and self.finite and not math.isfinite(v):
-            return f"{self.name} must be a finite number; got {v:g}"
-        shown = f"{v:g}" if self.kind is float else str(int(v))
-        if self.min is not None and v < self.min:
-            return f"{self.name} must be >= {self.min:g}; got {shown}"
-        if self.max is not None and v > self.max:
-            return f"{self.name} must be <= {self.max:g}; got {shown}"
-        return ""
+        return attr_problem(self.name, _KINDS[self.kind], v, self.min, self.max, self.finite)
 
 
 @dataclass(frozen=True)
@@ -98,16 +97,6 @@ class Output:
     @functools.cached_property
     def pattern(self) -> DimPattern:
         return DimPattern.parse(self.dims)
-
-
-@dataclass(frozen=True)
-class ErrorCase:
-    """Bad input and what it must raise. `build(device, generator)` -> (tensors, attrs)."""
-    what: str
-    build: Callable
-    error: type
-    match: str
-    decl: bool = True        # the declaration alone decides it: the fake implementation agrees
 
 
 @dataclass(frozen=True)
@@ -134,14 +123,6 @@ ROW_BENCH_SIZES = {
     "cuda": [(512, 4096), (2048, 4096), (4096, 4096), (8192, 8192), (16384, 16384)],
     "cpu": [(64, 1024), (256, 4096), (1024, 4096)],
 }
-# The course's ladder names, preferred in this order where present: 16-byte vectors first.
-LADDER_PREFERENCE = {
-    ("cuda", "float32"): ["vec4", "scalar"],
-    ("cuda", "float16"): ["half", "scalar"],
-    ("cuda", "bfloat16"): ["half", "scalar"],
-    ("cuda", "float64"): ["scalar"],
-    ("cpu", None): ["cpu"],
-}
 
 
 @dataclass(frozen=True)
@@ -150,31 +131,33 @@ class OpSpec:
     doc: str
     inputs: tuple[Tensor, ...]
     outputs: tuple[Output, ...]
-    # float64 math: (*inputs, **attrs) -> output, or a tuple of outputs
-    reference: Callable
+    # The math fields (reference, eager, make_inputs, reference_backward, baselines' values,
+    # double_backward, bytes_moved, error cases' builders, the layer's init) take a function or a
+    # MathRef to one. float64 math: (*inputs, **attrs) -> output, or a tuple of outputs
+    reference: Callable = MathField()
     # the same math in PyTorch at the inputs' dtype: the "eager" baseline (torch.compile is derived)
-    eager: Callable
+    eager: Callable = MathField()
     attrs: tuple[Attr, ...] = ()
     # (dims, direction) -> flops, dims a ShapeBinder over the size (dims.product("... n"))
     flops: Callable = _default_flops
     size: str | None = None
     # (size, dtype, device, generator) -> tuple of inputs; default: standard normal times each scale
-    make_inputs: Callable | None = None
+    make_inputs: Callable | None = MathField(None)
     # (grads of outputs, inputs, attrs) -> grads of the differentiable inputs; default: float64
     # autograd through `reference`
-    reference_backward: Callable | None = None
+    reference_backward: Callable | None = MathField(None)
     # op-specific baselines beside eager and compile: name -> callable like eager
-    baselines: dict = field(default_factory=dict)
+    baselines: dict = MathField(None)   # None is taken for {} (a field's default cannot be a dict)
     check_sizes: tuple = ()
     bench_sizes: dict = field(default_factory=lambda: dict(ROW_BENCH_SIZES))  # "cuda"/"cpu" -> sizes
     error_cases: tuple[ErrorCase, ...] = ()               # besides those every op gets (all_error_cases)
     # (device type, dtype name or None) -> variant names, in order of preference (nn layers' default)
-    preferred: dict = field(default_factory=lambda: dict(LADDER_PREFERENCE))
+    preferred: dict = field(default_factory=dict)
     # (upstream grads of the backward's outputs, grads of outputs, inputs, attrs) -> grads for
     # (grads of outputs..., inputs...): makes the backward differentiable (create_graph=True)
-    double_backward: Callable | None = None
+    double_backward: Callable | None = MathField(None)
     # (dims, dtype, direction) -> bytes; default: every tensor a direction must read and write, once
-    bytes_moved: Callable | None = None
+    bytes_moved: Callable | None = MathField(None)
     layer: Layer | None = None
     # variant names in teaching order, first rung to last: the ladder plot draws them in this order
     # with the step-to-step speedup (python -m workbench plot; plot.ladder_figure)
@@ -187,6 +170,8 @@ class OpSpec:
     compute_bound: bool = False
 
     def __post_init__(self):
+        if declared(self, "baselines") is None:  # not read: a read would import the op's math
+            object.__setattr__(self, "baselines", {})
         names = [t.name for t in self.inputs] + [a.name for a in self.attrs]
         if len(set(names)) != len(names) or "variant" in names:
             raise ValueError(f"{self.name}: input and attribute names must be distinct and not 'variant'")
@@ -379,39 +364,20 @@ class OpSpec:
 
     # ------------------------------------------------------------------ checks (the fake's side)
 
-    def check_call(self, step: str, tensors, attrs) -> ShapeBinder:
-        """What the C++ harness checks before it looks at the variant, in its order and words:
-        devices, dtypes, shapes, attributes. Raises RuntimeError / TypeError / ValueError."""
-        names = ([f"grad_{o.name}" for o in self.outputs] if step == "bwd" else []) + [t.name for t in self.inputs]
-        patterns = ([o.pattern for o in self.outputs] if step == "bwd" else []) + [t.pattern for t in self.inputs]
-        first = len(names) - len(self.inputs)
-        ref, x = names[first], tensors[first]
-        prefix = f"workbench::{self.name}: "
-        for n, t in zip(names, tensors):
-            if t is None:
-                raise ValueError(f"{prefix}{n} must be a tensor; got None")
-        for n, t in zip(names, tensors):
-            if t.device != x.device:
-                raise RuntimeError(f"{prefix}{n} must be on the same device as {ref} ({x.device}); got {n} on {t.device}")
-        for n, t in zip(names, tensors):
-            if t.dtype != x.dtype:
-                raise TypeError(f"{prefix}{n} must have the dtype of {ref} ({dtypes_.name_of(x.dtype)}); "
-                                f"got {dtypes_.name_of(t.dtype)}")
-        if dtypes_.name_of(x.dtype) not in dtypes_.NAMES:
-            raise TypeError(f"{prefix}{ref} must be float32, float64, float16 or bfloat16; got {dtypes_.name_of(x.dtype)}")
-        b = ShapeBinder()
-        order = list(range(first, len(names))) + list(range(first))
-        for i in order:
-            if tensors[i].dim() > 8:
-                raise ValueError(f"{prefix}{names[i]} has {tensors[i].dim()} dimensions; the workbench takes at most 8")
-            err = b.bind(names[i], patterns[i], tuple(tensors[i].shape))
-            if err:
-                raise ValueError(prefix + err)
-        for a, v in zip(self.attrs, attrs):
-            problem = a.problem(v)
-            if problem:
-                raise ValueError(prefix + problem)
-        return b
+    def check_call(self, step: str, tensors, attrs, *, prefix: str | None = None, device_of=None,
+                   dtype_of=None) -> ShapeBinder:
+        """What the C++ harness checks before it looks at the variant, in its order and words
+        (shapes.check_call): devices, dtypes, shapes, attributes. Torch tensors by default; the
+        NumPy front end passes its prefix and how to read an array's device (None) and dtype.
+        Raises RuntimeError / TypeError / ValueError."""
+        bwd = step == "bwd"
+        names = ([f"grad_{o.name}" for o in self.outputs] if bwd else []) + [t.name for t in self.inputs]
+        patterns = ([o.pattern for o in self.outputs] if bwd else []) + [t.pattern for t in self.inputs]
+        return check_call(f"workbench::{self.name}: " if prefix is None else prefix, names, patterns, tensors,
+                          len(names) - len(self.inputs),
+                          [(a.name, _KINDS[a.kind], a.min, a.max, a.finite) for a in self.attrs], attrs,
+                          device_of=device_of or (lambda t: t.device),
+                          dtype_of=dtype_of or (lambda t: dtypes_.name_of(t.dtype)), float_dtypes=dtypes_.NAMES)
 
     def all_error_cases(self, device: str = "cpu") -> list[ErrorCase]:
         """Bad input every op is held to, derived from its declaration, then the op's own cases."""
@@ -431,83 +397,5 @@ class OpSpec:
         return tuple(values)
 
 
-def derived_error_cases(spec: OpSpec, device: str = "cpu") -> list[ErrorCase]:
-    import torch
-
-    size = spec.sample_size()
-    sample_attrs = spec.sample_attrs()[0]
-
-    def base(dev, gen):
-        return list(spec.new_inputs(size, torch.float32, dev, gen)), dict(sample_attrs)
-
-    cases: list[ErrorCase] = []
-    first = spec.inputs[0].name
-    for i, t in enumerate(spec.inputs):
-        def rank0(dev, gen, i=i):
-            ts, at = base(dev, gen)
-            ts[i] = torch.tensor(1.5, device=dev)
-            return ts, at
-        if t.pattern.fixed:  # a pattern of "..." alone takes a 0-dim tensor (the check matrix runs one)
-            cases.append(ErrorCase(f"{t.name} is 0-dim", rank0, ValueError, f"{t.name} must have"))
-        if i == 0:
-            continue
-
-        def wrong_dtype(dev, gen, i=i):
-            ts, at = base(dev, gen)
-            ts[i] = ts[i].double()
-            return ts, at
-        cases.append(ErrorCase(f"{t.name} float64, {first} float32", wrong_dtype, TypeError,
-                               f"{t.name} must have the dtype of {first} (float32); got float64"))
-        earlier = {n for u in spec.inputs[:i] for n in u.pattern.names}
-        for pos, tok in enumerate(t.pattern.tokens):
-            if tok == ELLIPSIS or tok.isdigit() or tok not in earlier:
-                continue
-            def mismatch(dev, gen, i=i, pos=pos):
-                ts, at = base(dev, gen)
-                shape = list(ts[i].shape)
-                p = spec.inputs[i].pattern  # the dim of token `pos`, counted from the end after a "..."
-                d = pos if p.ellipsis < 0 or pos < p.ellipsis else ts[i].dim() - (len(p.tokens) - pos)
-                shape[d] += 1
-                ts[i] = torch.randn(shape, generator=gen, device=dev)
-                return ts, at
-            cases.append(ErrorCase(f"{t.name} with a wrong {tok}", mismatch, ValueError,
-                                   f"{t.name} must have shape"))
-        if ELLIPSIS in t.pattern.tokens and ELLIPSIS in {n for u in spec.inputs[:i] for n in u.pattern.tokens}:
-            def lead(dev, gen, i=i):
-                ts, at = base(dev, gen)
-                ts[i] = torch.randn((2, *ts[i].shape), generator=gen, device=dev)
-                return ts, at
-            cases.append(ErrorCase(f"{t.name} with extra leading dims", lead, ValueError, f"{t.name} must have shape"))
-
-    def ints(dev, gen):
-        ts, at = base(dev, gen)
-        return [t.to(torch.int32) for t in ts], at
-    cases.append(ErrorCase("int32 tensors", ints, TypeError, f"{first} must be float32, float64, float16 or bfloat16"))
-
-    for a in spec.attrs:
-        bad = []
-        if a.kind is float and a.finite:
-            bad.append((math.nan, "must be a finite number"))
-        if a.min is not None:
-            bad.append(((a.min - 1.0) if a.kind is float else int(a.min) - 1, f"must be >= {a.min:g}"))
-        if a.max is not None:
-            bad.append(((a.max + 1.0) if a.kind is float else int(a.max) + 1, f"must be <= {a.max:g}"))
-        for value, match in bad:
-            def attr_case(dev, gen, a=a, value=value):
-                ts, at = base(dev, gen)
-                at[a.name] = value
-                return ts, at
-            cases.append(ErrorCase(f"{a.name} = {value}", attr_case, ValueError, f"{a.name} {match}"))
-
-    if device == "cuda" and len(spec.inputs) > 1:
-        def other_device(dev, gen):
-            ts, at = base(dev, gen)
-            ts[1] = ts[1].cpu()
-            return ts, at
-        cases.append(ErrorCase(f"{spec.inputs[1].name} on the CPU", other_device, RuntimeError,
-                               f"{spec.inputs[1].name} must be on the same device as {first}"))
-    return cases
-
-
-__all__ = ["Attr", "DIRECTIONS", "ErrorCase", "LAYOUTS", "Layer", "OpSpec", "Output", "REQUIRED", "Tensor",
-           "as_tuple", "shape_text"]
+__all__ = ["Attr", "DIRECTIONS", "ErrorCase", "LAYOUTS", "Layer", "MathModule", "MathRef", "OpSpec", "Output",
+           "REQUIRED", "Tensor", "as_tuple", "shape_text"]

@@ -2,8 +2,10 @@
 
 An op in the tree is three pieces: a folder kernels/<op>/ with its torch-free contract <op>.h (the
 parameter structs and launcher table) and its variants, a binding bindings/<op>.cpp (fills the
-structs from a checked call), and a spec workbench/specs/<op>.py (the declaration everything else
-derives from). An op can also be given as the same three pieces from a notebook
+structs from a checked call), and a spec workbench/specs/<op>.py (the torch-free declaration
+everything else derives from; its math beside it in <op>_math.py). This module is the process's one
+store of specs: spec(op) imports a tree op's declaration once and keeps it; define_op's are put
+here; the fakes, autograd, the loader, the NumPy front end and export all read them from here. An op can also be given as the same three pieces from a notebook
 (workbench.define_op); those are listed here once defined. A variant is a source file beside the
 op's header: kernels/<op>/<variant>.cu (CUDA) or .cpp (CPU), whose name, device and dtypes are read
 from its WB_EXPORT_VARIANT(...) call, or kernels/<op>/<variant>.py (a PyTorch formula or Triton
@@ -64,7 +66,8 @@ class OpSources:
     inline: bool = False
 
 
-_inline_ops: dict[str, tuple[object, OpSources]] = {}          # op -> (spec, sources), from define_op
+_specs: dict[str, object] = {}                  # op -> its OpSpec: the one store of specs in this process
+_inline_sources: dict[str, OpSources] = {}      # op -> its sources, for an op from define_op
 _inline_variants: dict[tuple[str, str], VariantInfo] = {}     # (op, name) -> newest build's description
 
 
@@ -80,7 +83,7 @@ def _tree_ops() -> list[str]:
 def ops() -> list[str]:
     """Ops with a header, a binding and a spec: those in the tree (read afresh on every call, so
     an op added while a process runs is listed) and those defined in this process."""
-    return sorted(set(_tree_ops()) | set(_inline_ops))
+    return sorted(set(_tree_ops()) | set(_inline_sources))
 
 
 def check_op(op: str) -> None:
@@ -108,27 +111,47 @@ def check_not_shadowing(op: str, name: str, source: pathlib.Path, replace: bool,
 
 
 def spec(op: str):
-    """The op's spec (workbench/specs/<op>.py: SPEC, or the one given to define_op)."""
+    """The op's spec: workbench/specs/<op>.py's SPEC (imported on the first look-up, then kept: the
+    fakes read it on every call), or the one given to define_op. Torch-free: its math is imported
+    when first used."""
+    found = _specs.get(op) if isinstance(op, str) else None
+    if found is not None:
+        return found
     check_op(op)
-    if op in _inline_ops:
-        return _inline_ops[op][0]
-    return importlib.import_module(f"workbench.specs.{op}").SPEC
+    declared = importlib.import_module(f"workbench.specs.{op}").SPEC
+    if getattr(declared, "name", None) != op:
+        raise ValueError(f"workbench/specs/{op}.py: SPEC must be an OpSpec named {op!r}; got {declared!r:.80}")
+    _specs[op] = declared
+    return declared
 
 
 def sources(op: str) -> OpSources:
     check_op(op)
-    if op in _inline_ops:
-        return _inline_ops[op][1]
+    if op in _inline_sources:
+        return _inline_sources[op]
     d = config.KERNELS_DIR / op
     return OpSources(d, d / f"{op}.h", config.BINDINGS_DIR / f"{op}.cpp")
 
 
-def add_inline_op(spec, srcs: OpSources) -> None:
-    """Record an op defined from a notebook (workbench.define_op does the checking and building)."""
+def add_inline_op(spec, srcs: OpSources) -> tuple | None:
+    """Record an op defined from a notebook (workbench.define_op does the checking and building).
+    Returns what the name had before ((spec, sources) or None), for restore_inline_op."""
     if spec.name in _tree_ops():
         raise ValueError(f"op {spec.name!r} is in the tree (kernels/{spec.name}/); pick another name for a "
                          f"notebook op, or edit the tree's files")
-    _inline_ops[spec.name] = (spec, srcs)
+    before = (_specs[spec.name], _inline_sources[spec.name]) if spec.name in _inline_sources else None
+    _specs[spec.name], _inline_sources[spec.name] = spec, srcs
+    return before
+
+
+def restore_inline_op(op: str, before: tuple | None) -> None:
+    """Undo add_inline_op (a define_op whose binding failed to build leaves nothing behind): the
+    earlier definition of the name is back, or the name is gone."""
+    if before is None:
+        _specs.pop(op, None)
+        _inline_sources.pop(op, None)
+    else:
+        _specs[op], _inline_sources[op] = before
 
 
 def _export_args(text: str) -> list[str] | None:

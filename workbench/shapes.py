@@ -1,10 +1,13 @@
-"""Dims patterns and the shape rule: the Python twin of bindings/harness/op_decl.cpp.
+"""Dims patterns, the shape rule and the call check: the Python twin of bindings/harness/op_decl.cpp
+and bindings/harness/call_check.h.
 
 A pattern names each dimension of a tensor: "... n" is any number of leading dims, then n; "m k" is
 exactly two. A name bound by one tensor must match wherever it appears again, and "..." is one
-group of dims shared by every tensor that uses it. The fake implementations check shapes here (with
-symbolic sizes under torch.compile); the C++ harness checks real calls with the same rule and the
-same words (a test holds the two equal).
+group of dims shared by every tensor that uses it. check_call is the whole check of a call (devices,
+dtypes, shapes, attributes) for any array type: the fake implementations (torch tensors, symbolic
+sizes under torch.compile), the NumPy front end and an exported package's __init__ (which carries a
+copy of this file) run it. The C++ harness checks real calls with the same rule and the same words
+(a test holds the two equal). Imports nothing but the standard library.
 """
 from __future__ import annotations
 
@@ -124,3 +127,57 @@ class ShapeBinder:
         for t in expression.split():
             total *= int(t) if t.isdigit() else math.prod(self.values[t])
         return total
+
+
+MAX_DIMS = 8            # WB_MAX_DIMS: a tensor of more dims is refused
+
+
+def attr_problem(name: str, kind: str, v, lo, hi, finite: bool) -> str:
+    """The harness's complaint about an attribute value of the right kind ("" if none). kind is
+    "float", "int" or "bool"; lo/hi None for no bound."""
+    if kind == "float" and finite and not math.isfinite(v):
+        return f"{name} must be a finite number; got {v:g}"
+    shown = f"{v:g}" if kind == "float" else str(int(v))
+    if lo is not None and v < lo:
+        return f"{name} must be >= {lo:g}; got {shown}"
+    if hi is not None and v > hi:
+        return f"{name} must be <= {hi:g}; got {shown}"
+    return ""
+
+
+def check_call(prefix: str, names, patterns, tensors, first: int, attrs, values, *, device_of, dtype_of,
+               float_dtypes) -> ShapeBinder:
+    """The call check, in the harness's order and words: every tensor given, on the device of
+    tensors[first] (the op's first input), of its dtype, that dtype a float the kernels take, at
+    most MAX_DIMS dims, shapes fitting their patterns (inputs bind the dims before the gradients
+    that come first in a backward call), then each attribute in `attrs` ((name, kind, min, max,
+    finite) per value in `values`). device_of(t) None skips the device check (NumPy arrays);
+    dtype_of(t) is a dtype's name, float_dtypes those the kernels take (dtypes.NAMES). Raises ValueError, RuntimeError (device) or TypeError (dtype);
+    returns the binder, which gives the outputs' shapes."""
+    ref, x = names[first], tensors[first]
+    for n, t in zip(names, tensors):
+        if t is None:
+            raise ValueError(f"{prefix}{n} must be a tensor; got None")
+    device = device_of(x)
+    for n, t in zip(names, tensors):
+        if device_of(t) != device:
+            raise RuntimeError(f"{prefix}{n} must be on the same device as {ref} ({device}); got {n} on {device_of(t)}")
+    dtype = dtype_of(x)
+    for n, t in zip(names, tensors):
+        if dtype_of(t) != dtype:
+            raise TypeError(f"{prefix}{n} must have the dtype of {ref} ({dtype}); got {dtype_of(t)}")
+    if dtype not in float_dtypes:
+        raise TypeError(f"{prefix}{ref} must be {', '.join(float_dtypes[:-1])} or {float_dtypes[-1]}; got {dtype}")
+    binder = ShapeBinder()
+    for i in [*range(first, len(names)), *range(first)]:
+        shape = tuple(tensors[i].shape)
+        if len(shape) > MAX_DIMS:
+            raise ValueError(f"{prefix}{names[i]} has {len(shape)} dimensions; at most {MAX_DIMS} are supported")
+        err = binder.bind(names[i], patterns[i], shape)
+        if err:
+            raise ValueError(prefix + err)
+    for (name, kind, lo, hi, finite), v in zip(attrs, values):
+        problem = attr_problem(name, kind, v, lo, hi, finite)
+        if problem:
+            raise ValueError(prefix + problem)
+    return binder

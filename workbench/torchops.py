@@ -3,20 +3,22 @@
 The C++ harness defines the schemas and serves real calls; this module registers, once per op and
 process, what PyTorch needs besides: a fake (meta) implementation that checks a call as the
 harness would and returns outputs of the declared shapes (torch.compile, opcheck), and the autograd
-formula, which calls <op>_backward with the same variant. Both look the spec up at call time, so
-declaring an op again with an edited spec (same schema) takes effect without a restart. A Triton
+formula, which calls <op>_backward with the same variant. Both look the spec up at call time in
+the registry (the process's one store of specs), so declaring an op again with an edited spec (same
+schema) takes effect without a restart. A Triton
 variant's own ops (pyvariant.py) take the same fake (fake_outputs) and autograd (register_autograd).
 """
 from __future__ import annotations
 
+from . import registry
 from .opspec import OpSpec, as_tuple
 
-_specs: dict[str, OpSpec] = {}  # the current spec of each op registered in this process
+_registered: set[str] = set()  # ops whose fake and autograd are registered in this process
 
 
 def current_spec(op: str) -> OpSpec | None:
-    """The spec op `op` was last registered with in this process (None: not registered)."""
-    return _specs.get(op)
+    """The op's spec in this process's registry, if its Python parts are registered here (None: not)."""
+    return registry.spec(op) if op in _registered else None
 
 
 def eager_double_backward(spec: OpSpec, upstream, grads, inputs, attrs: dict) -> tuple:
@@ -58,26 +60,26 @@ def fake_outputs(spec: OpSpec, step: str, tensors, attrs):
 
 
 def _fake(op: str, step: str, *args):
-    spec = _specs[op]
+    spec = registry.spec(op)
     n = len(spec.inputs) + (len(spec.outputs) if step == "bwd" else 0)
     tensors, attrs, _ = _split(spec, args, n)
     return fake_outputs(spec, step, tensors, attrs)
 
 
 def register(spec: OpSpec) -> None:
-    """Register (or, for a spec edited in this process, re-point) op `spec.name`'s Python parts."""
+    """Register op `spec.name`'s Python parts, once per process (they read the registry's spec at
+    call time: a spec defined again takes over there)."""
     import torch
 
-    first_time = spec.name not in _specs
-    _specs[spec.name] = spec
-    if not first_time:
+    if spec.name in _registered:
         return
+    _registered.add(spec.name)
     op = spec.name
     torch.library.register_fake(f"workbench::{op}")(lambda *a: _fake(op, "fwd", *a))
     if not spec.differentiable:
         return
     torch.library.register_fake(f"workbench::{op}_backward")(lambda *a: _fake(op, "bwd", *a))
-    register_autograd(op, lambda: _specs[op])
+    register_autograd(op, lambda: registry.spec(op))
 
 
 def register_autograd(name: str, spec_of, namespace: str = "workbench") -> None:

@@ -4,7 +4,8 @@
 // op declarations (from each op's Python spec: schemas, tensor dims, attributes), op bindings (one
 // torch-free library per op, bindings/<op>.cpp, that fills the op's parameter struct) and variant
 // libraries (kernels/<op>/<variant>.*). One boxed kernel (op_kernel.cpp) serves every op: it checks
-// a call against the declaration, allocates outputs, and launches through binding and variant.
+// a call against the declaration (call_check.h), allocates outputs, and launches through binding
+// and variant.
 // Adding an op never rebuilds this code.
 #pragma once
 
@@ -20,6 +21,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #endif
 
+#include "call_check.h"  // the call check, dtype_name, wb_dtype, dtype_list
 #include "op_decl.h"
 #include "wb_op.h"
 #include "wb_variant.h"
@@ -52,13 +54,6 @@ std::shared_ptr<const OpDecl> find_decl(const std::string& op);
 
 // Registers the generic kernel for a newly declared op (op_kernel.cpp).
 void register_op_kernels(const OpDecl& decl);
-
-// "float32", "int64", ... as Python spells them, so that messages read the same from C++ and from
-// the Python fake implementations.
-std::string dtype_name(at::ScalarType s);
-// The WbDtype of a torch dtype, or -1.
-int wb_dtype(at::ScalarType s);
-std::string dtype_list(unsigned mask);
 
 // Launch context for tensors on t's device. Construct it after the device guard.
 WbLaunch launch_for(const at::Tensor& t);

@@ -1,14 +1,13 @@
 // The one kernel behind every torch.ops.workbench.<op> and <op>_backward: it checks a call against
 // the op's declaration, allocates the outputs, and runs the variant through the op's binding.
 //
-// The checks run in the order the Python fake implementations (workbench/torchops.py) run them,
-// with the same words: devices, dtypes, shapes, attributes. Then the variant's own limits: its
-// device, its dtypes, the op header it was built against, and whether it has this step at all.
+// The call check (call_check.h: devices, dtypes, shapes, attributes) is the one the Python fake
+// implementations mirror (workbench/shapes.py), same order, same words. Then the variant's own
+// limits: its device, its dtypes, the op header it was built against, and whether it has this step.
 #include <ATen/core/stack.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
-#include <cmath>
 #include <map>
 #include <mutex>
 
@@ -28,13 +27,6 @@ std::vector<std::unique_ptr<torch::Library>> libraries;  // registrations live a
 
 const char* step_name(int step) { return step == WB_STEP_FORWARD ? "forward" : "backward"; }
 
-struct Arg {
-  std::string name;
-  at::Tensor tensor;
-  const DimPattern* dims;
-  bool read;  // the step reads the data (else only its shape matters)
-};
-
 WbTensor view_of(const at::Tensor& t, bool writable) {
   WbTensor v{};
   v.data = writable ? t.mutable_data_ptr() : const_cast<void*>(t.const_data_ptr());
@@ -44,63 +36,28 @@ WbTensor view_of(const at::Tensor& t, bool writable) {
   return v;
 }
 
-void check_attrs(const OpDecl& d, const std::vector<c10::IValue>& values, WbCall& call) {
-  const char* op = d.op.c_str();
+// The attribute values as the binding takes them: float ones in .f, int and bool ones in .i.
+std::vector<WbAttr> attr_values(const OpDecl& d, const std::vector<c10::IValue>& values) {
+  std::vector<WbAttr> out(d.attrs.size());
   for (size_t i = 0; i < d.attrs.size(); ++i) {
-    const AttrDecl& a = d.attrs[i];
-    if (a.kind == "float") {
-      const double v = values[i].toDouble();
-      TORCH_CHECK_VALUE(!a.finite || std::isfinite(v), "workbench::", op, ": ", a.name,
-                        " must be a finite number; got ", v);
-      TORCH_CHECK_VALUE(!a.has_min || v >= a.min, "workbench::", op, ": ", a.name, " must be >= ", a.min, "; got ", v);
-      TORCH_CHECK_VALUE(!a.has_max || v <= a.max, "workbench::", op, ": ", a.name, " must be <= ", a.max, "; got ", v);
-      call.attrs[i].f = v;
-    } else {
-      const int64_t v = a.kind == "bool" ? static_cast<int64_t>(values[i].toBool()) : values[i].toInt();
-      const double dv = static_cast<double>(v);
-      TORCH_CHECK_VALUE(!a.has_min || dv >= a.min, "workbench::", op, ": ", a.name, " must be >= ", a.min, "; got ", v);
-      TORCH_CHECK_VALUE(!a.has_max || dv <= a.max, "workbench::", op, ": ", a.name, " must be <= ", a.max, "; got ", v);
-      call.attrs[i].i = v;
-    }
+    const std::string& kind = d.attrs[i].kind;
+    if (kind == "float") out[i].f = values[i].toDouble();
+    else out[i].i = kind == "bool" ? static_cast<int64_t>(values[i].toBool()) : values[i].toInt();
   }
+  return out;
 }
 
 std::vector<at::Tensor> run_step(const OpDecl& d, int step, const std::vector<at::Tensor>& tensors,
                                  const std::vector<c10::IValue>& attrs, const std::string& variant) {
   const char* op = d.op.c_str();
-  // The call's tensors in schema order: forward, the inputs; backward, a gradient per output, then
-  // the inputs. The op's first input is the reference for device and dtype.
-  std::vector<Arg> args;
-  size_t k = 0;
-  if (step == WB_STEP_BACKWARD)
-    for (const auto& o : d.outputs) args.push_back({"grad_" + o.name, tensors[k++], &o.dims, true});
-  const size_t first_input = args.size();
-  for (const auto& in : d.inputs)
-    args.push_back({in.name, tensors[k++], &in.dims, step == WB_STEP_FORWARD || in.read_by_backward});
-  const Arg& ref = args[first_input];
+  size_t first_input = 0;
+  const std::vector<CallArg> args = call_args(d, step, tensors, &first_input);
+  const CallArg& ref = args[first_input];
   const at::Tensor& x = ref.tensor;
-
-  for (const Arg& a : args)
-    TORCH_CHECK_VALUE(a.tensor.defined(), "workbench::", op, ": ", a.name, " must be a tensor; got None");
-  for (const Arg& a : args)
-    TORCH_CHECK(a.tensor.device() == x.device(), "workbench::", op, ": ", a.name, " must be on the same device as ",
-                ref.name, " (", x.device(), "); got ", a.name, " on ", a.tensor.device());
-  for (const Arg& a : args)
-    TORCH_CHECK_TYPE(a.tensor.scalar_type() == x.scalar_type(), "workbench::", op, ": ", a.name,
-                     " must have the dtype of ", ref.name, " (", dtype_name(x.scalar_type()), "); got ",
-                     dtype_name(a.tensor.scalar_type()));
-  TORCH_CHECK_TYPE(wb_dtype(x.scalar_type()) >= 0, "workbench::", op, ": ", ref.name,
-                   " must be float32, float64, float16 or bfloat16; got ", dtype_name(x.scalar_type()));
-  ShapeBinder binder;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const Arg& a = args[(i + first_input) % args.size()];  // inputs first: they bind the names
-    TORCH_CHECK_VALUE(a.tensor.dim() <= WB_MAX_DIMS, "workbench::", op, ": ", a.name, " has ", a.tensor.dim(),
-                      " dimensions; the workbench takes at most ", WB_MAX_DIMS);
-    const std::string err = binder.bind(a.name, *a.dims, a.tensor.sizes().vec());
-    TORCH_CHECK_VALUE(err.empty(), "workbench::", op, ": ", err);
-  }
+  const std::vector<WbAttr> attr_vals = attr_values(d, attrs);
+  const ShapeBinder binder = check_call("workbench::" + d.op + ": ", d, args, first_input, attr_vals);
   WbCall call{};
-  check_attrs(d, attrs, call);
+  for (size_t i = 0; i < attr_vals.size(); ++i) call.attrs[i] = attr_vals[i];
 
   const auto v = find_variant(d.op, variant);
   const bool wants_cuda = v->info->device == WB_DEVICE_CUDA;
@@ -126,7 +83,7 @@ std::vector<at::Tensor> run_step(const OpDecl& d, int step, const std::vector<at
   // Any empty tensor the step reads: nothing to launch; outputs that are not empty are sums over
   // nothing (a column sum of zero rows, a product with an inner dimension of 0), so zeros.
   bool empty = false, all_outputs_empty = true;
-  for (const Arg& a : args) empty = empty || (a.read && a.tensor.numel() == 0);
+  for (const CallArg& a : args) empty = empty || (a.read && a.tensor.numel() == 0);
   for (const auto& o : outs) all_outputs_empty = all_outputs_empty && o.numel() == 0;
   if (empty || all_outputs_empty) {
     for (auto& o : outs) o.zero_();

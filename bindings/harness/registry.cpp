@@ -34,15 +34,6 @@ void host_parallel_for(int64_t begin, int64_t end, int64_t grain, WbRangeBody bo
 }
 const WbHost host_services = {host_parallel_for};
 
-const char* wb_dtype_name(int d) {
-  switch (d) {
-    case WB_FLOAT32: return "float32";
-    case WB_FLOAT64: return "float64";
-    case WB_FLOAT16: return "float16";
-    case WB_BFLOAT16: return "bfloat16";
-  }
-  return "?";
-}
 
 std::string json_string(const std::string& s) {
   std::string out = "\"";
@@ -216,42 +207,6 @@ std::shared_ptr<const OpDecl> find_decl(const std::string& op) {
   std::lock_guard<std::mutex> lock(registry_mutex);
   auto it = decls.find(op);
   return it == decls.end() ? nullptr : it->second;
-}
-
-std::string dtype_name(at::ScalarType s) {
-  switch (s) {
-    case at::kFloat: return "float32";
-    case at::kDouble: return "float64";
-    case at::kHalf: return "float16";
-    case at::kBFloat16: return "bfloat16";
-    case at::kByte: return "uint8";
-    case at::kChar: return "int8";
-    case at::kShort: return "int16";
-    case at::kInt: return "int32";
-    case at::kLong: return "int64";
-    case at::kBool: return "bool";
-    case at::kComplexHalf: return "complex32";
-    case at::kComplexFloat: return "complex64";
-    case at::kComplexDouble: return "complex128";
-    default: return c10::toString(s);
-  }
-}
-
-int wb_dtype(at::ScalarType s) {
-  switch (s) {
-    case at::kFloat: return WB_FLOAT32;
-    case at::kDouble: return WB_FLOAT64;
-    case at::kHalf: return WB_FLOAT16;
-    case at::kBFloat16: return WB_BFLOAT16;
-    default: return -1;
-  }
-}
-
-std::string dtype_list(unsigned mask) {
-  std::string out;
-  for (int d = WB_FLOAT32; d <= WB_BFLOAT16; ++d)
-    if (mask & (1u << d)) out += (out.empty() ? "" : ", ") + std::string(wb_dtype_name(d));
-  return out;
 }
 
 WbLaunch launch_for(const at::Tensor& t) {

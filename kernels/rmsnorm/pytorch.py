@@ -1,5 +1,5 @@
 # rmsnorm, the first way: the formula in PyTorch tensor ops. The forward is the op's eager baseline
-# itself (workbench.specs.rmsnorm.eager, Llama's RMSNorm), so this rung and "eager" are the same
+# itself (workbench.specs.rmsnorm_math.eager, Llama's RMSNorm), so this rung and "eager" are the same
 # math. Each op is its own kernel and its own trip through memory (square, mean, rsqrt, two
 # multiplies): the rungs after it fuse them. torch.compile traces straight through both steps.
 #
@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from workbench.specs.rmsnorm import eager
+from workbench.specs.rmsnorm_math import eager
 
 WB_VARIANT = {
     "op": "rmsnorm",

@@ -1,5 +1,5 @@
 // The package's harness: the only code here that knows torch. It checks a call against the op's
-// declaration (devices, dtypes, shapes, attributes), picks the variant, allocates the outputs and
+// declaration (call_check.h: devices, dtypes, shapes, attributes), picks the variant, allocates the outputs and
 // runs the variant's launcher table through the op's binding. Written by the workbench's
 // `export`; op.cpp (generated) holds the op's declaration, its typed entry points and its
 // TORCH_LIBRARY registration.
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "call_check.h"
 #include "op_decl.h"
 #include "wb_op.h"
 

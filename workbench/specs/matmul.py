@@ -1,20 +1,11 @@
 """matmul: y = a @ b for 2-D a [m, k] and b [k, n]; the float32 GEMM ladder on CUDA cores, from one
 thread per output to warp tiling (after siboehm/SGEMM_CUDA), then tensor cores for fp16/bf16: mma.sync,
-then Hopper's own path (sm_90a: TMA, wgmma, warp specialisation, a persistent grid)."""
+then Hopper's own path (sm_90a: TMA, wgmma, warp specialisation, a persistent grid). Math: matmul_math.py."""
 from __future__ import annotations
 
-import torch
+from ..opspec import ErrorCase, MathModule, OpSpec, Output, Tensor
 
-from ..opspec import ErrorCase, OpSpec, Output, Tensor
-
-
-def reference(a, b):
-    return a.double() @ b.double()
-
-
-def eager(a, b):
-    return torch.matmul(a, b)  # cuBLAS on CUDA (TF32 off by default: a true float32 GEMM)
-
+MATH = MathModule("workbench.specs.matmul_math")
 
 # The rungs in teaching order; each file opens with what it changes over the one before and the
 # speedup siboehm/SGEMM_CUDA measured for that step on an A6000 (percent of cuBLAS at 4096^3); the
@@ -25,14 +16,6 @@ LADDER = ("naive", "coalesced", "smem_tiling", "blocktile_1d", "blocktile_2d", "
           "tensor_core", "wgmma_tma", "warp_specialized", "persistent")
 
 
-def _rank3_a(dev, gen):
-    return [torch.randn(2, 5, 7, generator=gen, device=dev), torch.randn(7, 6, generator=gen, device=dev)], {}
-
-
-def _vector_b(dev, gen):
-    return [torch.randn(5, 7, generator=gen, device=dev), torch.randn(7, generator=gen, device=dev)], {}
-
-
 SPEC = OpSpec(
     name="matmul",
     doc="y = a @ b for a [m, k], b [k, n]; da = dy @ b^T, db = a^T @ dy (the same GEMM, operands transposed in place)",
@@ -40,8 +23,8 @@ SPEC = OpSpec(
             Tensor("b", "k n", grad_terms="m")),    # db[p, j] sums a[i, p] dy[i, j] over m
     outputs=(Output("y", "m n", terms="k"),),
     size="m k n",                                   # (127, 3, 1000): a [127, 3] @ b [3, 1000]
-    reference=reference,
-    eager=eager,
+    reference=MATH.reference,
+    eager=MATH.eager,
     # a multiply and an add per term; the backward is two GEMMs of the forward's size
     flops=lambda d, direction: {"fwd": 2, "bwd": 4}[direction] * d.product("m k n"),
     # 1, 3, 127, 1000 and 4095-long dims in each position (tails of every tile and vector width),
@@ -53,8 +36,8 @@ SPEC = OpSpec(
     bench_sizes={"cuda": [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
                           (8192, 8192, 8192), (16384, 4096, 4096), (16384, 4096, 11008)],
                  "cpu": [(128, 128, 128), (256, 512, 256), (512, 512, 512)]},
-    error_cases=(ErrorCase("a with 3 dims", _rank3_a, ValueError, "a must have 2 dimensions"),
-                 ErrorCase("b 1-D", _vector_b, ValueError, "b must have shape [7, n]")),
+    error_cases=(ErrorCase("a with 3 dims", MATH.rank3_a, ValueError, "a must have 2 dimensions"),
+                 ErrorCase("b 1-D", MATH.vector_b, ValueError, "b must have shape [7, n]")),
     preferred={("cuda", "float32"): ["warptile", "vectorized", "blocktile_2d", "naive"],
                ("cuda", "float64"): ["naive"],
                ("cuda", "float16"): ["tensor_core"],

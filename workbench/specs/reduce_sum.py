@@ -1,17 +1,10 @@
 """reduce_sum: y = x summed over its last dimension (a 1-D x gives its 0-dim total); the reduction
-ladder, from the textbook's first kernel to the read-bandwidth ceiling."""
+ladder, from the textbook's first kernel to the read-bandwidth ceiling (math: reduce_sum_math.py)."""
 from __future__ import annotations
 
-from ..opspec import OpSpec, Output, Tensor
+from ..opspec import MathModule, OpSpec, Output, Tensor
 
-
-def reference(x):
-    return x.double().sum(-1)
-
-
-def eager(x):
-    return x.sum(-1)  # torch.sum: the baseline the ladder is measured against
-
+MATH = MathModule("workbench.specs.reduce_sum_math")
 
 # Every rung (and the cpu variant) is deterministic; from vec_grid_stride on, the order of the
 # additions depends on n alone, whatever grid the launcher picks.
@@ -23,8 +16,8 @@ SPEC = OpSpec(
     doc="y = x summed over its last dimension; dx = dy broadcast over it",
     inputs=(Tensor("x", "... n", read_by_backward=False),),  # the backward needs only x's shape
     outputs=(Output("y", "...", terms="n"),),
-    reference=reference,
-    eager=eager,
+    reference=MATH.reference,
+    eager=MATH.eager,
     flops=lambda d, direction: d.product("... n") if direction == "fwd" else 0,
     # Rows shorter and longer than one block's 256/512 values, than a warp's 1024 floats, than a
     # 64 KiB chunk (two and three passes for the textbook rungs); odd n for unaligned tails; 1-D

@@ -1,30 +1,11 @@
 """rmsnorm: y = x / sqrt(mean(x^2 over the last dim) + eps) * weight, three ways: the PyTorch formula,
 a fused Triton kernel and CUDA C++ (a scalar rung and a vectorized one), beside F.rms_norm and
-torch.compile."""
+torch.compile. Math: rmsnorm_math.py."""
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+from ..opspec import Attr, Layer, MathModule, OpSpec, Output, Tensor
 
-from ..opspec import Attr, Layer, OpSpec, Output, Tensor
-
-
-def reference(x, weight, eps):
-    x = x.double()
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.double()
-
-
-def eager(x, weight, eps):
-    """The formula as models write it (Llama's RMSNorm): float math, rounded to x's dtype, then
-    scaled by the weight. Also the `pytorch` variant (kernels/rmsnorm/pytorch.py)."""
-    acc = torch.promote_types(x.dtype, torch.float32)
-    xf = x.to(acc)
-    return weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
-
-
-def f_rms_norm(x, weight, eps):
-    return F.rms_norm(x, (x.shape[-1],), weight, eps)
-
+MATH = MathModule("workbench.specs.rmsnorm_math")
 
 # The three ways in the lab's order, then the CUDA C++ rungs.
 LADDER = ("pytorch", "triton", "scalar", "vectorized")
@@ -40,9 +21,9 @@ SPEC = OpSpec(
     outputs=(Output("y", "... h", terms="h"),),          # each y depends on a sum over its row
     attrs=(Attr("eps", float, 1e-6, min=0.0, samples=(1e-6, 1e-2),
                 doc="added to the mean of squares; >= 0 (0 gives NaN for a row of zeros)"),),
-    reference=reference,
-    eager=eager,
-    baselines={"F.rms_norm": f_rms_norm},
+    reference=MATH.reference,
+    eager=MATH.eager,
+    baselines={"F.rms_norm": MATH.f_rms_norm},
     # forward: square, add, scale, scale per element; backward about twice that
     flops=lambda d, direction: {"fwd": 4, "bwd": 8}[direction] * d.product("... h"),
     # h = 1, 3, 127, 4097 (odd: no 16-byte vectors), short rows for the warp-per-row path, long
@@ -54,5 +35,5 @@ SPEC = OpSpec(
     preferred={("cuda", d): ["vectorized", "scalar"] for d in ("float32", "float16", "bfloat16")}
     | {("cuda", "float64"): ["scalar"], ("cpu", None): ["cpu"]},
     ladder=LADDER,
-    layer=Layer("RMSNorm", size_args={"features": "h"}, init=lambda p: torch.nn.init.ones_(p["weight"])),
+    layer=Layer("RMSNorm", size_args={"features": "h"}, init=MATH.layer_init),
 )

@@ -1,18 +1,11 @@
-"""scale_bias_relu: y = relu(x * scale + bias), bias over the last dimension, scale a float attribute."""
+"""scale_bias_relu: y = relu(x * scale + bias), bias over the last dimension, scale a float attribute
+(math: scale_bias_relu_math.py)."""
 from __future__ import annotations
 
-import torch
+from ..opspec import Attr, Layer, MathModule, OpSpec, Output, Tensor
+from . import COURSE_PREFERENCE
 
-from ..opspec import Attr, Layer, OpSpec, Output, Tensor
-
-
-def reference(x, bias, scale):
-    return torch.relu(x.double() * scale + bias.double())
-
-
-def eager(x, bias, scale):
-    return torch.relu(x * scale + bias)
-
+MATH = MathModule("workbench.specs.scale_bias_relu_math")
 
 SPEC = OpSpec(
     name="scale_bias_relu",
@@ -20,9 +13,10 @@ SPEC = OpSpec(
     inputs=(Tensor("x", "... n"), Tensor("bias", "n", grad_terms="...", scale=0.5)),  # dbias sums every row
     attrs=(Attr("scale", float, samples=(2.0, -0.75, 0.5), doc="multiplies x before the bias; not differentiable"),),
     outputs=(Output("y", "... n"),),
-    reference=reference,
-    eager=eager,
+    reference=MATH.reference,
+    eager=MATH.eager,
     flops=lambda d, direction: {"fwd": 3, "bwd": 4}[direction] * d.product("... n"),
     check_sizes=((1, 1), (3, 5), (127, 129), (64, 1000), (33, 4099), (2, 3, 7), (257,), (4, 8), (0, 16), (6, 0)),
+    preferred=dict(COURSE_PREFERENCE),
     layer=Layer("ScaleBiasReLU", size_args={"features": "n"}),
 )

@@ -1,16 +1,11 @@
-"""vector_add: c = a + b for 1-D a and b of the same length (the CUDA extension guide's first op)."""
+"""vector_add: c = a + b for 1-D a and b of the same length (the CUDA extension guide's first op;
+math: vector_add_math.py)."""
 from __future__ import annotations
 
-from ..opspec import OpSpec, Output, Tensor
+from ..opspec import MathModule, OpSpec, Output, Tensor
+from . import COURSE_PREFERENCE
 
-
-def reference(a, b):
-    return a.double() + b.double()
-
-
-def eager(a, b):
-    return a + b
-
+MATH = MathModule("workbench.specs.vector_add_math")
 
 SPEC = OpSpec(
     name="vector_add",
@@ -18,8 +13,8 @@ SPEC = OpSpec(
     # The backward needs only the shapes: da = db = dc, whatever a and b hold.
     inputs=(Tensor("a", "n", read_by_backward=False), Tensor("b", "n", read_by_backward=False)),
     outputs=(Output("c", "n"),),
-    reference=reference,
-    eager=eager,
+    reference=MATH.reference,
+    eager=MATH.eager,
     flops=lambda d, direction: d.product("n") if direction == "fwd" else 0,
     # Tails of every length below a float4 (1, 7, 1031, 4099 % 4 = 3), one whole vector, and empty.
     check_sizes=((1,), (7,), (4,), (1031,), (4099,), (0,)),
@@ -27,4 +22,5 @@ SPEC = OpSpec(
     # torch's backward of a + b hands dc to both inputs as it is (no kernel, no bytes): a timed bwd
     # would compare our two copies with nothing. The backward is checked and gradchecked, not benchmarked.
     bench_directions=("fwd",),
+    preferred=dict(COURSE_PREFERENCE),
 )
