@@ -137,3 +137,18 @@ def test_the_pipelines_modules_stay_small():
     assert not (PACKAGE / "build.py").exists() and not (PACKAGE / "prebuilt.py").exists()
     for path in (PACKAGE / "build").glob("*.py"):
         assert pathlib.Path(path).read_text().startswith('"""'), f"{path.name} says what it owns"
+
+
+def test_a_childs_address_carries_the_build_options(cpu_kernel):
+    """profile builds with line info here and ncu's child loads the same build: the options travel in
+    the variant's address (isolate.variant_address), not through an environment variable."""
+    from workbench import isolate
+
+    lines = loader.load("bias_gelu", "cpu", options=build.BuildOptions(line_info=True))
+    address = isolate.variant_address("bias_gelu", lines)
+    assert address == {"op": "bias_gelu", "name": "cpu", "options": {"line_info": True}}
+    again = isolate.resolve(address)
+    assert again.options == lines.options and again.build_id == lines.build_id
+    plain = loader.load("bias_gelu", "cpu")
+    assert isolate.variant_address("bias_gelu", plain) == {"op": "bias_gelu", "name": "cpu"}
+    assert isolate.resolve({"op": "bias_gelu", "name": "cpu"}).options == build.DEFAULT_OPTIONS

@@ -696,7 +696,7 @@ def test_where_no_line_info_build_is_possible_the_profile_goes_on_without_lines(
     resolve = isolate.resolve
 
     def no_lineinfo_builds(spec):
-        if "-lineinfo" in os.environ.get("WORKBENCH_NVCC_FLAGS", ""):
+        if spec.get("options", {}).get("line_info"):
             raise errors.WorkbenchError("bias_gelu/scalar: no usable prebuilt library, and no nvcc found")
         return resolve(spec)
 
@@ -850,8 +850,7 @@ def bias_scalar_vec4():
         pytest.skip("needs Nsight Compute (ncu)")
     reports, seconds, ceil = {}, {}, {}
     for v in ("scalar", "vec4"):
-        with wbp._line_info(True):
-            wb.load("bias_gelu", v)  # the build (with line info, as profile builds it), outside the timed profile
+        wb.load("bias_gelu", v, options=wbp.LINE_INFO)  # the build profile makes, outside the timed profile
         started = time.perf_counter()
         p = wb.profile("bias_gelu", v, shape=BIAS_SHAPE, dtype="float32")
         seconds[v] = time.perf_counter() - started

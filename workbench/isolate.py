@@ -49,10 +49,12 @@ def variant_address(op: str, variant) -> dict:
     if isinstance(variant, byo.CallableKernel):  # by module path, or its extension's source (byo.child_spec)
         return byo.child_spec(op, variant)
     if isinstance(variant, loader.Kernel):
+        # How it was built beyond the defaults (line info): the child loads that same build.
+        options = {"options": variant.options.as_dict()} if variant.options.as_dict() else {}
         in_tree = registry.variant_sources(op).get(variant.name)
         if in_tree is not None and in_tree.resolve() == variant.source.resolve():
-            return {"op": op, "name": variant.name}
-        return {"op": op, "name": variant.name, "source": str(variant.source)}
+            return {"op": op, "name": variant.name, **options}
+        return {"op": op, "name": variant.name, "source": str(variant.source), **options}
     return {"op": op, "name": variant}
 
 
@@ -67,9 +69,12 @@ def resolve(address: dict):
         from . import byo
 
         return byo.from_child_spec(address)
+    from .build import BuildOptions
+
+    options = BuildOptions(**address.get("options", {}))
     if "source" in address:
-        return loader.load_source(address["op"], address["source"], address["name"])
-    return loader.load(address["op"], address["name"])
+        return loader.load_source(address["op"], address["source"], address["name"], options=options)
+    return loader.load(address["op"], address["name"], options=options)
 
 
 def child_command(job_file, prefix=()) -> list[str]:

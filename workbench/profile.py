@@ -45,10 +45,8 @@ checked". A variant whose output is wrong is named above the table, its kernels'
 """
 from __future__ import annotations
 
-import contextlib
 import html
 import math
-import os
 import pathlib
 import re
 import sys
@@ -920,9 +918,9 @@ def profile(op: str, variant, shape=None, dtype: str = "float32", direction: str
     ncu.require()  # before any build: say at once where ncu is missing
     notes: list[str] = []
     try:
-        with _line_info(lines):  # built here, not profiled; the child finds the same build in the cache
-            kernels = [isolate.resolve(isolate.variant_spec(op, v)) if lines or not isinstance(v, loader.Kernel) else v
-                       for v in items]
+        # Built here, not profiled; the child resolves each kernel's address (its options with it) to the same build.
+        kernels = [isolate.resolve(_line_info(isolate.variant_spec(op, v), lines))
+                   if lines or not isinstance(v, loader.Kernel) else v for v in items]
     except WorkbenchError as e:
         if not lines:
             raise
@@ -947,9 +945,8 @@ def profile(op: str, variant, shape=None, dtype: str = "float32", direction: str
         if keep_csv is not None:
             pathlib.Path(keep_csv).mkdir(parents=True, exist_ok=True)
             keep = pathlib.Path(keep_csv) / f"profile_{op}_{k.name}_{direction}.csv"
-        with _line_info(lines):
-            rows = ncu.measure(op, k, shape, dtype, direction, metrics=requested_metrics(capability),
-                               timeout_s=timeout_s, keep_csv=keep, extra_args=NCU_ARGS, source_lines=lines)
+        rows = ncu.measure(op, k, shape, dtype, direction, metrics=requested_metrics(capability),
+                           timeout_s=timeout_s, keep_csv=keep, extra_args=NCU_ARGS, source_lines=lines)
         if rows.dropped:
             notes.append(f"{k.name}: this ncu or GPU lacks {', '.join(rows.dropped)} (left out)")
         reports[k.name] = rows
@@ -963,12 +960,12 @@ def profile(op: str, variant, shape=None, dtype: str = "float32", direction: str
                         sources=sources)
 
 
-def _line_info(on: bool):
-    """WORKBENCH_NVCC_FLAGS with -lineinfo while `on` (builds here and in the profiled child)."""
-    old = os.environ.get("WORKBENCH_NVCC_FLAGS")
-    if not on or "-lineinfo" in (old or "").split():
-        return contextlib.nullcontext()
-    return build.guard.environment(WORKBENCH_NVCC_FLAGS=" ".join(filter(None, [old, "-lineinfo"])))
+LINE_INFO = build.BuildOptions(line_info=True)  # the build whose line table ncu's source page reads
+
+
+def _line_info(address: dict, on: bool) -> dict:
+    """A variant's address (isolate.variant_address) with line info among its build options while `on`."""
+    return dict(address, options=dict(address.get("options", {}), **LINE_INFO.as_dict())) if on else address
 
 
 def command(op: str, variants, shape, dtype: str, direction: str = "fwd", source=None) -> str:
