@@ -31,11 +31,18 @@ def _variants_for(op: str, names: list[str], *, runnable_only: bool) -> list[str
 def cmd_list(args) -> int:
     from . import registry
 
+    failed = 0
     for op in [args.op] if args.op else registry.ops():
         print(op)
-        for v in registry.variants(op):
+        try:  # one op whose spec or variant does not read never hides the others
+            found = registry.variants(op)
+        except Exception as e:  # noqa: BLE001  (reported, and the exit status says so)
+            print(f"  cannot list {op}: {type(e).__name__}: {e}", file=sys.stderr)
+            failed += 1
+            continue
+        for v in found:
             print(f"  {v.name:10s} {v.device:5s} {', '.join(v.dtypes):36s} {v.description}")
-    return 0
+    return 1 if failed else 0
 
 
 def cmd_build(args) -> int:
