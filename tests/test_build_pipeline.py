@@ -22,7 +22,8 @@ FIXED_TOOLCHAIN = {"fixed": "for keys compared within a test"}
 def test_the_arch_list_is_written_once():
     """The default arch lists appear as literals in build/arch.py alone; every consumer asks it."""
     literal = re.compile(r"""["']8\.0;9\.0(\+PTX)?["']""")
-    files = [*PACKAGE.rglob("*.py"), *(PACKAGE / "export_templates").iterdir(), REPO_ROOT / "setup.py"]
+    files = [*PACKAGE.rglob("*.py"), *(PACKAGE / "export_templates").iterdir(), REPO_ROOT / "setup.py",
+             *(REPO_ROOT / "scripts").glob("*.sh"), *(REPO_ROOT / "scripts").glob("*.py")]
     spelled = sorted(str(p.relative_to(REPO_ROOT)) for p in files
                      if p.is_file() and literal.search(p.read_text(errors="replace")))
     assert spelled == ["workbench/build/arch.py"], spelled
