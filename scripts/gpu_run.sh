@@ -101,7 +101,7 @@ for v in ('scalar', 'vectorized'):
 import json, sys, time
 import torch
 import workbench as wb
-from workbench import profile
+from workbench import loader, profile
 
 out = sys.argv[1]
 ceilings = {"device": torch.cuda.get_device_name(), "gemm_TFLOPs": {}}
@@ -109,8 +109,7 @@ for op, variants, shape in (("bias_gelu", ["scalar", "vec4"], (8192, 8192)),
                             ("matmul", ["naive", "warptile"], (2048, 2048, 2048))):
     reports, notes = {}, []
     for v in variants:
-        with profile._line_info(True):
-            k = wb.load(op, v)  # the build (with line info, as profile builds it), outside the timed profile
+        k = wb.load(op, v, options=profile.LINE_INFO)  # the build profile makes, outside the timed profile
         started = time.perf_counter()
         p = wb.profile(op, k, shape=shape, dtype="float32", keep_csv=out)
         print(f"[{op}/{v}: profiled in {time.perf_counter() - started:.1f} s beyond its build]", flush=True)
@@ -122,8 +121,7 @@ for op, variants, shape in (("bias_gelu", ["scalar", "vec4"], (8192, 8192)),
     both = profile.from_reports(op, reports, shape, "float32", "fwd", copy_GBps=p.copy_GBps,
                                 gemm_TFLOPs=p.gemm_TFLOPs, notes=sorted(set(notes)), sources=lines)
     print(both.table() + "\n", flush=True)
-with profile._line_info(True):
-    bad = wb.load_source("bias_gelu", "tests/faulty/uncoalesced.cu", name="uncoalesced")
+bad = loader.load_source("bias_gelu", "tests/faulty/uncoalesced.cu", name="uncoalesced", options=profile.LINE_INFO)
 started = time.perf_counter()
 p = wb.profile("bias_gelu", bad, shape=(8192, 8192), dtype="float32", keep_csv=out)
 print(f"[bias_gelu/uncoalesced: profiled in {time.perf_counter() - started:.1f} s beyond its build]")
