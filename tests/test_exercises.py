@@ -676,6 +676,20 @@ def test_a_tiled_exercise_checks_the_tiled_draw(pretend_gpu):
     assert report.shapes == wbex.tiled_sizes(42, registry.spec(ex.op)) and report.check("correctness").status == "ok"
 
 
+def test_an_sm90a_exercise_on_another_gpu_says_why_its_gpu_checks_are_skipped(pretend_gpu, monkeypatch):
+    """Exercise 07's file needs compute capability 9.0 (its launchers decline elsewhere): on another
+    GPU its correctness, gradcheck and speed are skipped with the reason, not failed case by case
+    (pretend_gpu's check, gradcheck and bench stand-ins would fail the test if they were called)."""
+    ex = wbex.get(7)
+    sm80 = "needs an sm_90a GPU (Hopper); this one is sm_80"
+    monkeypatch.setattr(toolchain, "unmet_arch", lambda source, device: sm80 if toolchain.needs_sm90a(source) else None)
+    report = wbex.check_exercise(7, ex.solution, seed=1)
+    assert [(c.name, c.status, c.detail) for c in report.checks[-3:]] == [
+        (name, "skipped", f"this file {sm80}") for name in ("correctness", "gradcheck", "speed")], report.summary()
+    assert report.check("SASS rules").status == "ok" and report.ok and not report.complete
+    assert report.verdict().startswith(f"PASS (skipped: correctness: this file {sm80}")
+
+
 def _bench_rows(student: str, reference: str, mine_ms: float, ref_ms: float):
     def bench(op, kernel, variants, dtypes, shapes, baselines, directions, budget_s):
         assert kernel.name == student and variants == [student, reference] and list(baselines) == []
