@@ -1,7 +1,5 @@
-// scalar: one element per thread, plain loads, every dtype (wb_elementwise.cuh).
 #include "swiglu.h"
 #include "wb_elementwise.cuh"
-
 static const WbElementwiseLaunchers launchers =
     wb_elementwise::scalar_launchers<WB_F32 | WB_F64 | WB_F16 | WB_BF16, WbSwigluForward, WbSwigluBackward>();
 WB_EXPORT_VARIANT(swiglu, WB_DEVICE_CUDA, WB_F32 | WB_F64 | WB_F16 | WB_BF16,

@@ -1,6 +1,6 @@
-// swiglu: y = silu(a) * b = a * sigmoid(a) * b, for a and b of the same shape (a SwiGLU MLP's gate).
-// Backward, with s = sigmoid(a): da = dy * b * s * (1 + a * (1 - s)), db = dy * a * s.
-// An elementwise op: its math as two steps; the rest is the family's (kernels/common/wb_elementwise.h).
+// swiglu: y = silu(a) * b = a * sigmoid(a) * b, for a and b of the same shape (a SwiGLU MLP's gate);
+// backward, with s = sigmoid(a): da = dy * b * s * (1 + a * (1 - s)), db = dy * a * s. Its math as the
+// elementwise family's two steps; the rest is the family's (kernels/common/wb_elementwise.h).
 #pragma once
 
 #include "wb_elementwise.h"
