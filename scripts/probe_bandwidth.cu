@@ -2,7 +2,7 @@
 // A standalone probe (nvcc -O3 -arch=sm_90 -I kernels/common -I kernels/scale_bias_relu), run by
 // `STEPS=probe bash scripts/gpu_run.sh`: each configuration of the same math on the same 1 GiB
 // float tensors, median of 15 timed runs (CUDA events), against a device-to-device copy measured
-// the same way. Its output is the evidence for the choices in kernels/elementwise_mul/flat_tiles.cuh
+// the same way. Its output is the evidence for the choices in kernels/common/wb_elementwise.cuh
 // and kernels/common/wb_row_tiles.cuh (results/gpu/<commit>/probe.log).
 #include <cuda_runtime.h>
 
