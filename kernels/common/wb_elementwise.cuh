@@ -11,7 +11,11 @@
 // many short blocks keep every SM's loads in flight. This is elementwise_mul's former flat_tiles.cuh
 // and vector_add's vec4.cu, the same accesses in the same order: the probe (scripts/probe_bandwidth.cu,
 // H100) found 1, 2, 4 or 8 vectors per thread within 0.3% of one another (102% of the copy bandwidth
-// at 1), a grid-stride loop 5% slower and streaming loads (__ldcs) 3% slower.
+// at 1), a grid-stride loop 5% slower and streaming loads (__ldcs) 3% slower. Inputs are loaded
+// through the read-only path (wb_load_readonly), as those kernels' __restrict__ pointers were: their
+// PTX and this one's (nvcc -ptx, sm_90) have the same loads and stores, ld.global.nc.v4 / st.global.v4
+// and the scalar tail's, in the same order. (elementwise_mul's scalar.cu stored da before loading a;
+// here every load of a thread comes first.)
 //
 // Route (vector_launchers): every pointer 16-byte aligned -> the first n - n % V elements as vectors,
 // the last n % V through the same kernel with V = 1 in a launch of their own; any pointer not
