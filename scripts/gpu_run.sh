@@ -101,7 +101,7 @@ for v in ('scalar', 'vectorized'):
 import json, sys, time
 import torch
 import workbench as wb
-from workbench import loader, profile
+from workbench import loader, profiling as profile
 
 out = sys.argv[1]
 ceilings = {"device": torch.cuda.get_device_name(), "gemm_TFLOPs": {}}
@@ -141,15 +141,15 @@ PY
 import re, sys, time
 import torch
 import workbench as wb
-from workbench import profile, ptxas, registry
+from workbench import profiling as profile, ptxas, registry
 
 out = sys.argv[1]
 ladder = registry.spec("matmul").ladder
 hopper = ladder[ladder.index("tensor_core") + 1:]
 capability = profile.device_capability()
-whole = profile.HOPPER_METRICS["tensor_all_pct"]
+whole = profile.metrics.HOPPER_METRICS["tensor_all_pct"]
 print(f"{torch.cuda.get_device_name()}, compute capability {capability}; the whole tensor pipe's counter "
-      f"({whole}) asked for here: {whole in profile.requested_metrics(capability)}", flush=True)
+      f"({whole}) asked for here: {whole in profile.metrics.requested_metrics(capability)}", flush=True)
 families = ("HGMMA", "UTMALDG", "UTMALDG.2D.MULTICAST", "SYNCS", "USETMAXREG", "HMMA", "LDSM", "LDGSTS")
 print("\nSASS (sm_90a) of each Hopper rung's built library, its own kernels: dtype, op(A)/op(B) (N as stored, "
       "T transposed), instructions as written")

@@ -1,4 +1,4 @@
-"""wb.profile (workbench/profile.py): Nsight Compute's counters per kernel, a verdict per kernel,
+"""wb.profile (workbench/profiling/): Nsight Compute's counters per kernel, a verdict per kernel,
 the comparison of two variants, the roofline, and the CLI.
 
 On the CPU: the verdict rules on synthetic metrics; ncu's raw CSV (the format of --csv --page raw
@@ -28,7 +28,10 @@ import pytest
 
 import workbench as wb
 from workbench import cli, ncu
-from workbench import profile as wbp
+from workbench import profiling as wbp
+from workbench.profiling import metrics as pm
+from workbench.profiling import report as pr
+from workbench.profiling import rules as pv
 
 from conftest import describe
 
@@ -114,14 +117,14 @@ def _kernel(name="void <unnamed>::forward_kernel<float>(const float *, const flo
     """One kernel's raw metrics, by ncu's names: a forward over 8192 x 8192 float32 that reads x and
     the bias and writes y in `width`-byte accesses, every byte of every sector used."""
     requests = N * 4 / width / 32
-    k = {"Kernel Name": name, ncu.DURATION: ns, wbp.METRICS["dram_pct"]: dram_pct,
+    k = {"Kernel Name": name, ncu.DURATION: ns, pm.METRICS["dram_pct"]: dram_pct,
          ncu.DRAM_READ: N * 4 + 8192 * 4, ncu.DRAM_WRITE: N * 4,
-         ncu.LOAD_SECTORS: 2 * N * 4 / 32, wbp.METRICS["ld_requests"]: 2 * requests,
-         ncu.STORE_SECTORS: N * 4 / 32, wbp.METRICS["st_requests"]: requests,
-         wbp.METRICS["ld_efficiency"]: eff, wbp.METRICS["st_efficiency"]: eff, wbp.METRICS["l2_hit"]: 40.0,
-         wbp.METRICS["occupancy"]: occ, wbp.METRICS["sm_pct"]: sm, wbp.METRICS["tensor_pct"]: 0,
-         wbp.METRICS["issue_pct"]: sm, wbp.METRICS["cycles_per_issue"]: 20.5,
-         wbp.METRICS["local_ld_sectors"]: 0, wbp.METRICS["local_st_sectors"]: 0,
+         ncu.LOAD_SECTORS: 2 * N * 4 / 32, pm.METRICS["ld_requests"]: 2 * requests,
+         ncu.STORE_SECTORS: N * 4 / 32, pm.METRICS["st_requests"]: requests,
+         pm.METRICS["ld_efficiency"]: eff, pm.METRICS["st_efficiency"]: eff, pm.METRICS["l2_hit"]: 40.0,
+         pm.METRICS["occupancy"]: occ, pm.METRICS["sm_pct"]: sm, pm.METRICS["tensor_pct"]: 0,
+         pm.METRICS["issue_pct"]: sm, pm.METRICS["cycles_per_issue"]: 20.5,
+         pm.METRICS["local_ld_sectors"]: 0, pm.METRICS["local_st_sectors"]: 0,
          "launch__registers_per_thread": regs, "launch__shared_mem_per_block_static": 0,
          "launch__shared_mem_per_block_dynamic": 0, "launch__block_size": 256, "launch__grid_size": N / 256 / (width // 4),
          "launch__waves_per_multiprocessor": 124.12, "launch__sm_count": 132,
@@ -129,7 +132,7 @@ def _kernel(name="void <unnamed>::forward_kernel<float>(const float *, const flo
          "launch__occupancy_limit_shared_mem": 32, "launch__occupancy_limit_warps": 8,
          "launch__occupancy_limit_blocks": 32}
     for reason, v in (stalls or {"long_scoreboard": 14.2, "wait": 1.1, "not_selected": 0.4}).items():
-        k[wbp.stall_metric(reason)] = v
+        k[pm.stall_metric(reason)] = v
     k.update(more)
     return k
 
@@ -144,26 +147,26 @@ def _m(**kw) -> dict:
 
 
 def test_memory_bound_at_the_copy_ceiling():
-    v = wbp.verdict(_m(duration_ns=200_000, dram_pct=88, sm_pct=25), nbytes=570e6, copy_GBps=3000)
+    v = pv.verdict(_m(duration_ns=200_000, dram_pct=88, sm_pct=25), nbytes=570e6, copy_GBps=3000)
     assert v.kind == "memory-bound" and "95% of the copy ceiling" in v.summary and "2850 of 3000 GB/s" in v.summary, v
     assert "memory roof" in v.advice and "fewer bytes" in v.advice
 
 
 def test_memory_bound_with_room_left_and_from_dram_alone():
-    v = wbp.verdict(_m(duration_ns=250_000, dram_pct=70, sm_pct=40), nbytes=570e6, copy_GBps=3000)
+    v = pv.verdict(_m(duration_ns=250_000, dram_pct=70, sm_pct=40), nbytes=570e6, copy_GBps=3000)
     assert v.kind == "memory-bound" and "76% of the copy ceiling" in v.summary and "16-byte" in v.advice, v
-    v = wbp.verdict(_m(duration_ns=250_000, dram_pct=84, sm_pct=40))     # no ceiling known (no GPU here)
+    v = pv.verdict(_m(duration_ns=250_000, dram_pct=84, sm_pct=40))     # no ceiling known (no GPU here)
     assert v.kind == "memory-bound" and "DRAM at 84% of peak" in v.summary, v
 
 
 def test_memory_bound_moving_more_than_the_declared_bytes():
-    v = wbp.verdict(_m(duration_ns=500_000, dram_pct=85, dram_bytes=1.2e9), nbytes=570e6, copy_GBps=3000)
+    v = pv.verdict(_m(duration_ns=500_000, dram_pct=85, dram_bytes=1.2e9), nbytes=570e6, copy_GBps=3000)
     assert v.kind == "memory-bound" and "2.1x the bytes" in v.advice, v
 
 
 def test_compute_bound_at_the_gemm_ceiling():
     flops = 2 * 2048 ** 3
-    v = wbp.verdict(_m(duration_ns=flops / 40e12 * 1e9, sm_pct=85, dram_pct=10), nbytes=48e6, flops=flops,
+    v = pv.verdict(_m(duration_ns=flops / 40e12 * 1e9, sm_pct=85, dram_pct=10), nbytes=48e6, flops=flops,
                     copy_GBps=3000, gemm_TFLOPs=50, compute_bound=True)
     assert v.kind == "compute-bound" and "80% of the GEMM ceiling" in v.summary and "40.0 of 50.0 TFLOP/s" in v.summary, v
     assert "register tiles" in v.advice
@@ -172,14 +175,14 @@ def test_compute_bound_at_the_gemm_ceiling():
 def test_a_slow_gemm_is_not_compute_bound_even_with_busy_sm_pipes():
     """A naive rung: 1% of cuBLAS, whatever the SM's load/store pipes say."""
     flops = 2 * 2048 ** 3
-    v = wbp.verdict(_m(duration_ns=flops / 0.5e12 * 1e9, sm_pct=75, dram_pct=5, occupancy=95, occupancy_theoretical=100,
+    v = pv.verdict(_m(duration_ns=flops / 0.5e12 * 1e9, sm_pct=75, dram_pct=5, occupancy=95, occupancy_theoretical=100,
                        stalls={"lg_throttle": 30.0, "long_scoreboard": 12.0}),
                     nbytes=48e6, flops=flops, copy_GBps=3000, gemm_TFLOPs=50, compute_bound=True)
     assert v.kind == "latency-bound" and "lg_throttle (30.0)" in v.summary and "wider" in v.advice, v
 
 
 def test_instruction_bound_elementwise_kernel_is_named_so():
-    v = wbp.verdict(_m(duration_ns=250_000, dram_pct=65, sm_pct=85), nbytes=570e6, copy_GBps=3000)
+    v = pv.verdict(_m(duration_ns=250_000, dram_pct=65, sm_pct=85), nbytes=570e6, copy_GBps=3000)
     assert v.kind == "compute-bound" and "instruction issue" in v.summary and "76%" in v.summary, v
     assert "instructions per byte" in v.advice
 
@@ -188,15 +191,15 @@ def test_latency_bound_names_the_occupancy_limiter():
     m = _m(duration_ns=900_000, dram_pct=20, sm_pct=15, occupancy=18, occupancy_theoretical=25, waves=3.0,
            registers=128, limit_registers=2, limit_shared_mem=16, limit_warps=8, limit_blocks=32,
            stalls={"long_scoreboard": 40.0})
-    m["limiter"] = wbp.occupancy_limiter(m)
+    m["limiter"] = pm.occupancy_limiter(m)
     assert m["limiter"] == "registers (128 per thread): 2 blocks per SM"
-    v = wbp.verdict(m, nbytes=570e6, copy_GBps=3000)
+    v = pv.verdict(m, nbytes=570e6, copy_GBps=3000)
     assert v.kind == "latency-bound" and "limited by registers (128 per thread)" in v.summary, v
     assert "fewer registers" in v.advice and "long_scoreboard (40.0)" in v.summary
 
 
 def test_latency_bound_by_a_grid_under_one_wave():
-    v = wbp.verdict(_m(duration_ns=50_000, dram_pct=5, sm_pct=3, occupancy=40, occupancy_theoretical=100,
+    v = pv.verdict(_m(duration_ns=50_000, dram_pct=5, sm_pct=3, occupancy=40, occupancy_theoretical=100,
                        waves=0.25, grid_size=33, sm_count=132))
     assert v.kind == "latency-bound" and "33 blocks for 132 SMs fill 25% of one wave" in v.summary, v
     assert "more, smaller blocks" in v.advice
@@ -205,12 +208,12 @@ def test_latency_bound_by_a_grid_under_one_wave():
 def test_uncoalesced_before_anything_else_unless_at_the_roof():
     m = _m(duration_ns=2_000_000, dram_pct=70, ld_efficiency=12.5, ld_requests=1e6, ld_bytes_per_request=1024,
            st_efficiency=12.5, st_requests=1e6)
-    v = wbp.verdict(m, nbytes=570e6, copy_GBps=3000)
+    v = pv.verdict(m, nbytes=570e6, copy_GBps=3000)
     assert v.kind == "uncoalesced" and "use 12% of the bytes of each 32-byte sector" in v.summary, v
     assert "1024 bytes of sectors per warp-wide request" in v.summary and "threadIdx.x" in v.advice
-    fast = wbp.verdict(dict(m, duration_ns=200_000), nbytes=570e6, copy_GBps=3000)
+    fast = pv.verdict(dict(m, duration_ns=200_000), nbytes=570e6, copy_GBps=3000)
     assert fast.kind == "memory-bound", fast           # at 95% of the copy ceiling: the roof decides
-    no_loads = wbp.verdict(_m(duration_ns=200_000, dram_pct=90, ld_efficiency=0.0, ld_requests=0.0), nbytes=570e6)
+    no_loads = pv.verdict(_m(duration_ns=200_000, dram_pct=90, ld_efficiency=0.0, ld_requests=0.0), nbytes=570e6)
     assert no_loads.kind == "memory-bound", no_loads   # a kernel without loads is not uncoalesced
 
 
@@ -229,9 +232,9 @@ def _first_add_kernels() -> list[dict]:
         blocks = n // 512
         return _kernel(name, ns=ns, dram_pct=dram_pct, occ=88.0, sm=42.0, regs=16, stalls=stalls, **{
             ncu.DRAM_READ: n * 4, ncu.DRAM_WRITE: blocks * 32,
-            ncu.LOAD_SECTORS: n * 4 / 32, wbp.METRICS["ld_requests"]: n / 32,
-            ncu.STORE_SECTORS: blocks, wbp.METRICS["st_requests"]: blocks,
-            wbp.METRICS["ld_efficiency"]: 100.0, wbp.METRICS["st_efficiency"]: 12.5,
+            ncu.LOAD_SECTORS: n * 4 / 32, pm.METRICS["ld_requests"]: n / 32,
+            ncu.STORE_SECTORS: blocks, pm.METRICS["st_requests"]: blocks,
+            pm.METRICS["ld_efficiency"]: 100.0, pm.METRICS["st_efficiency"]: 12.5,
             "launch__grid_size": blocks, "launch__waves_per_multiprocessor": blocks / (132 * 8)})
     return [one(FIRST_ADD_N, 634_000, 50.3, {"barrier": 9.6, "long_scoreboard": 6.2, "short_scoreboard": 1.1}),
             one(FIRST_ADD_BLOCKS, 20_000, 12.0, {"barrier": 8.0, "long_scoreboard": 5.0})]
@@ -254,8 +257,8 @@ def test_a_finding_is_weighed_by_the_traffic_it_carries_first_add_is_not_uncoale
            ld_sectors=FIRST_ADD_N / 8, ld_requests=FIRST_ADD_N / 32, ld_efficiency=100.0,
            st_sectors=FIRST_ADD_BLOCKS, st_requests=FIRST_ADD_BLOCKS, st_efficiency=12.5,
            stalls={"barrier": 9.6, "long_scoreboard": 6.2})
-    assert wbp.verdict(m, nbytes=FIRST_ADD_N * 4, copy_GBps=3009.0).kind == "latency-bound"
-    found = {f["what"]: f for f in wbp.access_findings(m)}
+    assert pv.verdict(m, nbytes=FIRST_ADD_N * 4, copy_GBps=3009.0).kind == "latency-bound"
+    found = {f["what"]: f for f in pv.access_findings(m)}
     assert found["stores"]["share"] == pytest.approx(1 / 65, rel=1e-6) and not found["stores"]["material"]
     assert found["loads"]["material"] and found["loads"]["efficiency"] == 100.0
 
@@ -267,38 +270,38 @@ def test_an_uncoalesced_access_that_carries_the_traffic_is_still_named():
     n = 1 << 26
     m = _m(duration_ns=900_000, dram_pct=55, sm_pct=20, ld_sectors=n / 8, ld_requests=n / 32, ld_efficiency=100.0,
            st_sectors=n, st_requests=n / 32, st_efficiency=12.5, st_bytes_per_request=1024)
-    v = wbp.verdict(m, nbytes=2 * n * 4, copy_GBps=3009.0)
+    v = pv.verdict(m, nbytes=2 * n * 4, copy_GBps=3009.0)
     assert v.kind == "uncoalesced" and "global stores use 12%" in v.summary and "89% of the kernel's global sectors" \
         in v.summary, v
     both = dict(m, ld_sectors=2 * n, ld_efficiency=25.0)  # loads: 2n sectors at 25% waste 1.5n; stores 0.875n
-    assert "global loads use 25%" in wbp.verdict(both, nbytes=2 * n * 4, copy_GBps=3009.0).summary
+    assert "global loads use 25%" in pv.verdict(both, nbytes=2 * n * 4, copy_GBps=3009.0).summary
 
 
 def test_spills_are_mentioned_and_missing_metrics_do_not_break_it():
-    v = wbp.verdict(_m(duration_ns=250_000, dram_pct=90, spill_bytes=65536))
+    v = pv.verdict(_m(duration_ns=250_000, dram_pct=90, spill_bytes=65536))
     assert "66 KB go through local memory" in v.advice, v
-    bare = wbp.verdict({})           # nothing collected at all
+    bare = pv.verdict({})           # nothing collected at all
     assert bare.kind == "latency-bound" and bare.line.startswith("latency-bound"), bare
 
 
 # ----------------------------------------------------------------------------- ncu's raw CSV -> metrics -> table
 
 def test_the_raw_csv_parses_into_metrics_by_short_name():
-    text = raw_csv([_kernel(regs=40, **{wbp.METRICS["tensor_pct"]: "-", wbp.stall_metric("misc"): "n/a"})])
+    text = raw_csv([_kernel(regs=40, **{pm.METRICS["tensor_pct"]: "-", pm.stall_metric("misc"): "n/a"})])
     rows = ncu.parse_csv(text)
     assert len(rows) == 1 and rows[0][ncu.LOAD_SECTORS] == 2 * N * 4 / 32
-    m = wbp.kernel_metrics(rows[0])
+    m = pm.kernel_metrics(rows[0])
     assert m["name"] == "forward_kernel<float>"
     assert m["ld_bytes_per_request"] == 128 and m["ld_efficiency"] == 100 and m["registers"] == 40
     assert m["tensor_pct"] is None and "misc" not in m["stalls"]            # '-' and 'n/a': not collected
     assert m["dram_bytes"] == ROW_BYTES and m["spill_bytes"] == 0
     assert m["limiter"] is None                                              # 100% possible: nothing limits it
-    assert wbp.top_stalls(m) == [("long_scoreboard", 14.2), ("wait", 1.1), ("not_selected", 0.4)]
+    assert pm.top_stalls(m) == [("long_scoreboard", 14.2), ("wait", 1.1), ("not_selected", 0.4)]
 
 
 def test_the_requested_metrics():
-    names = wbp.requested_metrics()
-    assert len(names) == len(set(names)) == len(wbp.METRICS) + len(wbp.STALLS) and all("__" in n for n in names)
+    names = pm.requested_metrics()
+    assert len(names) == len(set(names)) == len(pm.METRICS) + len(pm.STALLS) and all("__" in n for n in names)
     assert set(ncu.TRAFFIC) <= set(names)                  # the traffic counters the exercise checker reads too
     assert not any(n.startswith("launch__") for n in names)  # those come with every report, unasked
 
@@ -306,11 +309,11 @@ def test_the_requested_metrics():
 def test_the_whole_tensor_pipe_is_asked_for_on_compute_capability_9_only():
     """ncu fails a whole run for a metric its chip lacks: the whole tensor pipe's counter (which
     Hopper's wgmma keeps busy) is asked for on 9.x only, beside mma.sync's hmma counter."""
-    whole = wbp.HOPPER_METRICS["tensor_all_pct"]
-    on_hopper = wbp.requested_metrics((9, 0))
-    assert whole in on_hopper and wbp.METRICS["tensor_pct"] in on_hopper and len(on_hopper) == len(set(on_hopper))
+    whole = pm.HOPPER_METRICS["tensor_all_pct"]
+    on_hopper = pm.requested_metrics((9, 0))
+    assert whole in on_hopper and pm.METRICS["tensor_pct"] in on_hopper and len(on_hopper) == len(set(on_hopper))
     for capability in (None, (8, 0), (8, 9), (10, 0), (12, 0)):
-        assert whole not in wbp.requested_metrics(capability), capability
+        assert whole not in pm.requested_metrics(capability), capability
 
 
 # A SYNTHESIZED ncu row, not a capture: one wgmma kernel of a bf16 matmul at 8192^3 on an H100, its
@@ -322,13 +325,13 @@ HOPPER_GEMM = (8192, 8192, 8192)
 
 
 def _tensor_kernel(name=WGMMA_KERNEL, *, hmma, whole=None, ns=2_400_000):
-    tensor = {wbp.METRICS["tensor_pct"]: hmma}
+    tensor = {pm.METRICS["tensor_pct"]: hmma}
     if whole is not None:
-        tensor[wbp.HOPPER_METRICS["tensor_all_pct"]] = whole
+        tensor[pm.HOPPER_METRICS["tensor_all_pct"]] = whole
     return _kernel(name, ns=ns, dram_pct=23.0, sm=58.0, regs=90, **tensor)
 
 
-def _tensor_row(p: wbp.Profile) -> list[str]:
+def _tensor_row(p: pr.Profile) -> list[str]:
     return next(line for line in p.table().splitlines() if line.startswith("tensor pipe (% of peak)")).split()
 
 
@@ -343,8 +346,8 @@ def test_a_wgmma_kernels_tensor_figure_is_the_larger_of_the_two_counters():
     assert alone.kernels[0].metrics["tensor_all_pct"] is None and alone.kernels[0].metrics["tensor_pipe"] == 9
     assert alone.verdict().kind == "latency-bound", alone.table()
     # mma.sync on a Hopper GPU: the hmma counter is the larger, and stays the figure
-    assert wbp.tensor_pipe({"tensor_pct": 69.0, "tensor_all_pct": 68.5}) == 69.0
-    assert wbp.tensor_pipe({"tensor_pct": None}) is None and wbp.tensor_pipe({}) is None
+    assert pm.tensor_pipe({"tensor_pct": 69.0, "tensor_all_pct": 68.5}) == 69.0
+    assert pm.tensor_pipe({"tensor_pct": None}) is None and pm.tensor_pipe({}) is None
 
 
 def test_the_step_from_mma_sync_to_wgmma_is_read_from_the_tensor_pipe():
@@ -367,10 +370,10 @@ def test_the_step_from_mma_sync_to_wgmma_is_read_from_the_tensor_pipe():
     ("elementwise_kernel", "elementwise_kernel"),
 ])
 def test_kernel_names_are_shortened(mangled, short):
-    assert wbp.short_name(mangled) == short
+    assert pm.short_name(mangled) == short
 
 
-def _two_variants() -> wbp.Profile:
+def _two_variants() -> pr.Profile:
     scalar = _kernel(ns=260_000, dram_pct=65, sm=55, stalls={"long_scoreboard": 20.0, "lg_throttle": 3.0})
     vec4 = _kernel("void wb_row_tiles::forward_kernel<float, 4, WbGeluOfSum>(const float *, float *)", ns=195_000,
                    width=16, dram_pct=86, sm=20, regs=40, stalls={"long_scoreboard": 35.0, "wait": 2.0})
@@ -435,16 +438,13 @@ def test_the_roofline_from_timing_rows_alone(tmp_path):
 
 def test_deltas_say_when_nothing_changed():
     t = {"duration_ns": 100.0, "ld_requests": 10.0, "dram_pct": 50.0}
-    assert wbp.deltas(t, dict(t)) == ["1.00x faster (0.1 -> 0.1 us)"]
-    assert wbp.deltas({}, {}) == ["no metric changed by more than 10%"]
-    assert "2.00x slower" in wbp.deltas(t, dict(t, duration_ns=200.0))[0]
+    assert pr.deltas(t, dict(t)) == ["1.00x faster (0.1 -> 0.1 us)"]
+    assert pr.deltas({}, {}) == ["no metric changed by more than 10%"]
+    assert "2.00x slower" in pr.deltas(t, dict(t, duration_ns=200.0))[0]
 
 
-def test_wb_profile_is_the_callable_module():
-    import importlib
-
-    mod = importlib.import_module("workbench.profile")
-    assert wb.profile is mod and callable(wb.profile) and wb.profile.roofline is wbp.roofline
+def test_wb_profile_is_the_function_and_carries_roofline():
+    assert wb.profile is wbp.profile and callable(wb.profile) and wb.profile.roofline is wbp.roofline
     assert wbp.command("bias_gelu", ["ex02_mine", "vec4"], (8192, 8192), "float32", source="my file.cu") == (
         "python -m workbench profile bias_gelu ex02_mine vec4 --source 'my file.cu' --shape 8192x8192 "
         "--dtype float32 --direction fwd")
@@ -470,7 +470,7 @@ def test_the_source_page_parses_into_stall_samples_per_line():
 
 
 def test_hot_lines_are_ranked_with_their_share_and_reasons():
-    top = wbp.hot_lines(ncu.parse_source_csv(source_csv(PAGE + [PAGE[1]])), n=2)  # a block twice: merged
+    top = pr.hot_lines(ncu.parse_source_csv(source_csv(PAGE + [PAGE[1]])), n=2)  # a block twice: merged
     assert [(ln["line"], round(ln["share"])) for ln in top] == [(21, 74), (22, 21)]  # of 190 samples
     assert top[0]["top"] == [("long_sb", 120), ("wait", 20)]
 
@@ -506,8 +506,8 @@ def test_captured_bias_gelu_scalar_against_vec4():
                      BIAS_SHAPE, copy_GBps=c.get("copy_GBps"),
                      sources={v: _fixture(f"profile_bias_gelu_{v}_fwd_source.csv") for v in ("scalar", "vec4")})
     for k in p.kernels:  # the names are right on this GPU: ncu reported them (the tensor pipe's may be absent)
-        missing = [n for key, n in wbp.METRICS.items() if n not in k.raw and key != "tensor_pct"]
-        assert not missing and wbp.stall_metric("long_scoreboard") in k.raw, f"{k.variant}: ncu did not report {missing}"
+        missing = [n for key, n in pm.METRICS.items() if n not in k.raw and key != "tensor_pct"]
+        assert not missing and pm.stall_metric("long_scoreboard") in k.raw, f"{k.variant}: ncu did not report {missing}"
         assert k.metrics["ld_efficiency"] > 90 and k.metrics["duration_ns"] > 1e4
     s, v = p.totals("scalar"), p.totals("vec4")
     assert s["ld_bytes_per_request"] == pytest.approx(128, rel=0.05)    # 4-byte loads: 4 sectors per request
@@ -537,7 +537,7 @@ def test_captured_gemm_rungs():
         assert p.verdict("warptile").kind == "compute-bound", p.table()
     assert p.totals("warptile")["duration_ns"] * 10 < p.totals("naive")["duration_ns"]
     lines = {v: ncu.parse_source_csv(_fixture(f"profile_matmul_{v}_fwd_source.csv")) for v in ("naive", "warptile")}
-    naive, tiled = (wbp.hot_lines(lines[v])[0] for v in ("naive", "warptile"))
+    naive, tiled = (pr.hot_lines(lines[v])[0] for v in ("naive", "warptile"))
     assert naive["top"][0][0] == "lg", naive  # its loads queue up (lg_throttle) in the k loop
     assert "+=" in tiled["text"] and "*" in tiled["text"], tiled  # warptile's hottest line is its FMA loop
 
@@ -606,7 +606,7 @@ def test_a_missing_ncu_says_how_to_go_on_without_it(monkeypatch, tmp_path):
 def test_no_permission_for_the_counters_is_named_with_its_fix(fake_ncu, monkeypatch):
     monkeypatch.setenv("FAKE_NCU_MODE", "perm")
     with pytest.raises(ncu.NcuUnavailable, match="ERR_NVGPUCTRPERM.*NVreg_RestrictProfilingToAdminUsers=0.*wb.bench"):
-        ncu.measure("bias_gelu", "vec4", (64, 64), "float32", metrics=wbp.requested_metrics())
+        ncu.measure("bias_gelu", "vec4", (64, 64), "float32", metrics=pm.requested_metrics())
 
 
 def _alive(pid: int) -> bool:
@@ -622,9 +622,9 @@ def _alive(pid: int) -> bool:
     "==ERROR== Failed to find metric sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
 ])
 def test_ncus_unknown_metric_message_names_what_to_leave_out(message):
-    lacking = wbp.METRICS["tensor_pct"]
-    assert ncu.unknown_metrics(message, wbp.requested_metrics()) == [lacking]
-    assert ncu.unknown_metrics("==PROF== Disconnected from process 1", wbp.requested_metrics()) == []
+    lacking = pm.METRICS["tensor_pct"]
+    assert ncu.unknown_metrics(message, pm.requested_metrics()) == [lacking]
+    assert ncu.unknown_metrics("==PROF== Disconnected from process 1", pm.requested_metrics()) == []
 
 
 def test_a_run_that_hangs_is_stopped_with_its_children(fake_ncu, monkeypatch, tmp_path):
@@ -641,10 +641,10 @@ def test_a_run_that_hangs_is_stopped_with_its_children(fake_ncu, monkeypatch, tm
 
 
 def test_a_metric_this_ncu_lacks_is_left_out_and_the_run_repeated(fake_ncu, monkeypatch, tmp_path):
-    lacking = wbp.METRICS["tensor_pct"]
+    lacking = pm.METRICS["tensor_pct"]
     monkeypatch.setenv("FAKE_NCU_UNKNOWN", lacking)
-    kernels = ncu.measure("bias_gelu", "vec4", (64, 64), "float32", metrics=wbp.requested_metrics(),
-                          extra_args=wbp.NCU_ARGS, keep_csv=tmp_path / "kept.csv")
+    kernels = ncu.measure("bias_gelu", "vec4", (64, 64), "float32", metrics=pm.requested_metrics(),
+                          extra_args=pm.NCU_ARGS, keep_csv=tmp_path / "kept.csv")
     calls = fake_ncu()
     assert len(calls) == 2 and kernels.dropped == (lacking,) and len(kernels) == 1
     first, second = (c[c.index("--metrics") + 1].split(",") for c in calls)
@@ -681,7 +681,7 @@ def test_profile_end_to_end_with_a_stand_in_ncu(fake_ncu, scalar_kernel, tmp_pat
 
 
 def test_profile_asks_for_the_whole_tensor_pipe_on_hopper_only(fake_ncu, scalar_kernel, monkeypatch):
-    whole = wbp.HOPPER_METRICS["tensor_all_pct"]
+    whole = pm.HOPPER_METRICS["tensor_all_pct"]
     for capability, asked in (((9, 0), True), ((8, 0), False), (None, False)):
         monkeypatch.setattr(wbp, "device_capability", lambda capability=capability: capability)
         wb.profile("bias_gelu", "scalar", shape=(8192, 8192), lines=False)
@@ -916,7 +916,7 @@ def test_the_naive_gemm_is_not_called_compute_bound():
 
 
 def test_importing_the_profiler_imports_no_torch():
-    """`import workbench.profile` stays cheap: torch comes with the first profile or roofline."""
-    out = subprocess.run([sys.executable, "-c", "import workbench.profile, sys; print('torch' in sys.modules)"],
+    """`import workbench.profiling` stays cheap: torch comes with the first profile or roofline."""
+    out = subprocess.run([sys.executable, "-c", "import workbench.profiling, sys; print('torch' in sys.modules)"],
                          capture_output=True, text=True, cwd=pathlib.Path(__file__).parent.parent, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "False", out

@@ -25,7 +25,7 @@ _LAZY = {"bench": ("benchmark", "bench"), "check": ("correctness", "check"),
          "variant": ("byo", "variant"),  # bring your own: a callable as a variant of an op (byo.py)
          "gradcheck": ("gradients", "gradcheck"), "nn": ("nn", None), "correctness": ("correctness", None),
          "benchmark": ("benchmark", None),
-         "profile": ("profile", None),  # a callable module: wb.profile(...), wb.profile.roofline(...)
+         "profile": ("profiling", "profile"),  # wb.profile(...), and wb.profile.roofline(...): an attribute of the function
          "export": ("export", None),  # a callable module: wb.export(op, variants, out)
          "ndarray": ("ndarray", None)}  # the NumPy front end (no torch): wb.ndarray.load(op, variant)
 

@@ -121,7 +121,7 @@ def cmd_bench(args) -> int:
     if args.plot:
         for p in result.plot(args.plot_dir):
             print(f"plot: {p}")
-    from .benchmark import trusted
+    from .bench_rows import trusted
     bad = [r for r in result.rows if not trusted(r)]
     if bad:  # a script reading the status must not take a wrong or impossible row for a result
         print(f"{len(bad)} row(s) WRONG or IMPOSSIBLE (the notes above say why); exit status 1", file=sys.stderr)
@@ -132,7 +132,7 @@ def cmd_bench(args) -> int:
 def cmd_profile(args) -> int:
     """Nsight Compute on one call of each named variant: the table, a verdict per kernel, the deltas."""
     from . import loader, ncu
-    from . import profile as profile_
+    from . import profiling as profile_
 
     variants: list = list(args.variants)
     ncu.require()  # before building anything: say at once where ncu is missing
