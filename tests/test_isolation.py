@@ -179,3 +179,18 @@ def test_a_child_that_hangs_is_killed_and_says_so(cuda_buildable, cpu_kernel):
         assert not info.value.starting and "[load] bias_gelu/ex01_static_hang" in info.value.output
         again = worker.run("check", isolate.variant_address("bias_gelu", "cpu"), dict(seed=1, shapes=[[3, 5]]))
         assert wb.correctness.Report.from_dict(again).ok
+
+
+def test_the_exercise_checkers_worker_warms_up_on_the_smallest_sizes_its_seed_draws(cpu_kernel):
+    """jobs.warm_up with exercise_seed (the checker's Worker where a GPU is likely): a check of the
+    reference on the three smallest non-empty sizes of the seed's draw and its empty ones
+    (exercise/sizes.warmup_shapes), in the exercise's dtypes and layouts."""
+    from workbench import jobs
+    from workbench.exercise import sizes
+
+    shapes = sizes.warmup_shapes(7, spec)
+    drawn = sizes.random_sizes(7, spec)
+    assert [s for s in shapes if 0 not in s] == sorted((s for s in drawn if 0 not in s), key=sum)[:3]
+    assert [s for s in shapes if 0 in s] == [s for s in drawn if 0 in s] != []
+    jobs.warm_up("bias_gelu", "cpu", dtypes=["float32", "int8"], layouts=["contiguous", "offset"], seed=7,
+                 exercise_seed=7)  # a dtype the variant lacks is left out, as the checker's are
