@@ -58,9 +58,6 @@ def variant_address(op: str, variant) -> dict:
     return {"op": op, "name": variant}
 
 
-variant_spec = variant_address  # the old name, still called by profile.py (whose owner is editing it)
-
-
 def resolve(address: dict):
     """The variant at `address` (variant_address), loaded in this process."""
     from . import loader
