@@ -21,7 +21,7 @@ NAMES = ["01_quickstart.ipynb", "02_edit_loop.ipynb", "03_your_own_op.ipynb", "0
 CPU_LABEL = "No GPU visible: CPU path"
 # Notebooks committed with their CPU path's outputs (written where no GPU was to be had) until the GPU
 # script's executed copy replaces them (STEPS=notebooks bash scripts/gpu_run.sh).
-CPU_OUTPUTS_UNTIL_GPU_RUN = {"06_matmul_ladder.ipynb", "08_bring_your_own.ipynb"}
+CPU_OUTPUTS_UNTIL_GPU_RUN: set[str] = set()  # none now: every notebook was saved from its GPU run
 GPU_LABEL = "GPU path: "
 # What the deliberate typo in 02_edit_loop's compile-error cells makes each compiler say.
 TYPO = "wb_gelu_tanh_grd"
