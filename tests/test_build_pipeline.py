@@ -31,12 +31,12 @@ def test_the_arch_list_is_written_once():
 
 
 def test_every_consumer_takes_the_one_arch_list(monkeypatch):
-    from workbench import export, ndarray
+    from workbench import export_files, ndarray
 
     monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
     assert arch.arch_list(capabilities=lambda: []) == arch.JIT_FALLBACK == "8.0;9.0"
     assert arch.arch_list(capabilities=lambda: [(9, 0), (8, 0), (9, 0)]) == "8.0;9.0"
-    assert arch.arch_list(shipped=True) == arch.SHIPPED == export.ARCH_LIST == "8.0;9.0+PTX"
+    assert arch.arch_list(shipped=True) == arch.SHIPPED == export_files.ARCH_LIST == "8.0;9.0+PTX"
     monkeypatch.setattr(ndarray, "devices", lambda: [{"capability": [8, 6]}])
     assert ndarray.arch_list() == "8.6"          # the NumPy front end asks its own module, not torch
     monkeypatch.setattr(ndarray, "devices", lambda: [])
