@@ -11,7 +11,8 @@ import pathlib
 import pytest
 
 from workbench import bench_rows, benchmark, conditions, physics, timing, verify
-from workbench.bench_rows import BenchResult, add_speedups
+from workbench.bench_result import BenchResult
+from workbench.bench_rows import add_speedups
 
 FAULTY = pathlib.Path(__file__).parent / "faulty"
 
@@ -153,7 +154,7 @@ def test_clock_conditions_are_summarised_and_warned_about():
     w = conditions.warning(conditions.summarize(hot))
     assert "SM clock moved 1600-1980 MHz" in w and "software power cap" in w and "software thermal slowdown" in w
     row = dict(clocks=conditions.summarize(hot), clock_warning=w)
-    assert bench_rows._clock_text(row) == "1600-1980!"
+    assert bench_rows.clock_text(row) == "1600-1980!"
     assert conditions.summarize([]) == {} and conditions.warning({}) == ""
 
 

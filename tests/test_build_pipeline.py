@@ -43,7 +43,7 @@ def test_every_consumer_takes_the_one_arch_list(monkeypatch):
     assert ndarray.arch_list() == arch.JIT_FALLBACK
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0a")
     assert arch.arch_list() == arch.arch_list(shipped=True) == ndarray.arch_list() == "9.0a"
-    assert toolchain.variant_arch_flags(config.KERNELS_DIR / "bias_gelu" / "scalar.cu") == []
+    assert arch.variant_arch_flags(config.KERNELS_DIR / "bias_gelu" / "scalar.cu") == []
 
 
 def test_gencode_flags():

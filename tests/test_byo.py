@@ -139,7 +139,7 @@ def test_without_a_backward_autograd_flows_or_the_backward_checks_are_skipped_wi
 def test_isolate_imports_the_callable_by_module_path_or_refuses_with_why():
     rep = wb.check("bias_gelu", byo_impls.bias_gelu_torch, shapes=[(3, 5)], dtypes=["float32"], isolate=True)
     assert rep.ok and rep.variant == "byo_impls.bias_gelu_torch", rep.summary()
-    spec = byo.child_spec("bias_gelu", wb.variant(byo_impls.bias_gelu_torch, op="bias_gelu"))
+    spec = byo.child_address("bias_gelu", wb.variant(byo_impls.bias_gelu_torch, op="bias_gelu"))
     assert spec["callable"]["fn"]["module"] == "byo_impls"
     local = lambda x, bias: F.gelu(x + bias, approximate="tanh")  # noqa: E731
     with pytest.raises(WorkbenchError, match=r"cannot be sent to a child process.*a lambda or a local function.*"
@@ -193,7 +193,7 @@ def test_an_extension_style_source_builds_and_is_checked(course_cpu):
 def test_an_extension_travels_to_a_child_as_its_source(course_cpu):
     """isolate=True: the child finds the build in the cache, loads it and probes it again."""
     fwd_only = wb.load_source("bias_gelu", COURSE_CPU, name="course_fwd", style="extension", backward=None)
-    spec = byo.child_spec("bias_gelu", fwd_only)
+    spec = byo.child_address("bias_gelu", fwd_only)
     assert spec["style"] == "extension" and spec["functions"] == ["forward", None], spec
     rep = wb.check("bias_gelu", fwd_only, shapes=[(3, 5)], layouts=("contiguous",), isolate=True)
     assert rep.ok and rep.variant == "course_fwd", rep.summary()

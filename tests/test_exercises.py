@@ -18,7 +18,7 @@ from conftest import HAS_GPU, describe
 
 from workbench import correctness, ptxas, registry, toolchain
 from workbench import exercise as wbex
-from workbench.bench_rows import BenchResult
+from workbench.bench_result import BenchResult
 from workbench.errors import IsolatedRunError
 from workbench.exercise import sass as wbsass
 from workbench.specs.bias_gelu import SPEC as BIAS_GELU

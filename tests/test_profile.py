@@ -806,7 +806,7 @@ def test_the_profile_command_prints_the_table(run_cli, fake_ncu, scalar_kernel, 
 def test_a_missed_speed_target_offers_the_profile_command(monkeypatch, cuda_buildable):
     from workbench import correctness
     from workbench import exercise as wbex
-    from workbench.bench_rows import BenchResult
+    from workbench.bench_result import BenchResult
 
     def bench(ex, kernel, variants, dtypes, shapes, directions, **kw):
         return BenchResult([{"direction": d, "dtype": t, "variant": n, "median_ms": ms}

@@ -15,7 +15,8 @@ import torch
 
 from . import __version__, ceilings, conditions, config, loader, physics, registry, results, timing, toolchain, verify
 from . import dtypes as dtypes_
-from .bench_rows import BenchResult, add_speedups, baselines_of, verdict_notes
+from .bench_result import BenchResult
+from .bench_rows import add_speedups, baselines_of, verdict_notes
 from .opspec import DIRECTIONS, as_tuple
 
 

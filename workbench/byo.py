@@ -436,7 +436,7 @@ def origin_of(fn) -> dict | None:
     return {"module": module, "qualname": qual, "path": str(root) if root else None}
 
 
-def child_spec(op: str, kernel: CallableKernel) -> dict:
+def child_address(op: str, kernel: CallableKernel) -> dict:
     """How a child process re-makes this variant (isolate.variant_spec): an extension by its source,
     a callable by module path; a callable that cannot be imported there raises WorkbenchError."""
     if kernel.kind == "extension":
@@ -456,15 +456,10 @@ def child_spec(op: str, kernel: CallableKernel) -> dict:
             "declared": {"dtypes": list(kernel.dtypes), "device": kernel.device}}
 
 
-def from_child_spec(spec: dict) -> CallableKernel:
-    """The variant a child_spec describes, in this (child) process."""
+def from_child_address(spec: dict) -> CallableKernel:
+    """The callable a child_address describes, re-made in this (child) process (an extension's
+    address: extension.from_child_address)."""
     declared = spec.get("declared") or {}
-    if spec.get("style") == "extension":
-        forward, backward = spec.get("functions") or ("forward", "backward")
-        from .extension import load_extension
-
-        return load_extension(spec["op"], spec["source"], spec["name"], dtypes=declared.get("dtypes"),
-                              device=declared.get("device"), forward=forward, backward=backward)
     fns = []
     for o in (spec["callable"]["fn"], spec["callable"].get("backward")):
         if o is None:

@@ -166,7 +166,8 @@ def cmd_demo(args) -> int:
     import pathlib
 
     from . import loader, registry, toolchain
-    from .benchmark import BenchResult, bench
+    from .bench_result import BenchResult
+    from .benchmark import bench
     from .correctness import check
     from .gradients import gradcheck
 

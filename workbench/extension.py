@@ -202,3 +202,11 @@ def load_inline_extension(op: str, source: str, name: str, **kw) -> CallableKern
     path = cache.write_source(op, source, ".cu" if is_cuda else ".cpp", name)
     return load_extension(op, path, name, inline_label=f"<inline {op}/{name}>", **kw)
 
+
+def from_child_address(address: dict) -> CallableKernel:
+    """The extension a child_address describes (byo.child_address: its source, style, functions and
+    declared dtypes/device), built or found in the cache and loaded in this (child) process."""
+    declared = address.get("declared") or {}
+    forward, backward = address.get("functions") or ("forward", "backward")
+    return load_extension(address["op"], address["source"], address["name"], dtypes=declared.get("dtypes"),
+                          device=declared.get("device"), forward=forward, backward=backward)

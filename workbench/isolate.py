@@ -38,7 +38,7 @@ JOBS = ("load", "check", "gradcheck", "bench", "measure")  # jobs.BY_NAME's name
 
 def variant_address(op: str, variant) -> dict:
     """How a child finds the same variant (a JSON dict, always with "op" and "name"): by name for
-    kernels/<op>/, by source path otherwise, a callable by its module path (byo.child_spec)."""
+    kernels/<op>/, by source path otherwise, a callable by its module path (byo.child_address)."""
     from . import byo, extension, loader, registry
 
     if isinstance(variant, extension.BuiltExtension):  # an extension-style source, built, never loaded here
@@ -46,8 +46,8 @@ def variant_address(op: str, variant) -> dict:
     if isinstance(variant, loader.BuiltVariant):  # built, never loaded here: the child loads that source
         return {"op": op, "name": variant.name, "source": str(variant.source)}
     variant = byo.as_variant(op, variant)
-    if isinstance(variant, byo.CallableKernel):  # by module path, or its extension's source (byo.child_spec)
-        return byo.child_spec(op, variant)
+    if isinstance(variant, byo.CallableKernel):  # by module path, or its extension's source (byo.child_address)
+        return byo.child_address(op, variant)
     if isinstance(variant, loader.Kernel):
         # How it was built beyond the defaults (line info): the child loads that same build.
         options = {"options": variant.options.as_dict()} if variant.options.as_dict() else {}
@@ -62,10 +62,14 @@ def resolve(address: dict):
     """The variant at `address` (variant_address), loaded in this process."""
     from . import loader
 
-    if address.get("style") == "extension" or "callable" in address:
+    if address.get("style") == "extension":
+        from . import extension
+
+        return extension.from_child_address(address)
+    if "callable" in address:
         from . import byo
 
-        return byo.from_child_spec(address)
+        return byo.from_child_address(address)
     from .build import BuildOptions
 
     options = BuildOptions(**address.get("options", {}))

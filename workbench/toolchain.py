@@ -113,18 +113,6 @@ def needs_sm90a(source) -> bool:
         return False
 
 
-def variant_arch_flags(source, arch_list: str | None = None) -> list[str]:
-    """Explicit -gencode flags for a CUDA variant that needs sm_90a: the arch list (default: the
-    build's, build.arch.arch_list) with 9.0 built as 9.0a (a plain sm_90 pass rejects wgmma and
-    setmaxnreg), every other entry as listed. [] for any other source: cpp_extension derives the flags
-    from TORCH_CUDA_ARCH_LIST as before (it adds none of its own where the flags already name an arch)."""
-    if not needs_sm90a(source):
-        return []
-    from .build import arch
-
-    return arch.gencode_flags(arch_list or arch.arch_list(), sm90a=True, strict=False)
-
-
 def unmet_arch(source, device) -> str | None:
     """Why a variant cannot run on this torch device (its sm_90a code needs compute capability 9.0),
     or None where it can."""

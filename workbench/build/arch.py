@@ -69,3 +69,15 @@ def gencode_flags(arch_list: str, *, sm90a: bool = False, strict: bool = True) -
 def entries(arch_list: str) -> list[tuple[int, int, str, bool]]:
     """(major, minor, suffix, +PTX) of each well-formed entry of the list."""
     return [(int(a), int(b), s, bool(p)) for a, b, s, p in _ENTRY.findall(arch_list)]
+
+
+def variant_arch_flags(source, listed: str | None = None) -> list[str]:
+    """Explicit -gencode flags for a CUDA variant that needs sm_90a: the arch list `listed` (default:
+    the build's, arch_list()) with 9.0 built as 9.0a (a plain sm_90 pass rejects wgmma and
+    setmaxnreg), every other entry as listed. [] for any other source: cpp_extension derives the flags
+    from TORCH_CUDA_ARCH_LIST as before (it adds none of its own where the flags already name an arch)."""
+    from .. import toolchain
+
+    if not toolchain.needs_sm90a(source):
+        return []
+    return gencode_flags(listed or arch_list(), sm90a=True, strict=False)

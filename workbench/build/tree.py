@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pathlib
 
-from .. import config, registry, toolchain
-from .arch import arch_list
+from .. import config, registry
+from .arch import arch_list, variant_arch_flags
 from .piece import DEFAULT_OPTIONS, BuildOptions, Piece
 
 CPU_FLAGS = ("-O3",)
@@ -37,7 +37,7 @@ def cuda_source_piece(*, label: str, kind: str, source: pathlib.Path, include_di
     with_cuda = source.suffix == ".cu"
     return Piece(label=label, kind=kind, sources=[source], include_dirs=include_dirs, with_cuda=with_cuda,
                  cflags=CPU_FLAGS, arch_list=arch_list() if with_cuda else None,
-                 cuda_cflags=[*CUDA_FLAGS, *options.nvcc_flags(), *toolchain.variant_arch_flags(source)]
+                 cuda_cflags=[*CUDA_FLAGS, *options.nvcc_flags(), *variant_arch_flags(source)]
                  if with_cuda else [])
 
 

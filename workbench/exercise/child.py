@@ -70,7 +70,7 @@ def in_child(job: str, ex: Exercise, kernel, worker=None, **args):
     of the kernel in a child process: the worker, or a fresh child where there is none; `args`:
     the job's keyword arguments (jobs.py)."""
     from .. import isolate
-    from ..benchmark import BenchResult
+    from ..bench_result import BenchResult
     from ..correctness import Report
 
     address = isolate.variant_address(ex.op, kernel)
