@@ -81,7 +81,8 @@ def _prebuilt():
                          "--no-build-isolation --no-deps), or set WORKBENCH_WHEEL_DEVICES=none for a "
                          "sources-only wheel") from None
     sys.path.insert(0, str(ROOT))
-    from workbench import __version__, config, toolchain
+    from workbench import __version__, config
+    from workbench.build import toolchain
     from workbench.build import arch, prebuilt, tree
 
     if config.INSTALLED or config.REPO_ROOT != ROOT:

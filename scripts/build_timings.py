@@ -49,7 +49,7 @@ def run(op: str, variant: str, cache: str, *extra: str) -> dict:
 
 def main() -> None:
     sys.path.insert(0, str(REPO))
-    from workbench import registry
+    from workbench.model import registry
 
     if len(sys.argv) < 2:
         raise SystemExit(f"usage: build_timings.py OP [VARIANT]; ops: {registry.ops()}")

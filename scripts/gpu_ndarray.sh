@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The NumPy front end (workbench.ndarray) on the GPU: its tests, then the vector_add benchmark at
+# The NumPy front end (workbench.ship.ndarray) on the GPU: its tests, then the vector_add benchmark at
 # 2^26 float32, scalar and vec4 (median kernel time, GB/s over three arrays, H2D and D2H staging
 # apart; torch never imported). Everything it writes goes under $OUT (default artifacts/gpu):
 #   ndarray_env.txt ndarray_tests.log ndarray_bench.json ndarray_bench.log

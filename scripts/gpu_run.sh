@@ -88,7 +88,7 @@ for step in $STEPS; do
     ncu_fixtures)  # raw Nsight Compute CSVs for tests/fixtures/ncu (the CPU tests parse them)
       mkdir -p "$OUT/ncu"
       timeout 300 python3 -c "
-from workbench import ncu
+from workbench.explain import ncu
 for v in ('scalar', 'vectorized'):
     ks = ncu.measure('rmsnorm', v, (2048, 4096), 'bfloat16', keep_csv='$OUT/ncu/rmsnorm_%s_fwd.csv' % v)
     print(v, 'load bytes / x bytes', ncu.total(ks, ncu.LOAD_SECTORS) * 32 / (2048 * 4096 * 2))
@@ -101,7 +101,8 @@ for v in ('scalar', 'vectorized'):
 import json, sys, time
 import torch
 import workbench as wb
-from workbench import loader, profiling as profile
+from workbench.run import loader
+from workbench.explain import profiling as profile
 
 out = sys.argv[1]
 ceilings = {"device": torch.cuda.get_device_name(), "gemm_TFLOPs": {}}
@@ -141,7 +142,8 @@ PY
 import re, sys, time
 import torch
 import workbench as wb
-from workbench import profiling as profile, ptxas, registry
+from workbench.explain import profiling as profile, ptxas
+from workbench.model import registry
 
 out = sys.argv[1]
 ladder = registry.spec("matmul").ladder
@@ -185,7 +187,8 @@ PY
         --budget "${BUDGET}" --results "$OUT/hopper_ladder.jsonl" 2>&1 | grep -v "^\[bench\]" | tee "$OUT/hopper_ladder.log"
       python3 - "$OUT" <<'PY' 2>&1 | tee -a "$OUT/hopper_ladder.log"
 import pathlib, sys
-from workbench import plot, results
+from workbench.explain import plot
+from workbench.measure import results
 out = pathlib.Path(sys.argv[1])
 rows = results.read_rows(out / "hopper_ladder.jsonl")
 for dtype in ("bfloat16", "float16"):

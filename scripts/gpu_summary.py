@@ -164,7 +164,7 @@ def _verdicts(rows: list) -> None:
 
 def _ladder(op: str) -> tuple:
     try:
-        from workbench import registry
+        from workbench.model import registry
         return tuple(registry.spec(op).ladder)
     except (ImportError, ValueError):
         return ()
@@ -204,7 +204,7 @@ def _ladder_table(op: str, ladder: tuple, rows: list) -> None:
 def _slower_than_compile(rows: list) -> None:
     """Rows where an op's preferred (fast) variant trails torch.compile by more than 3%."""
     try:
-        from workbench import registry
+        from workbench.model import registry
     except ImportError:
         return
     slow = []

@@ -20,7 +20,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from workbench import ndarray as wbn  # noqa: E402
+from workbench.ship import ndarray as wbn  # noqa: E402
 
 OP = "vector_add"
 
@@ -71,7 +71,7 @@ def main() -> int:
             "call_wall_ms_median": statistics.median(s.wall_ms for s in staged),
             "built": f.built, "load_s": load_s, "repeat": args.repeat, "warmup": args.warmup,
         })
-    report = {"op": OP, "front_end": "workbench.ndarray (pybind11 + NumPy, no torch)", "device": device,
+    report = {"op": OP, "front_end": "workbench.ship.ndarray (pybind11 + NumPy, no torch)", "device": device,
               "copy_GBps": copy, "arch_list": wbn.arch_list(), "rows": rows,
               "torch_imported": "torch" in sys.modules}
     pathlib.Path(args.out).write_text(json.dumps(report, indent=1))

@@ -7,7 +7,9 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from workbench import config, ptxas
+from workbench import config
+
+from workbench.explain import ptxas
 
 
 def main() -> None:

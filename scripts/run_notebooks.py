@@ -44,7 +44,7 @@ def execute(path: pathlib.Path, *, timeout: int, kernel: str):
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    from workbench import results
+    from workbench.measure import results
 
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name=kernel, allow_errors=False,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up (only what is missing) and run the test suite. GPU tests skip where no GPU is visible.
 # nbclient, nbformat and ipykernel (which brings IPython) run the notebooks and the cell magic; pybind11 builds the
-# NumPy front end (workbench.ndarray); setuptools and wheel build the workbench's own wheel (tests/test_wheel.py);
+# NumPy front end (workbench.ship.ndarray); setuptools and wheel build the workbench's own wheel (tests/test_wheel.py);
 # pytest-xdist runs the test files on two processes where there is no GPU (CI: 2 cores), one file per worker at
 # a time (--dist loadfile: a module's fixtures are built once), all sharing one build cache, so each piece is
 # still compiled once per run. WORKBENCH_TEST_WORKERS=1 runs them in this process alone (the GPU default: timed

@@ -48,7 +48,8 @@ print("WHEEL_CHECK " + json.dumps({
 CHECK_CHILD = r"""
 import json, pathlib, sys, time, torch
 import workbench as wb
-from workbench import config, registry
+from workbench import config
+from workbench.model import registry
 from workbench.build import prebuilt
 kinds = sys.argv[1].split(",")
 gpu = torch.cuda.is_available()

@@ -188,7 +188,7 @@ def cpu_kernel(wb):
 @pytest.fixture(scope="session")
 def cuda_buildable():
     """Skip unless CUDA variants can be compiled and linked here (CUDA torch + nvcc)."""
-    from workbench import toolchain
+    from workbench.build import toolchain
 
     if not toolchain.can_build_cuda():
         reason = "torch has no CUDA" if not toolchain.torch_has_cuda() else "no nvcc found (CUDA_HOME / PATH)"
@@ -213,7 +213,8 @@ def private_cache(dest: pathlib.Path, labels=("harness", "binding-bias_gelu", "b
     test can delete or corrupt its cache without costing other tests a rebuild. Content keys do
     not depend on where the cache lives, so the copies are warm hits."""
     import workbench  # noqa: F401  (builds the harness and cpu first, if needed)
-    from workbench import cache, loader
+    from workbench.build import cache
+    from workbench.run import loader
 
     loader.ensure_harness()
     workbench.load("bias_gelu", "cpu")

@@ -10,9 +10,9 @@ import pathlib
 
 import pytest
 
-from workbench import bench_rows, benchmark, conditions, physics, timing, verify
-from workbench.bench_result import BenchResult
-from workbench.bench_rows import add_speedups
+from workbench.measure import bench_rows, benchmark, conditions, physics, timing, verify
+from workbench.measure.bench_result import BenchResult
+from workbench.measure.bench_rows import add_speedups
 
 FAULTY = pathlib.Path(__file__).parent / "faulty"
 

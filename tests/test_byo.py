@@ -1,4 +1,4 @@
-"""Bring your own implementation (issue 30, workbench/byo.py): a callable, or a torch extension
+"""Bring your own implementation (issue 30, workbench/run/byo.py): a callable, or a torch extension
 written the course's way, checked, gradchecked and timed as a variant of an op.
 
 The extension (notebooks/course/bias_gelu_ext_cpu.cpp, the CPU twin of the course's bias+GELU
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from conftest import HAS_GPU, REPO_ROOT, describe, run_cli
 
 import workbench as wb
-from workbench import byo
+from workbench.run import byo
 from workbench.errors import BuildError, WorkbenchError
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent / "fixtures"))
@@ -150,7 +150,8 @@ def test_isolate_imports_the_callable_by_module_path_or_refuses_with_why():
 def test_the_profiled_child_remakes_a_callable_and_checks_its_call():
     """wb.profile runs the call in a child under ncu (ncu.profiled_call there): the child re-makes the
     callable from its module path, and the profiled call is checked at its shape, as a variant's is."""
-    from workbench import isolate, ncu
+    from workbench.run import isolate
+    from workbench.explain import ncu
 
     spec = isolate.variant_address("bias_gelu", byo_impls.bias_gelu_torch)
     again = isolate.resolve(spec)

@@ -18,7 +18,9 @@ import pytest
 import torch
 
 from conftest import REPO_ROOT, describe, wait_for_line
-from workbench import cache, config, loader, toolchain
+from workbench.build import cache, toolchain
+from workbench import config
+from workbench.run import loader
 from workbench.build import keys
 from workbench.build import tree as build_tree
 from workbench.specs.bias_gelu import SPEC as spec
@@ -50,7 +52,7 @@ subprocess.Popen = subprocess.run = subprocess.check_output = subprocess.call = 
 os.system = refuse
 
 import workbench as wb
-from workbench import loader
+from workbench.run import loader
 from workbench.build import compilers
 compilers.COMPILERS.update(dict.fromkeys(compilers.COMPILERS, refuse))
 t2 = time.perf_counter()
@@ -95,7 +97,8 @@ from workbench import config
 config.KERNELS_DIR = root
 config.COMMON_DIR = root / "common"
 import workbench as wb
-from workbench import cache, loader
+from workbench.build import cache
+from workbench.run import loader
 out = {}
 for name in ("cpu", "scalar"):
     k = wb.load("bias_gelu", name)
@@ -366,7 +369,7 @@ def test_broken_cached_library_is_detected_and_rebuilt(cpu_kernel, cpu_source_te
 
 HOLD_LOCK = r"""
 import pathlib, sys
-from workbench import cache
+from workbench.build import cache
 with cache.file_lock(pathlib.Path({path!r}), what="test holder"):
     print("locked", flush=True)
     sys.stdin.readline()

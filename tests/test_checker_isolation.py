@@ -114,7 +114,7 @@ def test_build_source_builds_without_loading(run_python, cuda_buildable):
     have ended it with status 0 before it printed)."""
     proc = run_python(
         "import pathlib, sys\n"
-        "from workbench import loader\n"
+        "from workbench.run import loader\n"
         f"b = loader.build_source('bias_gelu', {str(FAULTY / 'static_exit.cu')!r}, 'ex01_static_exit')\n"
         "maps = pathlib.Path('/proc/self/maps').read_text()\n"
         "print('survived', b.library.is_file(), str(b.library) in maps, b.dtypes, b.device, b.build_id)\n",
@@ -125,7 +125,7 @@ def test_build_source_builds_without_loading(run_python, cuda_buildable):
     import torch
     from torch.utils import cpp_extension
 
-    from workbench import loader
+    from workbench.run import loader
     with loader._built_not_loaded():
         with pytest.raises(Exception, match="builds without loading"):
             torch.ops.load_library("/nonexistent.so")

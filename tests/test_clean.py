@@ -12,7 +12,7 @@ import pytest
 
 from conftest import private_cache, run_cli, wait_for_line
 
-from workbench import cache
+from workbench.build import cache
 
 HOLDER = r"""
 import sys, workbench as wb

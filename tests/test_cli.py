@@ -15,7 +15,7 @@ def _ok(proc):
 
 
 def test_list(run_cli):
-    from workbench import registry
+    from workbench.model import registry
 
     out = _ok(run_cli("list"))
     lines = out.splitlines()
@@ -154,7 +154,7 @@ def test_bench_on_cpu(run_cli, cpu_kernel, tmp_path):
     (["check", "bias_gelu", "--dtypes", "int8"], "invalid choice"),
     (["frobnicate"], "invalid choice"),
     ([], "required"),
-    # The isolated children's old entry points: they start as `python -m workbench.isolate_child` now.
+    # The isolated children's old entry points: they start as `python -m workbench.run.isolate_child` now.
     (["_child", "job.json"], "invalid choice: '_child'"),
     (["_worker", "{}"], "invalid choice: '_worker'"),
 ], ids=["bad-shape", "negative-shape", "bad-budget", "bad-dtype", "bad-command", "no-command", "no-child-command",

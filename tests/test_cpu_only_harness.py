@@ -7,7 +7,8 @@ import json
 CHILD = r"""
 import json, torch
 import workbench as wb
-from workbench import loader, toolchain
+from workbench.run import loader
+from workbench.build import toolchain
 toolchain.can_build_cuda = lambda: False          # what a CPU-only torch reports
 k = wb.load("bias_gelu", "cpu")
 x, b = torch.randn(5, 7), torch.randn(7)

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from workbench.correctness import compare
+from workbench.measure.correctness import compare
 from workbench.dtypes import tolerance
 from workbench.specs.bias_gelu import SPEC as spec
 

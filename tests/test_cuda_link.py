@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from workbench import build, config, loader, registry, toolchain
+from workbench import build, config
+
+from workbench.run import loader
+
+from workbench.model import registry
+
+from workbench.build import toolchain
 
 
 def _variants(suffixes):

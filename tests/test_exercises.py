@@ -16,9 +16,15 @@ from collections import Counter
 import pytest
 from conftest import HAS_GPU, describe
 
-from workbench import correctness, ptxas, registry, toolchain
+from workbench.measure import correctness
+
+from workbench.explain import ptxas
+
+from workbench.model import registry
+
+from workbench.build import toolchain
 from workbench import exercise as wbex
-from workbench.bench_result import BenchResult
+from workbench.measure.bench_result import BenchResult
 from workbench.errors import IsolatedRunError
 from workbench.exercise import sass as wbsass
 from workbench.specs.bias_gelu import SPEC as BIAS_GELU

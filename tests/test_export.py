@@ -1,4 +1,4 @@
-"""Graduation (workbench/export.py): an op exported as a package of its own builds with pip (no
+"""Graduation (workbench/ship/export.py): an op exported as a package of its own builds with pip (no
 network, no build isolation), and its own test passes in a process that never imports the
 workbench; every op's package is generated; bad arguments fail with what exists; the CLI.
 
@@ -19,7 +19,8 @@ import time
 import pytest
 
 from conftest import describe, run_cli
-from workbench import config, registry
+from workbench import config
+from workbench.model import registry
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +38,7 @@ def exported(tmp_path_factory, wb):
     """bias_gelu exported (cpu, and scalar where CUDA code builds here), pip-installed into a target
     folder: (package folder, target folder, variants, build seconds)."""
     pytest.importorskip("setuptools")
-    from workbench import toolchain
+    from workbench.build import toolchain
 
     variants = ["cpu"] + (["scalar"] if toolchain.can_build_cuda() else [])
     root = tmp_path_factory.mktemp("export")
@@ -127,7 +128,7 @@ def test_the_package_carries_the_one_call_check_and_the_math(wb, tmp_path):
     assert callable(registry.spec("rmsnorm").eager)  # read first: export still sees the declaration's names
     out = wb.export("rmsnorm", "cpu", tmp_path / "pkg")
     package = out / "wb_rmsnorm"
-    assert (package / "_shapes.py").read_text().endswith((config.PACKAGE_DIR / "shapes.py").read_text())
+    assert (package / "_shapes.py").read_text().endswith((config.PACKAGE_DIR / "model" / "shapes.py").read_text())
     for f in ("call_check.h", "call_check.cpp", "op_decl.h", "op_decl.cpp"):
         assert (out / "csrc/harness" / f).read_bytes() == (config.BINDINGS_DIR / "harness" / f).read_bytes(), f
     assert "call_check.cpp" in (out / "setup.py").read_text()

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import registry
-from workbench.opspec import as_tuple
+from workbench.model import registry
+from workbench.model.opspec import as_tuple
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")]
 
@@ -205,7 +205,8 @@ def test_modules_train_on_cuda():
 def test_bench_small_sweep(tmp_path, op):
     """A real sweep on the GPU: every provider times, GB/s and the ceiling are filled, results
     round-trip through the JSONL file and the plots are drawn."""
-    from workbench import plot, results
+    from workbench.explain import plot
+    from workbench.measure import results
 
     spec = registry.spec(op)
     shapes = [_spec_size(spec, 1024, 1024), _spec_size(spec, 4096, 1024)]

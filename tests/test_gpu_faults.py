@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import sanitize
+from workbench.run import sanitize
 from workbench.specs.bias_gelu import SPEC as spec
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")]

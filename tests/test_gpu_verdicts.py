@@ -11,8 +11,8 @@ import pathlib
 import pytest
 import torch
 
-from workbench import conditions, verify
-from workbench.opspec import OpSpec
+from workbench.measure import conditions, verify
+from workbench.model.opspec import OpSpec
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")]
 FAULTY = pathlib.Path(__file__).parent / "faulty"

@@ -73,7 +73,7 @@ def test_sanitize_refuses_a_cpu_variant(run_cli, cpu_kernel, tmp_path):
 
 
 def test_sanitizer_summaries_are_read():
-    from workbench import sanitize
+    from workbench.run import sanitize
 
     assert sanitize.summary_errors("========= ERROR SUMMARY: 3 errors\n") == 3
     assert sanitize.summary_errors("========= ERROR SUMMARY: 0 errors\n") == 0
@@ -85,7 +85,7 @@ def test_sanitizer_summaries_are_read():
 def test_a_worker_runs_jobs_in_turn_and_survives_a_crash_by_restarting(cpu_kernel):
     """isolate.Worker (the exercise checker's child): several jobs in one warm child; a crashing
     job ends it with the same error as a one-shot child, and the next job starts a fresh one."""
-    from workbench import isolate
+    from workbench.run import isolate
 
     segv = wb.load_source("bias_gelu", FAULTY / "cpu_segfault.cpp", name="segv_worker")
     kwargs = dict(seed=1, shapes=[[3, 5]], layouts=["contiguous"])
@@ -103,30 +103,30 @@ def test_a_worker_runs_jobs_in_turn_and_survives_a_crash_by_restarting(cpu_kerne
 
 
 def test_a_child_starts_through_its_own_entry_point_never_the_cli(cpu_kernel, tmp_path):
-    """isolate's children run `python -m workbench.isolate_child`, behind a tool where one is
+    """isolate's children run `python -m workbench.run.isolate_child`, behind a tool where one is
     given; the CLI module is never imported in them (PYTHONVERBOSE names every module loaded)."""
     import re
     import sys
 
-    from workbench import isolate
+    from workbench.run import isolate
 
     job_file = tmp_path / "job.json"
     assert isolate.child_command(job_file, ["ncu", "--nvtx"]) == \
-        ["ncu", "--nvtx", sys.executable, "-m", "workbench.isolate_child", str(job_file)]
-    assert isolate.worker_command({"op": "bias_gelu"})[1:4] == ["-m", "workbench.isolate_child", "--worker"]
+        ["ncu", "--nvtx", sys.executable, "-m", "workbench.run.isolate_child", str(job_file)]
+    assert isolate.worker_command({"op": "bias_gelu"})[1:4] == ["-m", "workbench.run.isolate_child", "--worker"]
     out = isolate.run("check", isolate.variant_address("bias_gelu", "cpu"), dict(seed=1, shapes=[[3, 5]]),
                       extra_env={"PYTHONVERBOSE": "1"})
     assert wb.correctness.Report.from_dict(out).ok
     imported = set(re.findall(r"^import '([\w.]+)' #", out["child_output"], flags=re.MULTILINE))
-    assert {"workbench.jobs", "workbench.correctness"} <= imported, sorted(imported)
+    assert {"workbench.run.jobs", "workbench.measure.correctness"} <= imported, sorted(imported)
     assert not {"workbench.cli", "workbench.__main__"} & imported
     with isolate.Worker({"op": "bias_gelu"}) as worker:
         worker.run("gradcheck", isolate.variant_address("bias_gelu", "cpu"), {"seed": 1})
-        assert worker._proc.args[1:3] == ["-m", "workbench.isolate_child"]
+        assert worker._proc.args[1:3] == ["-m", "workbench.run.isolate_child"]
 
 
 def test_a_job_that_is_not_one_is_refused_before_a_child_starts():
-    from workbench import isolate, jobs
+    from workbench.run import isolate, jobs
 
     assert isolate.JOBS == tuple(jobs.BY_NAME)  # the parent's list of names is the child's
     with pytest.raises(ValueError, match=r"job must be one of \['load', 'check', 'gradcheck', 'bench', 'measure'\]; "
@@ -139,7 +139,7 @@ def test_a_job_that_is_not_one_is_refused_before_a_child_starts():
 def _planted(stem: str):
     """A planted static initializer (tests/faulty/static_*.cu), built as the checker builds it
     (not loaded here), and its address (how a child finds it)."""
-    from workbench import isolate, loader
+    from workbench.run import isolate, loader
 
     built = loader.build_source("bias_gelu", FAULTY / f"{stem}.cu", f"ex01_{stem}")  # the names the CLI tests use
     return isolate.variant_address("bias_gelu", built)
@@ -150,7 +150,7 @@ def _planted(stem: str):
 def test_a_child_that_ends_before_reporting_is_an_error_even_with_status_0(cuda_buildable, cpu_kernel, stem, how):
     """A one-shot child and a Worker alike: only a result received counts, never an exit status;
     the Worker's next job runs in a fresh child."""
-    from workbench import isolate
+    from workbench.run import isolate
 
     address = _planted(stem)
     with pytest.raises(wb.IsolatedRunError, match=how) as info:
@@ -166,7 +166,7 @@ def test_a_child_that_ends_before_reporting_is_an_error_even_with_status_0(cuda_
 def test_a_child_that_hangs_is_killed_and_says_so(cuda_buildable, cpu_kernel):
     import subprocess
 
-    from workbench import isolate
+    from workbench.run import isolate
 
     address = _planted("static_hang")
     with pytest.raises(isolate.ChildTimeout, match=r"did not finish within 15 s and was killed") as info:
@@ -185,7 +185,7 @@ def test_the_exercise_checkers_worker_warms_up_on_the_smallest_sizes_its_seed_dr
     """jobs.warm_up with exercise_seed (the checker's Worker where a GPU is likely): a check of the
     reference on the three smallest non-empty sizes of the seed's draw and its empty ones
     (exercise/sizes.warmup_shapes), in the exercise's dtypes and layouts."""
-    from workbench import jobs
+    from workbench.run import jobs
     from workbench.exercise import sizes
 
     shapes = sizes.warmup_shapes(7, spec)

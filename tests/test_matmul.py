@@ -17,7 +17,8 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import correctness, registry
+from workbench.measure import correctness
+from workbench.model import registry
 
 SPEC = registry.spec("matmul")
 LADDER = ("naive", "coalesced", "smem_tiling", "blocktile_1d", "blocktile_2d", "vectorized", "warptile", "tensor_core",
@@ -176,7 +177,8 @@ def test_bad_input_is_refused_by_name(cpu_kernel):
 
 def _sass(rung: str, arch: str = "sm_90") -> dict[str, dict[str, int]]:
     """kernel -> opcode counts of the rung's SASS for arch."""
-    from workbench import ptxas, toolchain
+    from workbench.explain import ptxas
+    from workbench.build import toolchain
 
     if toolchain.nvcc_path() is None or ptxas.cuobjdump() is None:
         pytest.skip("needs nvcc and cuobjdump")
@@ -259,7 +261,7 @@ def test_hopper_rungs_build_for_sm90a_where_the_arch_list_has_9_0():
 
 def _gpu_load(variant):
     """The variant, or a skip where it cannot run on this GPU (the Hopper rungs off sm_90)."""
-    from workbench import toolchain
+    from workbench.build import toolchain
 
     why = toolchain.unmet_arch(registry.variant_source("matmul", variant), torch.device("cuda"))
     if why:
@@ -270,7 +272,7 @@ def _gpu_load(variant):
 @gpu
 @pytest.mark.parametrize("variant", HOPPER)
 def test_gpu_hopper_rungs_decline_by_name_off_hopper(variant):
-    from workbench import toolchain
+    from workbench.build import toolchain
 
     if not toolchain.unmet_arch(registry.variant_source("matmul", variant), torch.device("cuda")):
         pytest.skip("a Hopper GPU: the rung runs (the other GPU tests)")

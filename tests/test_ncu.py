@@ -1,4 +1,4 @@
-"""Nsight Compute counters (workbench/ncu.py): the CSV ncu writes is parsed into one dict per kernel
+"""Nsight Compute counters (workbench/explain/ncu.py): the CSV ncu writes is parsed into one dict per kernel
 (fixtures captured on an H100 by scripts/gpu_run.sh's `ncu_fixtures` step), and where ncu is
 missing or may not read the counters the error says so and how to go on. On the GPU: the counters
 tell a one-read forward from a two-read one."""
@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-from workbench import ncu
+from workbench.explain import ncu
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "ncu"
 

@@ -1,4 +1,4 @@
-"""The NumPy front end (workbench.ndarray): the torch-free variant libraries on NumPy arrays.
+"""The NumPy front end (workbench.ship.ndarray): the torch-free variant libraries on NumPy arrays.
 
 CPU variants of vector_add, bias_gelu and elementwise_mul against NumPy float64 references, forward
 and backward; every op's CPU variant against its spec's torch reference (generic); the bad input
@@ -16,7 +16,11 @@ import sys
 import numpy as np
 import pytest
 
-from workbench import dtypes, ndarray as wbn, ndarray_build, registry
+from workbench import dtypes
+
+from workbench.ship import ndarray as wbn, ndarray_build
+
+from workbench.model import registry
 from workbench.errors import WorkbenchError
 
 from conftest import describe
@@ -253,7 +257,7 @@ def test_the_module_refuses_what_the_python_checks_refuse(cpu):
 NO_TORCH = r'''
 import json, sys
 import numpy as np
-from workbench import ndarray as wbn
+from workbench.ship import ndarray as wbn
 out, rng = {}, np.random.default_rng(0)
 a, b = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
 f = wbn.load("vector_add", "cpu")
@@ -288,7 +292,7 @@ def test_runs_in_a_process_that_never_imports_torch(run_python, cpu):
 
 
 def test_builds_are_content_keyed_and_torch_free(cpu):
-    from workbench import cache
+    from workbench.build import cache
 
     f = cpu["vector_add"]
     again = wbn.load("vector_add", "cpu")

@@ -1,4 +1,4 @@
-"""workbench.nn.BiasGELU: a learnable bias through torch.ops.workbench.bias_gelu."""
+"""workbench.run.nn.BiasGELU: a learnable bias through torch.ops.workbench.bias_gelu."""
 from __future__ import annotations
 
 import pytest

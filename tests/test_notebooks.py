@@ -188,7 +188,8 @@ def test_gpu_cells_compile(cuda_buildable):
     typo is found before the GPU run: the load_inline edit of vec4.cu, and the `--only gpu` cells,
     of which the one tagged raises-exception must fail to build."""
     import workbench
-    from workbench import BuildError, load_inline, magic
+    from workbench import BuildError, load_inline
+    from workbench.run import magic
 
     nb = nbformat.read(NOTEBOOKS_DIR / "02_edit_loop.ipynb", as_version=4)
     (edit,) = [c for c in nb.cells if c.cell_type == "code" and "wb.load_inline(" in c.source]
@@ -268,7 +269,7 @@ def test_reduction_ladder_shows_every_rung_and_checks_what_runs_here(executed):
     shows its file's opening comment; on the GPU every rung passes its check, on the CPU the cpu
     variant does and the note says the CUDA rungs need a GPU; the variant the determinism cell runs
     gives the same bits on every comparison."""
-    from workbench import registry
+    from workbench.model import registry
 
     ladder = registry.spec("reduce_sum").ladder
     outputs = [_cell_text(c) for c in executed["04_reduction_ladder.ipynb"].cells if c.cell_type == "code"]
@@ -303,7 +304,11 @@ def test_matmul_ladder_shows_every_rung_with_its_compiler_report_and_checks_what
     the Hopper ladder per 16-bit dtype, and the roofline."""
     import torch
 
-    from workbench import ptxas, registry, toolchain
+    from workbench.explain import ptxas
+
+    from workbench.model import registry
+
+    from workbench.build import toolchain
 
     ladder = registry.spec("matmul").ladder
     hopper = ladder[ladder.index("tensor_core") + 1:]

@@ -8,7 +8,11 @@ import pathlib
 
 import pytest
 
-from workbench import config, ptxas, toolchain
+from workbench import config
+
+from workbench.explain import ptxas
+
+from workbench.build import toolchain
 
 SOURCES = sorted(config.KERNELS_DIR.glob("*/*.cu"))
 ARTIFACTS = pathlib.Path(os.environ.get("WORKBENCH_ARTIFACTS", config.REPO_ROOT / "artifacts")) / "ptxas"

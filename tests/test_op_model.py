@@ -13,8 +13,10 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import config, loader, registry
-from workbench.shapes import DimPattern, ShapeBinder
+from workbench import config
+from workbench.run import loader
+from workbench.model import registry
+from workbench.model.shapes import DimPattern, ShapeBinder
 
 from conftest import describe
 
@@ -32,7 +34,7 @@ def test_ops_is_still_a_function_after_a_load(cpu_kernel):
 ROW_STATS = r'''
 import json, sys, torch
 import workbench as wb
-from workbench import loader
+from workbench.run import loader
 
 k = wb.load("bias_gelu", "cpu")        # a process that already has another op loaded
 x5, b5 = torch.randn(5, 7), torch.randn(7)
@@ -231,7 +233,7 @@ print("RESULT " + json.dumps(out))
 
 
 def test_the_python_shape_rule_and_the_harness_say_the_same(run_python, cpu_kernel):
-    """workbench/shapes.py (the fakes) against bindings/harness/op_decl.cpp (real calls): the same
+    """workbench/model/shapes.py (the fakes) against bindings/harness/op_decl.cpp (real calls): the same
     message for the same mistake, for bias-like, same-shape, matmul-like and literal patterns."""
     proc = run_python(PROBE, args=[json.dumps(SHAPE_CASES)], timeout=600)
     assert proc.returncode == 0, describe(proc)
@@ -259,7 +261,7 @@ CALL_CASES = [
 
 @pytest.mark.parametrize("what, op, tensors, attrs", CALL_CASES, ids=[c[0] for c in CALL_CASES])
 def test_the_call_check_says_the_same_in_cpp_and_python(wb, what, op, tensors, attrs):
-    """bindings/harness/call_check.cpp (a real call) and workbench/shapes.py's check_call (the fake
+    """bindings/harness/call_check.cpp (a real call) and workbench/model/shapes.py's check_call (the fake
     implementation, on meta tensors): the same error type and words for the same bad call."""
     wb.load(op, "cpu")
     ts = tensors()
@@ -277,7 +279,7 @@ def test_the_call_check_says_the_same_in_cpp_and_python(wb, what, op, tensors, a
 NO_TORCH = r'''
 import json, sys
 sys.modules["torch"] = None  # any import of torch fails
-from workbench import registry
+from workbench.model import registry
 out = {}
 for op in registry.ops():
     spec = registry.spec(op)
@@ -305,7 +307,7 @@ def test_every_declaration_reads_without_torch(run_python):
 def test_the_math_is_named_and_resolves(wb):
     """Each tree op's declaration names its math in workbench/specs/<op>_math.py; read in a torch
     process, every math field is the function itself (timed and traced as it is)."""
-    from workbench.opmath import MathRef, declared
+    from workbench.model.opmath import MathRef, declared
 
     for op in registry.ops():
         spec = registry.spec(op)
@@ -324,7 +326,7 @@ def test_the_math_is_named_and_resolves(wb):
 def test_one_store_of_specs(wb, cpu_kernel):
     """The registry holds the process's specs: a loaded kernel, the fakes and a second look-up all
     see the same object."""
-    from workbench import torchops
+    from workbench.run import torchops
 
     spec = registry.spec("bias_gelu")
     assert registry.spec("bias_gelu") is spec and cpu_kernel.spec is spec
@@ -416,6 +418,26 @@ def test_no_import_cycles_in_the_package():
     for m in sorted(graph):
         if m not in state:
             visit(m)
+
+
+ROOMS = ("model", "build", "run", "measure", "explain", "ship", "exercise", "specs")
+
+
+def test_the_package_is_rooms_by_concern_each_saying_what_it_owns_and_may_import():
+    """workbench/ holds the entry points and the shared vocabulary (cli, config, errors, dtypes,
+    bytecode) and a few rooms; each room's docstring says what it owns and what it may import."""
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert top == ["__init__.py", "__main__.py", "bytecode.py", "cli.py", "config.py", "dtypes.py", "errors.py"], top
+    rooms = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    assert rooms == sorted(ROOMS), rooms
+    for room in ROOMS:
+        doc = ast.get_docstring(ast.parse((PACKAGE / room / "__init__.py").read_text())) or ""
+        assert "May import" in doc, f"workbench/{room}: its docstring says what it may import"
+
+
+def test_no_module_over_450_lines():
+    sizes = {str(p.relative_to(PACKAGE)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    assert max(sizes.values()) <= 450, sorted(sizes.items(), key=lambda kv: -kv[1])[:5]
 
 
 def test_no_generic_module_names_an_op():

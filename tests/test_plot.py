@@ -1,4 +1,4 @@
-"""Tests for workbench.plot: what is drawn (labels, scales, ceiling) and which files are written."""
+"""Tests for workbench.explain.plot: what is drawn (labels, scales, ceiling) and which files are written."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pathlib
 import pytest
 from matplotlib.figure import Figure
 
-from workbench.plot import ladder_figure, plot_all, plot_bandwidth, plot_ladder, plot_speedup
-from workbench.plot_axes import draw_bandwidth, draw_ladder, draw_speedup
+from workbench.explain.plot import ladder_figure, plot_all, plot_bandwidth, plot_ladder, plot_speedup
+from workbench.explain.plot_axes import draw_bandwidth, draw_ladder, draw_speedup
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SIZES = [(64, 64), (512, 512), (4096, 4096)]
@@ -135,7 +135,7 @@ def test_plot_all_file_names(tmp_path: pathlib.Path, ladders) -> None:
 def test_figure_draws_every_plot_in_one_figure_and_writes_nothing(tmp_path: pathlib.Path, monkeypatch) -> None:
     """BenchResult.figure() for notebooks: the panels plot_all() would save, one row per
     (op, dtype, direction), shown by Jupyter as a PNG without pyplot."""
-    from workbench.plot import figure
+    from workbench.explain.plot import figure
 
     monkeypatch.chdir(tmp_path)
     rows = synthetic_rows() + synthetic_rows(direction="fwd+bwd", providers=("vec4", "eager"))
@@ -166,8 +166,8 @@ def test_rows_without_a_ceiling_draw_no_ceiling_line() -> None:
 
 def test_bench_result_figure_and_frame() -> None:
     pytest.importorskip("pandas")
-    from workbench.bench_result import BenchResult
-    from workbench.bench_rows import TABLE_COLUMNS
+    from workbench.measure.bench_result import BenchResult
+    from workbench.measure.bench_rows import TABLE_COLUMNS
 
     r = BenchResult(rows=synthetic_rows())
     assert len(r.figure().axes) == 3
@@ -208,11 +208,11 @@ def bar_texts(ax) -> list[str]:
 
 @pytest.fixture
 def ladders(monkeypatch):
-    """workbench.registry.spec answering for made-up ops: toy_ladder declares LADDER, flat declares
+    """workbench.model.registry.spec answering for made-up ops: toy_ladder declares LADDER, flat declares
     none, every other op is unknown (ValueError) as an op missing from this checkout would be."""
     import types
 
-    import workbench.registry
+    import workbench.model.registry
 
     known = {"toy_ladder": LADDER, "flat": ()}
 
@@ -221,7 +221,7 @@ def ladders(monkeypatch):
             raise ValueError(f"op must be one of {sorted(known)}; got {op!r}")
         return types.SimpleNamespace(name=op, ladder=known[op])
 
-    monkeypatch.setattr(workbench.registry, "spec", spec)
+    monkeypatch.setattr(workbench.model.registry, "spec", spec)
 
 
 def test_ladder_bars_follow_the_ladder_not_the_rows() -> None:
@@ -309,7 +309,7 @@ def test_plot_all_writes_ladders_for_ops_that_declare_one(tmp_path: pathlib.Path
 
 def test_ladder_figure_one_panel_per_dtype_and_direction(tmp_path: pathlib.Path, ladders, monkeypatch) -> None:
     pytest.importorskip("pandas")
-    from workbench.bench_result import BenchResult
+    from workbench.measure.bench_result import BenchResult
 
     monkeypatch.chdir(tmp_path)
     rows = (ladder_rows() + ladder_rows(dtype="float16") + ladder_rows(direction="fwd+bwd")

@@ -1,4 +1,4 @@
-"""wb.profile (workbench/profiling/): Nsight Compute's counters per kernel, a verdict per kernel,
+"""wb.profile (workbench/explain/profiling/): Nsight Compute's counters per kernel, a verdict per kernel,
 the comparison of two variants, the roofline, and the CLI.
 
 On the CPU: the verdict rules on synthetic metrics; ncu's raw CSV (the format of --csv --page raw
@@ -27,11 +27,12 @@ import time
 import pytest
 
 import workbench as wb
-from workbench import cli, ncu
-from workbench import profiling as wbp
-from workbench.profiling import metrics as pm
-from workbench.profiling import report as pr
-from workbench.profiling import rules as pv
+from workbench import cli
+from workbench.explain import ncu
+from workbench.explain import profiling as wbp
+from workbench.explain.profiling import metrics as pm
+from workbench.explain.profiling import report as pr
+from workbench.explain.profiling import rules as pv
 
 from conftest import describe
 
@@ -652,7 +653,7 @@ def test_a_metric_this_ncu_lacks_is_left_out_and_the_run_repeated(fake_ncu, monk
     for c in calls:  # exactly the NVTX range, base units, clocks left alone, then the child
         assert c[c.index("--nvtx-include") + 1] == f"{ncu.RANGE}/" and "--print-units" in c
         assert c[c.index("--clock-control") + 1] == "none"
-        assert c[-3:-1] == ["-m", "workbench.isolate_child"]
+        assert c[-3:-1] == ["-m", "workbench.run.isolate_child"]
     assert (tmp_path / "kept.csv").read_text() == (tmp_path / "report.csv").read_text()
 
 
@@ -691,7 +692,8 @@ def test_profile_asks_for_the_whole_tensor_pipe_on_hopper_only(fake_ncu, scalar_
 
 def test_where_no_line_info_build_is_possible_the_profile_goes_on_without_lines(fake_ncu, scalar_kernel, monkeypatch):
     """An installed wheel without nvcc serves its prebuilt variant but cannot build a -lineinfo one."""
-    from workbench import errors, isolate
+    from workbench import errors
+    from workbench.run import isolate
 
     resolve = isolate.resolve
 
@@ -804,9 +806,9 @@ def test_the_profile_command_prints_the_table(run_cli, fake_ncu, scalar_kernel, 
 
 
 def test_a_missed_speed_target_offers_the_profile_command(monkeypatch, cuda_buildable):
-    from workbench import correctness
+    from workbench.measure import correctness
     from workbench import exercise as wbex
-    from workbench.bench_result import BenchResult
+    from workbench.measure.bench_result import BenchResult
 
     def bench(ex, kernel, variants, dtypes, shapes, directions, **kw):
         return BenchResult([{"direction": d, "dtype": t, "variant": n, "median_ms": ms}
@@ -916,7 +918,7 @@ def test_the_naive_gemm_is_not_called_compute_bound():
 
 
 def test_importing_the_profiler_imports_no_torch():
-    """`import workbench.profiling` stays cheap: torch comes with the first profile or roofline."""
-    out = subprocess.run([sys.executable, "-c", "import workbench.profiling, sys; print('torch' in sys.modules)"],
+    """`import workbench.explain.profiling` stays cheap: torch comes with the first profile or roofline."""
+    out = subprocess.run([sys.executable, "-c", "import workbench.explain.profiling, sys; print('torch' in sys.modules)"],
                          capture_output=True, text=True, cwd=pathlib.Path(__file__).parent.parent, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "False", out

@@ -19,7 +19,9 @@ import torch
 
 import workbench as wb
 from conftest import REPO_ROOT, describe
-from workbench import correctness, loader, registry
+from workbench.measure import correctness
+from workbench.run import loader
+from workbench.model import registry
 from workbench.errors import BuildError
 
 OP = "rmsnorm"
@@ -317,7 +319,8 @@ def test_a_layer_over_a_python_variant_trains_and_compiles():
 # ----------------------------------------------------------------------------- the other tools
 
 def test_tools_for_cuda_cpp_refuse_python_variants_clearly(tmp_path):
-    from workbench import ptxas, sanitize
+    from workbench.explain import ptxas
+    from workbench.run import sanitize
 
     with pytest.raises(ValueError, match="PyTorch-formula variant"):
         sanitize.run(OP, "pytorch")
@@ -346,7 +349,8 @@ def test_triton_variant_opens_with_what_it_does():
 INTERPRETED = r"""
 import json, sys, torch
 import workbench as wb
-from workbench import correctness, registry
+from workbench.measure import correctness
+from workbench.model import registry
 
 spec = registry.spec("rmsnorm")
 k = wb.load("rmsnorm", "triton")

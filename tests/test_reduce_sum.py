@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import registry
+from workbench.model import registry
 
 SPEC = registry.spec("reduce_sum")
 CUDA_VARIANTS = [v.name for v in registry.variants("reduce_sum") if v.device == "cuda"]
@@ -173,7 +173,9 @@ def _sass_counts(rung: str):
     import pathlib
     import tempfile
 
-    from workbench import ptxas, toolchain
+    from workbench.explain import ptxas
+
+    from workbench.build import toolchain
 
     if toolchain.nvcc_path() is None or ptxas.cuobjdump() is None:
         pytest.skip("needs nvcc and cuobjdump")

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import correctness, registry
+from workbench.measure import correctness
+from workbench.model import registry
 
 SPEC = registry.spec("rmsnorm")
 CUDA_VARIANTS = [v.name for v in registry.variants("rmsnorm") if v.device == "cuda"]

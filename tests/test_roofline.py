@@ -1,4 +1,4 @@
-"""The roofline (workbench/roofline.py) and the compute-bound benchmark table: points come from
+"""The roofline (workbench/explain/roofline.py) and the compute-bound benchmark table: points come from
 benchmark rows alone (intensity = FLOPs / bytes the op must move, height = achieved TFLOP/s), each
 op's best variant per dtype by default or every variant; the ceilings come from the rows (copy rate,
 cuBLAS matmul rate per dtype); matmul-like rows print TFLOP/s and % of that peak."""
@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from workbench import roofline
-from workbench.bench_result import BenchResult
+from workbench.explain import roofline
+from workbench.measure.bench_result import BenchResult
 
 
 def _row(op, variant, ms, *, flops, nbytes, dtype="float32", shape="1x1", kind="variant", ts="2026-01-01", **kw):
@@ -76,7 +76,7 @@ def test_compute_bound_rows_print_tflops_and_percent_of_peak():
 def test_the_matmul_ceiling_is_measured_once_and_cached(tmp_path):
     import torch
 
-    from workbench import ceilings
+    from workbench.measure import ceilings
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     tf32 = torch.backends.cuda.matmul.allow_tf32

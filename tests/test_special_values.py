@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import registry
-from workbench.correctness import compare
+from workbench.model import registry
+from workbench.measure.correctness import compare
 from workbench.specs.bias_gelu import SPEC as spec
 
 

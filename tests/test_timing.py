@@ -1,4 +1,4 @@
-"""Tests for workbench.timing: the adaptive stop rule with synthetic samples and fake clocks,
+"""Tests for workbench.measure.timing: the adaptive stop rule with synthetic samples and fake clocks,
 the CPU timer, clear errors without a GPU, and (marked gpu) the CUDA paths."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from workbench.ceilings import copy_bandwidth_gbps
-from workbench.timing import (
+from workbench.measure.ceilings import copy_bandwidth_gbps
+from workbench.measure.timing import (
     Measurement,
     peak_memory_bytes,
     sample_until_stable,

@@ -24,7 +24,8 @@ import time
 import pytest
 
 from conftest import REPO_ROOT, describe, private_cache, run_cli, run_python
-from workbench import cache, ndarray_build
+from workbench.build import cache
+from workbench.ship import ndarray_build
 
 NOBODY = 65534
 AS_ROOT = os.geteuid() == 0
@@ -457,7 +458,7 @@ def test_attribute_too_large_for_a_float_names_the_attribute(wb, front_end):
     else:
         import numpy as np
 
-        from workbench import ndarray as wbn
+        from workbench.ship import ndarray as wbn
 
         f = wbn.load("scale_bias_relu", "cpu")
         call = lambda: f(np.ones((4, 8), np.float32), np.ones(8, np.float32), scale=10**400)  # noqa: E731
@@ -482,7 +483,7 @@ exec c++ "$@"
 BUILD_FOREVER = {
     "numpy": r"""
 import pathlib, sys
-from workbench import ndarray_build
+from workbench.ship import ndarray_build
 src = pathlib.Path(sys.argv[1])
 ndarray_build.build_host_library("ndarray-probe/hang", "ndarray-probe", src, [])
 """,
@@ -560,7 +561,7 @@ def refuse(*args, **kwargs):
 
 cpp_extension.load = cpp_extension._jit_compile = refuse
 import workbench as wb
-from workbench import loader
+from workbench.run import loader
 k = wb.load("bias_gelu", "cpu")
 print(json.dumps({"built": k.built, "harness_built": loader._harness["built"], "library": str(k.library)}))
 """

@@ -116,7 +116,7 @@ def test_a_kernel_call_that_raises_is_a_failed_case_naming_it(wb):
 
 
 def test_rows_print_only_what_was_measured(wb):
-    from workbench.correctness import Case, Report
+    from workbench.measure.correctness import Case, Report
 
     k = wb.load("elementwise_mul", "cpu")
     grad = wb.gradcheck("elementwise_mul", k, seed=0, shapes=SHAPES)

@@ -108,7 +108,8 @@ def run_installed(venv: dict, code: str = "", *, args=(), compilers: str = "shim
 
 
 def test_wheel_ships_the_tree_and_every_prebuilt_piece(wheel, wb):
-    from workbench import registry, toolchain
+    from workbench.model import registry
+    from workbench.build import toolchain
     from workbench.build import arch, prebuilt, tree
 
     with zipfile.ZipFile(wheel) as z:
@@ -144,7 +145,8 @@ def test_wheel_ships_the_tree_and_every_prebuilt_piece(wheel, wb):
 _SERVE = r"""
 import json, os, sys, torch
 import workbench as wb
-from workbench import config, registry, WorkbenchError
+from workbench import config, WorkbenchError
+from workbench.model import registry
 
 out = {"file": wb.__file__, "installed": config.INSTALLED, "ops": wb.ops(), "loads": {}}
 for op in wb.ops():
@@ -259,7 +261,7 @@ def test_checkout_ignores_prebuilt_libraries(wb):
 
 @pytest.mark.parametrize("cap, gap", [((9, 0), []), ((8, 6), []), ((12, 0), []), ((7, 5), ["sm_75"])])
 def test_arch_coverage(monkeypatch, cap, gap):
-    from workbench import toolchain
+    from workbench.build import toolchain
     from workbench.build import prebuilt
 
     monkeypatch.setattr(toolchain, "gpu_available", lambda: True)

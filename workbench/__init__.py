@@ -7,27 +7,28 @@ against a float64 reference and timed against eager PyTorch and torch.compile.
     wb.check("bias_gelu", "scalar"); wb.gradcheck("bias_gelu", "scalar")
     wb.profile("bias_gelu", ["scalar", "vec4"], shape=(8192, 8192))   # why: Nsight Compute's counters
 
-In a notebook, `%load_ext workbench` adds the %%workbench cell magic (workbench.magic).
+In a notebook, `%load_ext workbench` adds the %%workbench cell magic (workbench.run.magic).
 """
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
 from .errors import BuildError, IsolatedRunError, LockTimeout, WorkbenchError
-from . import loader as _loader
-from .loader import Kernel, define_op, load
-from .opspec import Attr, ErrorCase, Layer, OpSpec, Output, Tensor
-from .registry import ops, variants
+from .run import loader as _loader
+from .run.loader import Kernel, define_op, load
+from .model.opspec import Attr, ErrorCase, Layer, OpSpec, Output, Tensor
+from .model.registry import ops, variants
 
 # Imported on first use, so that `import workbench` (and `python -m workbench`) does not import
 # torch before it has to: the exercise checker starts its GPU child first.
-_LAZY = {"bench": ("benchmark", "bench"), "check": ("correctness", "check"),
-         "variant": ("byo", "variant"),  # bring your own: a callable as a variant of an op (byo.py)
-         "gradcheck": ("gradients", "gradcheck"), "nn": ("nn", None), "correctness": ("correctness", None),
-         "benchmark": ("benchmark", None),
-         "profile": ("profiling", "profile"),  # wb.profile(...), and wb.profile.roofline(...): an attribute of the function
-         "export": ("export", None),  # a callable module: wb.export(op, variants, out)
-         "ndarray": ("ndarray", None)}  # the NumPy front end (no torch): wb.ndarray.load(op, variant)
+_LAZY = {"bench": ("measure.benchmark", "bench"), "check": ("measure.correctness", "check"),
+         "variant": ("run.byo", "variant"),  # bring your own: a callable as a variant of an op (run/byo.py)
+         "gradcheck": ("measure.gradients", "gradcheck"), "nn": ("run.nn", None), "correctness": ("measure.correctness", None),
+         "benchmark": ("measure.benchmark", None),
+         "registry": ("model.registry", None),
+         "profile": ("explain.profiling", "profile"),  # wb.profile(...), and wb.profile.roofline(...): an attribute of the function
+         "export": ("ship.export", "export"),  # wb.export(op, variants, out)
+         "ndarray": ("ship.ndarray", None)}  # the NumPy front end (no torch): wb.ndarray.load(op, variant)
 
 
 def __getattr__(name: str):
@@ -44,7 +45,7 @@ _STYLES = ("workbench", "extension")
 
 
 def _style(style: str, what: str) -> bool:
-    """Whether `style` asks for a torch extension written the course's way (byo.py)."""
+    """Whether `style` asks for a torch extension written the course's way (run/byo.py)."""
     if style not in _STYLES:
         raise ValueError(f"{what}: style must be one of {list(_STYLES)}; got {style!r}")
     return style == "extension"
@@ -57,7 +58,7 @@ def load_source(op: str, path, name: str | None = None, *, python: bool = True, 
     (torch/extension.h; PYBIND11_MODULE or TORCH_LIBRARY exporting forward and backward), served as
     a variant (extension.load_extension; `extension`: its dtypes, device, forward, backward)."""
     if _style(style, "load_source"):
-        from .extension import load_extension
+        from .run.extension import load_extension
 
         return load_extension(op, path, name, **extension)
     return _loader.load_source(op, path, name, python=python)
@@ -68,7 +69,7 @@ def load_inline(op: str, source: str, name: str, *, replace: bool = False, style
     style="extension": a torch extension written the course's way, served as a variant
     (extension.load_inline_extension). It compiles the torch headers: tens of seconds."""
     if _style(style, "load_inline"):
-        from .extension import load_inline_extension
+        from .run.extension import load_inline_extension
 
         return load_inline_extension(op, source, name, **extension)
     return _loader.load_inline(op, source, name, replace=replace)
@@ -77,7 +78,7 @@ def load_inline(op: str, source: str, name: str, *, replace: bool = False, style
 def load_ipython_extension(ipython) -> None:
     """`%load_ext workbench`: register the %%workbench cell magic. IPython is imported only here,
     so `import workbench` never needs it."""
-    from .magic import load_ipython_extension as load
+    from .run.magic import load_ipython_extension as load
 
     load(ipython)
 

@@ -13,7 +13,8 @@ from .dtypes import NAMES as DTYPE_NAMES
 
 def _variants_for(op: str, names: list[str], *, runnable_only: bool) -> list[str]:
     """The named variants, or all that this machine can run (CPU variants where no GPU is visible)."""
-    from . import registry, toolchain
+    from .model import registry
+    from .build import toolchain
 
     if names:
         return names
@@ -29,7 +30,7 @@ def _variants_for(op: str, names: list[str], *, runnable_only: bool) -> list[str
 
 
 def cmd_list(args) -> int:
-    from . import registry
+    from .model import registry
 
     failed = 0
     for op in [args.op] if args.op else registry.ops():
@@ -46,7 +47,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from . import loader
+    from .run import loader
 
     for name in _variants_for(args.op, args.variants, runnable_only=False):
         k = loader.load(args.op, name)
@@ -58,7 +59,8 @@ def _as_variant(op: str, name: str):
     """A variant's name, or a path to a source file anywhere (a kernel being edited, not in the tree)."""
     import pathlib
 
-    from . import loader, registry
+    from .run import loader
+    from .model import registry
 
     path = pathlib.Path(name)
     if path.suffix in registry.SUFFIXES and path.is_file():
@@ -88,13 +90,13 @@ def _run_reports(args, fn) -> int:
 
 
 def cmd_check(args) -> int:
-    from .correctness import check
+    from .measure.correctness import check
 
     return _run_reports(args, lambda a, name: check(a.op, name, dtypes=a.dtypes or None, seed=a.seed))
 
 
 def cmd_gradcheck(args) -> int:
-    from .gradients import gradcheck
+    from .measure.gradients import gradcheck
 
     return _run_reports(args, lambda a, name: gradcheck(a.op, name, seed=a.seed))
 
@@ -110,7 +112,7 @@ def _shape(text: str) -> tuple[int, ...]:
 
 
 def cmd_bench(args) -> int:
-    from .benchmark import bench
+    from .measure.benchmark import bench
 
     result = bench(args.op, variants=args.variants or "all", dtypes=args.dtypes or ["float32"],
                    shapes=args.shapes or None, baselines=args.baselines, directions=args.directions,
@@ -121,7 +123,7 @@ def cmd_bench(args) -> int:
     if args.plot:
         for p in result.plot(args.plot_dir):
             print(f"plot: {p}")
-    from .bench_rows import trusted
+    from .measure.bench_rows import trusted
     bad = [r for r in result.rows if not trusted(r)]
     if bad:  # a script reading the status must not take a wrong or impossible row for a result
         print(f"{len(bad)} row(s) WRONG or IMPOSSIBLE (the notes above say why); exit status 1", file=sys.stderr)
@@ -131,8 +133,9 @@ def cmd_bench(args) -> int:
 
 def cmd_profile(args) -> int:
     """Nsight Compute on one call of each named variant: the table, a verdict per kernel, the deltas."""
-    from . import loader, ncu
-    from . import profiling as profile_
+    from .run import loader
+    from .explain import ncu
+    from .explain import profiling as profile_
 
     variants: list = list(args.variants)
     ncu.require()  # before building anything: say at once where ncu is missing
@@ -148,7 +151,8 @@ def cmd_profile(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from . import plot, results
+    from .explain import plot
+    from .measure import results
 
     path = args.results or config.RESULTS_DIR / "bench.jsonl"
     rows = results.read_rows(path)
@@ -165,11 +169,13 @@ def cmd_demo(args) -> int:
     gradcheck each, time them against the op's baselines, print the table and draw the plots."""
     import pathlib
 
-    from . import loader, registry, toolchain
-    from .bench_result import BenchResult
-    from .benchmark import bench
-    from .correctness import check
-    from .gradients import gradcheck
+    from .run import loader
+    from .model import registry
+    from .build import toolchain
+    from .measure.bench_result import BenchResult
+    from .measure.benchmark import bench
+    from .measure.correctness import check
+    from .measure.gradients import gradcheck
 
     gpu = toolchain.gpu_available()
     print(f"Kernel Workbench demo on {'the GPU' if gpu else 'the CPU (no GPU visible: CPU path, small sizes)'}")
@@ -202,20 +208,20 @@ def cmd_demo(args) -> int:
 
 
 def cmd_sanitize(args) -> int:
-    from . import loader, sanitize
+    from .run import loader, sanitize
 
     variant = loader.load_source(args.op, args.source, args.variant) if args.source else args.variant
     return sanitize.main(args.op, variant, args.tools)
 
 
 def cmd_doctor(args) -> int:
-    from . import doctor
+    from .explain import doctor
 
     return doctor.main()
 
 
 def cmd_clean(args) -> int:
-    from . import cache
+    from .build import cache
 
     if not (args.all or args.older_than is not None or args.max_size is not None):
         print("clean: say what to remove: --all, --older-than DAYS or --max-size GB", file=sys.stderr)
@@ -250,8 +256,8 @@ def cmd_exercise_check(args) -> int:
 
 
 def cmd_export(args) -> int:
-    """Write the op and the named variants as a package of its own (workbench/export.py)."""
-    from .export import export
+    """Write the op and the named variants as a package of its own (workbench/ship/export.py)."""
+    from .ship.export import export
 
     try:
         out = export(args.op, ",".join(args.variants), args.out, name=args.name, namespace=args.namespace,

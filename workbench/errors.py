@@ -42,7 +42,7 @@ class IsolatedRunError(WorkbenchError):
     error such as an illegal address), or died (a signal). The caller's process, its CUDA context
     and its tensors are untouched. `returncode` and `output` (the child's last lines) say how."""
 
-    def __init__(self, what: str, returncode: int, output: str, full_output: str = ""):
+    def __init__(self, what: str, returncode: int, output: str, full_output: str = "", *, before: str = ""):
         self.returncode, self.output, self.full_output = returncode, output, full_output or output
         if returncode < 0:
             try:
@@ -51,4 +51,5 @@ class IsolatedRunError(WorkbenchError):
                 how = f"was killed by signal {-returncode}"
         else:
             how = f"exited with status {returncode}"
-        super().__init__(f"{what}: the child process {how}; the caller's process is unaffected.\n{output}")
+        when = f" {before}" if before else ""  # what it had not done yet, where that matters
+        super().__init__(f"{what}: the child process {how}{when}; the caller's process is unaffected.\n{output}")

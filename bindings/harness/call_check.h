@@ -2,8 +2,8 @@
 // with the same words: each tensor given, on the first input's device, of its dtype, that dtype one
 // the kernels take, at most WB_MAX_DIMS dims, shapes fitting the declaration's dims patterns
 // (op_decl.h's rule), then the attributes' bounds. The workbench's harness (op_kernel.cpp) and an
-// exported package's (workbench/export_templates/harness.cpp, which gets a copy of this file) run
-// it; the Python twin is workbench/shapes.py's check_call (the fakes, the NumPy front end, an
+// exported package's (workbench/ship/export_templates/harness.cpp, which gets a copy of this file) run
+// it; the Python twin is workbench/model/shapes.py's check_call (the fakes, the NumPy front end, an
 // exported __init__), and a test holds the words equal.
 #pragma once
 

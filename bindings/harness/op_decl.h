@@ -4,7 +4,7 @@
 // Dims patterns name each dimension: "... n" is any number of leading dims then n; "m k" exactly
 // two. A name bound by one tensor must match wherever it appears again; "..." is one group of
 // dims, the same in every tensor that uses it. The messages are word for word those of the
-// Python twin (workbench/shapes.py), which the fake implementations use; a test holds them equal.
+// Python twin (workbench/model/shapes.py), which the fake implementations use; a test holds them equal.
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,7 @@
 // the op's declaration, allocates the outputs, and runs the variant through the op's binding.
 //
 // The call check (call_check.h: devices, dtypes, shapes, attributes) is the one the Python fake
-// implementations mirror (workbench/shapes.py), same order, same words. Then the variant's own
+// implementations mirror (workbench/model/shapes.py), same order, same words. Then the variant's own
 // limits: its device, its dtypes, the op header it was built against, and whether it has this step.
 #include <ATen/core/stack.h>
 #include <ATen/ops/empty.h>

@@ -1,4 +1,4 @@
-// The NumPy front end's extension module (workbench/ndarray.py builds it with pybind11 and the host
+// The NumPy front end's extension module (workbench/ship/ndarray.py builds it with pybind11 and the host
 // compiler; no torch anywhere). It opens the same torch-free libraries the torch harness opens, an
 // op's binding (WbOpBinding, wb_op.h) and its variants (WbVariantInfo, wb_variant.h), and runs one
 // step on buffers the Python side has already checked against the op's spec: CPU variants on host

@@ -25,7 +25,7 @@
 #include "hopper.cuh"
 
 // WB_NEEDS_SM90A: the workbench builds this file for sm_90a where its arch list has 9.0
-// (workbench/toolchain.py variant_arch_flags); keep this line in your copy.
+// (workbench/build/toolchain.py variant_arch_flags); keep this line in your copy.
 
 namespace {
 

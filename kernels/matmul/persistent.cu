@@ -50,7 +50,7 @@
 #include "hopper.cuh"
 
 // WB_NEEDS_SM90A: the workbench builds this file for sm_90a where its arch list has 9.0
-// (workbench/toolchain.py variant_arch_flags), and skips it on other GPUs.
+// (workbench/build/toolchain.py variant_arch_flags), and skips it on other GPUs.
 
 #ifndef WB_PERSISTENT_WAIT
 #define WB_PERSISTENT_WAIT 0  // wgmma groups a consumer keeps in flight when it releases a stage (0 or 1)

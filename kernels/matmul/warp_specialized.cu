@@ -33,7 +33,7 @@
 #include "hopper.cuh"
 
 // WB_NEEDS_SM90A: the workbench builds this file for sm_90a where its arch list has 9.0
-// (workbench/toolchain.py variant_arch_flags), and skips it on other GPUs.
+// (workbench/build/toolchain.py variant_arch_flags), and skips it on other GPUs.
 
 namespace {
 

@@ -14,8 +14,10 @@ extension-style sources) and the NumPy front end's torch-free builds alike:
                 in-use marks), records.py (a build's record, the checks a hit passes, publication),
                 shared.py (a shared cache by opt-in), clean.py (`python -m workbench clean`)
 - tree.py       the torch-facing pieces of the kernel tree (the loader's and setup.py's)
+- toolchain.py  what a build depends on (torch, its CUDA, nvcc, the C++ ABI, libstdc++) and the sm_90a
+                marker; cache.py, the cache's names in one place for users (cache.manifest_of)
 
-May import: config, errors, toolchain (and registry, in tree.py alone). Nothing here loads or
+May import: config, errors (and model.registry, in tree.py alone). Nothing here loads or
 calls a library: the loader, byo and the NumPy front end do, with what get_or_build returns.
 The NVRTC tier (issue 27) plugs in at pipeline.TIERS and compilers.COMPILERS (see pipeline.py).
 """

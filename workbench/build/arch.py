@@ -33,7 +33,7 @@ def arch_list(*, shipped: bool = False,
 
 
 def _torch_capabilities() -> list[tuple[int, int]]:
-    from .. import toolchain
+    from . import toolchain
 
     if not toolchain.gpu_available():
         return []
@@ -76,7 +76,7 @@ def variant_arch_flags(source, listed: str | None = None) -> list[str]:
     the build's, arch_list()) with 9.0 built as 9.0a (a plain sm_90 pass rejects wgmma and
     setmaxnreg), every other entry as listed. [] for any other source: cpp_extension derives the flags
     from TORCH_CUDA_ARCH_LIST as before (it adds none of its own where the flags already name an arch)."""
-    from .. import toolchain
+    from . import toolchain
 
     if not toolchain.needs_sm90a(source):
         return []

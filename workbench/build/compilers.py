@@ -21,7 +21,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from .. import toolchain
+from . import toolchain
 from ..errors import BuildError, WorkbenchError
 from . import records
 from .guard import capture_output, environment, guarded_cpp_extension, run_guarded

@@ -19,7 +19,8 @@ import pathlib
 import time
 from typing import Callable, NamedTuple
 
-from .. import config, toolchain
+from .. import config
+from . import toolchain
 from ..errors import BuildError
 from . import locks, prebuilt, records, shared, store
 from .compilers import COMPILERS

@@ -20,7 +20,8 @@ import json
 import pathlib
 import sys
 
-from .. import config, toolchain
+from .. import config
+from . import toolchain
 from ..errors import WorkbenchError
 from . import arch
 from .keys import sha256_file

@@ -46,7 +46,7 @@ def shared_cache() -> tuple[pathlib.Path, dict] | None:
         raise CacheError(
             f"WORKBENCH_SHARED_CACHE={folder} is set without WORKBENCH_SHARED_CACHE_MANIFEST: a shared cache is "
             f"used only for the builds listed in a manifest you trust (build folder -> the library's sha256; "
-            f"workbench.cache.manifest_of(folder) writes one from a cache you checked). Set it, or unset "
+            f"workbench.build.cache.manifest_of(folder) writes one from a cache you checked). Set it, or unset "
             f"WORKBENCH_SHARED_CACHE")
     try:
         st = os.stat(manifest)
@@ -62,7 +62,7 @@ def shared_cache() -> tuple[pathlib.Path, dict] | None:
     if not isinstance(builds, dict) or not all(isinstance(k, str) and isinstance(v, str) and _HEX64.fullmatch(v)
                                                for k, v in builds.items()):
         raise CacheError(f"WORKBENCH_SHARED_CACHE_MANIFEST={manifest} must be a JSON object {{\"builds\": {{build "
-                         f"folder name: library sha256}}}}, as workbench.cache.manifest_of writes")
+                         f"folder name: library sha256}}}}, as workbench.build.cache.manifest_of writes")
     return pathlib.Path(folder).expanduser(), builds
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pathlib
 
-from .. import config, registry
+from .. import config
+from ..model import registry
 from .arch import arch_list, variant_arch_flags
 from .piece import DEFAULT_OPTIONS, BuildOptions, Piece
 

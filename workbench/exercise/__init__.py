@@ -10,7 +10,7 @@
     report.py        the report the checks fill, and how it prints
 
 A torch extension written the course's way (torch/extension.h; PYBIND11_MODULE or TORCH_LIBRARY
-exporting forward and backward: workbench/byo.py) is taken too, for the exercise whose op it fits:
+exporting forward and backward: workbench/run/byo.py) is taken too, for the exercise whose op it fits:
 built here by cpp_extension through the same cache, loaded only in the child, where its dtypes are
 probed (its source declares none); the same checks and verdict rules follow.
 
@@ -23,6 +23,8 @@ files (its declaration from the source text, its SASS from the .so, its register
 log); "load" loads it in a child process (isolate.Worker, started before the build so its start-up
 overlaps it), and the GPU checks run in that child. A child that ends without handing its result
 over is a FAIL; the verdict and the exit status are this process's alone.
+
+May import: every room below the course (model, build, run, measure, explain).
 """
 from __future__ import annotations
 
@@ -33,10 +35,10 @@ import sys
 import time
 from collections.abc import Iterator
 
-from .. import registry, toolchain
+from ..model import registry
+from ..build import toolchain
 from . import checks, child, global_loads, speedcheck
-from .registration import (CHECKS, EXERCISES_DIR, Exercise, ExerciseConfigError, SassRule, Sizes, Speed, exercises,
-                           get, load_exercise, tomllib)
+from .registration import (CHECKS, EXERCISES_DIR, Exercise, ExerciseConfigError, SassRule, Sizes, Speed, exercises, get, load_exercise, tomllib)
 from .report import LAYOUTS, NEEDS_GPU, Check, ExerciseReport
 from .sass import check_sass
 from .sizes import new_seed, random_sizes, reduction_sizes, tiled_sizes
@@ -62,7 +64,7 @@ def _student_path(ex: Exercise, path) -> pathlib.Path:
 
 
 def _extension_style(p: pathlib.Path) -> bool:
-    from ..extension import is_extension_source
+    from ..run.extension import is_extension_source
 
     try:
         return is_extension_source(p.read_text(errors="replace"))

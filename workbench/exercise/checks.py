@@ -15,7 +15,9 @@ import signal
 import subprocess
 
 from .. import dtypes as dtypes_
-from .. import ptxas, registry, toolchain
+from ..explain import ptxas
+from ..model import registry
+from ..build import toolchain
 from . import child
 from .registration import Exercise
 from .report import LAYOUTS, Check
@@ -52,13 +54,13 @@ def _resources(kernel) -> str:
 def build(ex: Exercise, source: pathlib.Path, name: str):
     """(the built variant or None, the build check). The library is built (or found in the
     cache) and not loaded: loader.BuiltVariant, its declaration read from the source's text."""
-    from .. import loader
+    from ..run import loader
     from ..errors import BuildError, WorkbenchError
 
     if source.suffix == ".cu" and not toolchain.can_build_cuda():
         why = "torch has no CUDA" if not toolchain.torch_has_cuda() else "no nvcc found (set CUDA_HOME)"
         return None, Check("build", "skipped", f"this machine cannot build CUDA code: {why}")
-    from ..extension import build_extension, is_extension_source
+    from ..run.extension import build_extension, is_extension_source
 
     extension = is_extension_source(source.read_text(errors="replace"))
     try:
@@ -217,8 +219,8 @@ def case_lines(c, op: str) -> list[str]:
 def correctness(ex: Exercise, kernel, shapes, seed: int, sanitize: str, worker=None):
     """Starts the check matrix in the worker (where there is one) and returns a function that
     waits for it and gives the Check: the checker reads the SASS meanwhile."""
-    from .. import isolate
-    from ..correctness import Report
+    from ..run import isolate
+    from ..measure.correctness import Report
 
     dtypes = [d for d in ex.dtypes if d in kernel.dtypes]
     if not dtypes:

@@ -9,7 +9,7 @@ import pathlib
 import re
 import subprocess
 
-from .. import toolchain
+from ..build import toolchain
 from .registration import Exercise
 from .report import LAYOUTS, Check
 
@@ -41,7 +41,7 @@ def start_worker(ex: Exercise, seed: int, gpu: bool | None = None):
     exercise's dtypes and layouts on the smallest of the sizes the seed draws, which loads every
     kernel the student's check will use. All of it in-tree code: the student's library is loaded
     only by the first job ("load")."""
-    from .. import isolate
+    from ..run import isolate
 
     if not (gpu_likely() if gpu is None else gpu):
         return isolate.Worker({"op": ex.op})
@@ -57,7 +57,7 @@ def load_in_child(ex: Exercise, built, worker=None, timeout_s: float | None = No
     """Load the built library in the worker (or a fresh child where there is none) and return what
     the child read of it: {"info": its exported descriptor, "build_id", "built", "pid"}. Raises
     IsolatedRunError (ChildTimeout past timeout_s) where the child ends without reporting."""
-    from .. import isolate
+    from ..run import isolate
 
     address = isolate.variant_address(ex.op, built)
     timeout_s = load_timeout_s() if timeout_s is None else timeout_s
@@ -69,9 +69,9 @@ def in_child(job: str, ex: Exercise, kernel, worker=None, **args):
     """A check ("check", "gradcheck": a correctness.Report) or a benchmark ("bench": a BenchResult)
     of the kernel in a child process: the worker, or a fresh child where there is none; `args`:
     the job's keyword arguments (jobs.py)."""
-    from .. import isolate
-    from ..bench_result import BenchResult
-    from ..correctness import Report
+    from ..run import isolate
+    from ..measure.bench_result import BenchResult
+    from ..measure.correctness import Report
 
     address = isolate.variant_address(ex.op, kernel)
     out = worker.run(job, address, args, timeout_s=CHILD_TIMEOUT_S) if worker is not None else \

@@ -1,5 +1,5 @@
 """The exercise's optional counter rule, [global_loads] in exercise.toml: how many bytes one call's
-global load instructions may ask for, measured on the GPU by Nsight Compute (workbench/ncu.py) and
+global load instructions may ask for, measured on the GPU by Nsight Compute (workbench/explain/ncu.py) and
 counted at L1, so a second read that hits in L2 still counts. Parsed by registration.py, checked
 by check()."""
 from __future__ import annotations
@@ -9,7 +9,8 @@ import subprocess
 from dataclasses import dataclass
 
 from .. import dtypes as dtypes_
-from .. import ptxas, registry
+from ..explain import ptxas
+from ..model import registry
 from .report import Check
 
 
@@ -39,7 +40,7 @@ class GlobalLoads:
 def check(ex, kernel) -> Check:
     """The bytes the kernels' global load instructions request in one call, counted by Nsight
     Compute at L1 (every load, hit or miss), against what the rule allows."""
-    from .. import ncu
+    from ..explain import ncu
     from ..errors import IsolatedRunError, WorkbenchError
 
     rule = ex.global_loads

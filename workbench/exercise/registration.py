@@ -25,7 +25,7 @@ and exercise.toml, read and validated here.
                few tiles and a remainder, and ~1000; an empty size per dim). moduli (reduction:
                default [32, 1024]; tiled: the tiles, default [32]): increasing, each dividing the
                next, the first at most 64
-    [global_loads]  optional: a counter rule, measured on the GPU with Nsight Compute (workbench/ncu.py):
+    [global_loads]  optional: a counter rule, measured on the GPU with Nsight Compute (workbench/explain/ncu.py):
                one `direction` call at `shape` and `dtype` may request at most `slack` times the bytes
                of `reads` from global memory, counted at L1 (every load instruction's sectors, cached
                or not): reads = {x = 1, weight = "rows"} is x once and the weight once per row;
@@ -41,9 +41,10 @@ import pathlib
 import re
 from dataclasses import dataclass
 
-from .. import config, registry
+from .. import config
+from ..model import registry
 from ..dtypes import NAMES as _DTYPES
-from ..opspec import DIRECTIONS as _DIRECTIONS
+from ..model.opspec import DIRECTIONS as _DIRECTIONS
 from . import sizes as sizes_
 from .global_loads import GlobalLoads
 

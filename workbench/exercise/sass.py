@@ -11,7 +11,8 @@ import re
 import subprocess
 from collections import Counter
 
-from .. import ptxas, toolchain
+from ..explain import ptxas
+from ..build import toolchain
 from ..errors import WorkbenchError
 from .registration import Exercise, SassRule
 from .report import Check
@@ -80,7 +81,7 @@ def _code(library: str) -> Code:
 def starter_code(ex: Exercise, kernel) -> Code:
     """The machine code of the exercise's starter, built as a variant of its op (a cached build:
     the starter's own check, or any earlier count, built it already)."""
-    from .. import loader
+    from ..run import loader
     from . import variant_name
 
     if kernel.source.resolve() == ex.starter.resolve():

@@ -36,7 +36,7 @@ import math
 import os
 import random
 
-from ..shapes import ELLIPSIS
+from ..model.shapes import ELLIPSIS
 
 KINDS = ("elementwise", "reduction", "tiled", "tiled_aligned")
 REDUCTION_MODULI = (32, 1024)   # the default of a "reduction" draw: a warp, two blocks of 512

@@ -76,7 +76,7 @@ def speed(ex: Exercise, kernel, worker=None) -> Check:
                  f"at {shape} (medians of CUDA-event timings)")
     lines += notes
     if worst is not None and worst[0] < s.target:
-        from ..profiling import command  # why: the GPU's counters for the slowest row, yours beside the reference's
+        from ..explain.profiling import command  # why: the GPU's counters for the slowest row, yours beside the reference's
 
         ratio, d, t = worst
         why = command(ex.op, [kernel.name, ex.reference], s.shape, t, d if d in ("fwd", "bwd") else "bwd",

@@ -1,7 +1,7 @@
 """bias_gelu: y = GELU_tanh(x + bias), bias broadcast over the last dimension (math: bias_gelu_math.py)."""
 from __future__ import annotations
 
-from ..opspec import Layer, MathModule, OpSpec, Output, Tensor
+from ..model.opspec import Layer, MathModule, OpSpec, Output, Tensor
 from . import COURSE_PREFERENCE
 
 MATH = MathModule("workbench.specs.bias_gelu_math")

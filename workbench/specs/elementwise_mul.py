@@ -1,7 +1,7 @@
 """elementwise_mul: y = a * b, for a and b of the same shape (no broadcasting; math: elementwise_mul_math.py)."""
 from __future__ import annotations
 
-from ..opspec import MathModule, OpSpec, Output, Tensor
+from ..model.opspec import MathModule, OpSpec, Output, Tensor
 from . import COURSE_PREFERENCE
 
 MATH = MathModule("workbench.specs.elementwise_mul_math")

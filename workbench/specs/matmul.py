@@ -3,7 +3,7 @@ thread per output to warp tiling (after siboehm/SGEMM_CUDA), then tensor cores f
 then Hopper's own path (sm_90a: TMA, wgmma, warp specialisation, a persistent grid). Math: matmul_math.py."""
 from __future__ import annotations
 
-from ..opspec import ErrorCase, MathModule, OpSpec, Output, Tensor
+from ..model.opspec import ErrorCase, MathModule, OpSpec, Output, Tensor
 
 MATH = MathModule("workbench.specs.matmul_math")
 
@@ -11,7 +11,7 @@ MATH = MathModule("workbench.specs.matmul_math")
 # speedup siboehm/SGEMM_CUDA measured for that step on an A6000 (percent of cuBLAS at 4096^3); the
 # Hopper rungs after tensor_core cite pranjalssh/fast.cu's steps on an H100 instead. Those three are
 # built for sm_90a and run on compute capability 9.0 only: elsewhere their launchers decline by name
-# and the benchmark skips them (workbench/toolchain.py unmet_arch), so `preferred` keeps tensor_core.
+# and the benchmark skips them (workbench/build/toolchain.py unmet_arch), so `preferred` keeps tensor_core.
 LADDER = ("naive", "coalesced", "smem_tiling", "blocktile_1d", "blocktile_2d", "vectorized", "warptile",
           "tensor_core", "wgmma_tma", "warp_specialized", "persistent")
 

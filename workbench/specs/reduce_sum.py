@@ -2,7 +2,7 @@
 ladder, from the textbook's first kernel to the read-bandwidth ceiling (math: reduce_sum_math.py)."""
 from __future__ import annotations
 
-from ..opspec import MathModule, OpSpec, Output, Tensor
+from ..model.opspec import MathModule, OpSpec, Output, Tensor
 
 MATH = MathModule("workbench.specs.reduce_sum_math")
 

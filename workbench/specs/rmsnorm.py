@@ -3,7 +3,7 @@ a fused Triton kernel and CUDA C++ (a scalar rung and a vectorized one), beside 
 torch.compile. Math: rmsnorm_math.py."""
 from __future__ import annotations
 
-from ..opspec import Attr, Layer, MathModule, OpSpec, Output, Tensor
+from ..model.opspec import Attr, Layer, MathModule, OpSpec, Output, Tensor
 
 MATH = MathModule("workbench.specs.rmsnorm_math")
 

@@ -2,7 +2,7 @@
 (math: scale_bias_relu_math.py)."""
 from __future__ import annotations
 
-from ..opspec import Attr, Layer, MathModule, OpSpec, Output, Tensor
+from ..model.opspec import Attr, Layer, MathModule, OpSpec, Output, Tensor
 from . import COURSE_PREFERENCE
 
 MATH = MathModule("workbench.specs.scale_bias_relu_math")

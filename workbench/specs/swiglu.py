@@ -1,7 +1,7 @@
 """swiglu: y = silu(a) * b, for a and b of the same shape (a SwiGLU MLP's gate; math: swiglu_math.py)."""
 from __future__ import annotations
 
-from ..opspec import MathModule, OpSpec, Output, Tensor
+from ..model.opspec import MathModule, OpSpec, Output, Tensor
 
 MATH = MathModule("workbench.specs.swiglu_math")
 

@@ -2,7 +2,7 @@
 math: vector_add_math.py)."""
 from __future__ import annotations
 
-from ..opspec import MathModule, OpSpec, Output, Tensor
+from ..model.opspec import MathModule, OpSpec, Output, Tensor
 from . import COURSE_PREFERENCE
 
 MATH = MathModule("workbench.specs.vector_add_math")

@@ -1,0 +1,220 @@
+"""Plots of benchmark rows: speedup over a baseline and achieved bandwidth, against size; and an
+op's ladder (its spec's variants in teaching order: GB/s per rung at one size, each step's speedup).
+
+Figures are built with matplotlib's object API (``matplotlib.figure.Figure``) and saved through
+the Agg renderer. That never touches pyplot's global state or backend, so it works headless
+and does not change the backend of a notebook that imports the workbench. The ``draw_*``
+helpers (plot_axes.py) draw onto a given Axes so tests (and notebooks) can inspect what was drawn;
+``figure()`` draws every plot into one Figure that a notebook displays inline, writing nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import pathlib
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from ..measure.bench_rows import BASELINES
+from .plot_axes import (Row, compute_bound, draw_bandwidth, draw_ladder, draw_speedup, draw_throughput, gbps, ladder_at, newest_run, rows_by_shape)
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = ["figure", "ladder_figure", "plot_all", "plot_bandwidth", "plot_ladder", "plot_speedup"]
+
+_DPI = 120
+
+
+
+def _new_figure(figsize: tuple[float, float] = (7.0, 4.5)) -> tuple[Figure, Axes]:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize, layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _save(fig: Figure, out_path: pathlib.Path) -> pathlib.Path:
+    out_path = pathlib.Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_path, dpi=_DPI, format="png")
+    fig.clear()  # a pyplot-free Figure is freed with its last reference; clear() drops artists now
+    return out_path
+
+
+def plot_speedup(rows: list[Row], out_path: pathlib.Path, *, op: str, dtype: str, direction: str,
+                 baseline: str = "eager") -> pathlib.Path:
+    """Save a PNG of speedup over ``baseline`` against size, one line per other provider."""
+    fig, ax = _new_figure()
+    draw_speedup(ax, rows, op=op, dtype=dtype, direction=direction, baseline=baseline)
+    return _save(fig, out_path)
+
+
+def plot_bandwidth(rows: list[Row], out_path: pathlib.Path, *, op: str, dtype: str,
+                   direction: str) -> pathlib.Path:
+    """Save a PNG of achieved GB/s against size, one line per provider, with the copy ceiling."""
+    fig, ax = _new_figure()
+    draw_bandwidth(ax, rows, op=op, dtype=dtype, direction=direction)
+    return _save(fig, out_path)
+
+
+_LADDER_SIZE = (9.0, 5.0)
+
+
+def _ladder_of(op: str) -> tuple[str, ...]:
+    """The op's declared ladder; () when it declares none or is not an op in this checkout."""
+    from ..model import registry
+
+    try:
+        return tuple(getattr(registry.spec(op), "ladder", ()) or ())
+    except ValueError:
+        return ()
+
+
+def _declared_ladder(op: str) -> tuple[str, ...]:
+    ladder = _ladder_of(op)
+    if not ladder:
+        raise ValueError(f"op {op!r} declares no ladder (its spec's ladder is empty, or it is not an op "
+                         f"in this checkout)")
+    return ladder
+
+
+def plot_ladder(rows: list[Row], out_path: pathlib.Path, *, op: str, dtype: str, direction: str,
+                shape: str | None = None) -> pathlib.Path:
+    """Save a PNG of the op's ladder (its spec's ``ladder``) at one size: GB/s per rung with the
+    step-to-step speedups, the baselines and the copy ceiling. See draw_ladder."""
+    fig, ax = _new_figure(_LADDER_SIZE)
+    draw_ladder(ax, rows, op=op, dtype=dtype, direction=direction, shape=shape, ladder=_declared_ladder(op))
+    return _save(fig, out_path)
+
+
+def _token(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "", s.replace("fwd+bwd", "fwdbwd")) or "unknown"
+
+
+def _panels(rows: list[Row]) -> list[tuple[str, str, str, list[Row], list[str]]]:
+    """(op, dtype, direction, its newest run's rows, panels) for each combination in the rows, where
+    the panels are those the rows support, in order: "speedup_vs_eager" and "speedup_vs_compile"
+    when that baseline was run, and "throughput" (TFLOP/s) for a compute-bound op's rows or else
+    "bandwidth" when bandwidth is known."""
+    out = []
+    for op, dtype, direction in sorted({(str(r["op"]), str(r["dtype"]), str(r["direction"])) for r in rows}):
+        sel = newest_run(rows, op=op, dtype=dtype, direction=direction)
+        providers = {r.get("variant") for r in sel if r.get("median_ms") is not None}
+        sel += newest_run(rows, op=op, dtype=dtype, direction=direction, untrusted=True)  # named, not drawn
+        panels = [f"speedup_vs_{b}" for b in BASELINES if b in providers]
+        if compute_bound(sel):
+            panels.append("throughput")
+        elif any(gbps(r) is not None for r in sel):
+            panels.append("bandwidth")
+        out.append((op, dtype, direction, sel, panels))
+    return out
+
+
+def _draw_panel(ax: Axes, panel: str, rows: list[Row], *, op: str, dtype: str, direction: str) -> None:
+    if panel == "bandwidth":
+        draw_bandwidth(ax, rows, op=op, dtype=dtype, direction=direction)
+    elif panel == "throughput":
+        draw_throughput(ax, rows, op=op, dtype=dtype, direction=direction)
+    else:
+        draw_speedup(ax, rows, op=op, dtype=dtype, direction=direction, baseline=panel.rsplit("_", 1)[1])
+
+
+def plot_all(rows: list[Row], out_dir: pathlib.Path) -> list[pathlib.Path]:
+    """Every plot the rows support, for each (op, dtype, direction) present; returns the paths.
+
+    Per combination (its newest run): ``<op>_<direction>_<dtype>_speedup_vs_eager.png`` and
+    ``..._speedup_vs_compile.png`` when that baseline was run, and ``..._throughput.png`` (TFLOP/s,
+    compute-bound ops) or ``..._bandwidth.png`` when bandwidth is known; ``..._ladder.png`` when the op's spec declares a ladder and two or more of
+    its rungs have rows at some size (drawn at the largest such size). "fwd+bwd" is written
+    "fwdbwd" in file names. ``roofline_fwd.png`` (and ``roofline_fwdbwd.png``): every op's best
+    variant per dtype by arithmetic intensity and TFLOP/s (workbench/explain/roofline.py).
+    """
+    out_dir = pathlib.Path(out_dir)
+    paths: list[pathlib.Path] = []
+    ladders: dict[str, tuple[str, ...]] = {}
+    for op, dtype, direction, sel, panels in _panels(rows):
+        stem = f"{_token(op)}_{_token(direction)}_{_token(dtype)}"
+        for panel in panels:
+            fig, ax = _new_figure()
+            _draw_panel(ax, panel, sel, op=op, dtype=dtype, direction=direction)
+            paths.append(_save(fig, out_dir / f"{stem}_{panel}.png"))
+        if op not in ladders:
+            ladders[op] = _ladder_of(op)
+        if _has_ladder(sel, ladders[op]):
+            fig, ax = _new_figure(_LADDER_SIZE)
+            draw_ladder(ax, sel, op=op, dtype=dtype, direction=direction, ladder=ladders[op])
+            paths.append(_save(fig, out_dir / f"{stem}_ladder.png"))
+    from . import roofline
+    for direction in ("fwd", "fwd+bwd"):  # every op's best variant per dtype under the measured roofs
+        if roofline.points(rows, direction=direction):
+            fig, ax = _new_figure((12.0, 6.0))
+            roofline.draw(ax, rows, direction=direction)
+            paths.append(_save(fig, out_dir / f"roofline_{_token(direction)}.png"))
+    return paths
+
+
+def _has_ladder(sel: list[Row], ladder: tuple[str, ...], shape: str | None = None) -> bool:
+    """Whether draw_ladder can draw these rows (one run's): two or more rungs at the shape."""
+    try:
+        ladder_at(rows_by_shape(sel), ladder, shape, "")
+    except ValueError:
+        return False
+    return True
+
+
+@functools.cache
+def _notebook_figure_class() -> type:
+    from matplotlib.figure import Figure
+
+    class NotebookFigure(Figure):
+        """A Figure that Jupyter shows as a PNG by itself: no pyplot, no backend to select."""
+
+        def _repr_png_(self) -> bytes:
+            buf = io.BytesIO()
+            self.savefig(buf, format="png", dpi=_DPI)
+            return buf.getvalue()
+
+    return NotebookFigure
+
+
+def figure(rows: list[Row]) -> Figure:
+    """Every plot that plot_all() would save, drawn into one Figure and returned, nothing written:
+    a row of panels (speedup over eager, over torch.compile, achieved GB/s) per (op, dtype,
+    direction). The last expression of a notebook cell displays it inline."""
+    panels = _panels(list(rows))
+    if not panels:
+        raise ValueError("figure: no benchmark rows to plot")
+    ncols = max(len(p[-1]) for p in panels)
+    fig = _notebook_figure_class()(figsize=(5.2 * ncols, 3.9 * len(panels)), layout="constrained")
+    axes = fig.subplots(len(panels), ncols, squeeze=False)
+    for row_axes, (op, dtype, direction, sel, names) in zip(axes, panels):
+        for ax, panel in zip(row_axes, names):
+            _draw_panel(ax, panel, sel, op=op, dtype=dtype, direction=direction)
+        for ax in row_axes[len(names):]:
+            ax.set_visible(False)
+    return fig
+
+
+def ladder_figure(rows: Iterable[Row], *, op: str, dtype: str | None = None, direction: str | None = None,
+                  shape: str | None = None) -> Figure:
+    """The op's ladder (see plot_ladder) drawn into a Figure and returned, nothing written: one
+    panel per (dtype, direction), or only those named. Unnamed combinations whose rows cannot
+    make a ladder (fewer than two rungs at the size) are left out; named ones raise instead."""
+    ladder = _declared_ladder(op)
+    rows = [r for r in rows if r.get("op") == op]
+    combos = sorted({(str(r["dtype"]), str(r["direction"])) for r in rows
+                     if dtype in (None, r.get("dtype")) and direction in (None, r.get("direction"))})
+    if dtype is None or direction is None:
+        combos = [(d, di) for d, di in combos
+                  if _has_ladder(newest_run(rows, op=op, dtype=d, direction=di), ladder, shape)]
+    if not combos:
+        raise ValueError(f"ladder_figure: no rows for op={op!r} dtype={dtype!r} direction={direction!r} "
+                         f"with two or more of its ladder variants {list(ladder)} at one size")
+    fig = _notebook_figure_class()(figsize=(_LADDER_SIZE[0], _LADDER_SIZE[1] * len(combos)), layout="constrained")
+    for ax, (d, di) in zip(fig.subplots(len(combos), 1, squeeze=False)[:, 0], combos):
+        draw_ladder(ax, rows, op=op, dtype=d, direction=di, shape=shape, ladder=ladder)
+    return fig

@@ -1,0 +1,277 @@
+"""Drawing benchmark rows onto a given matplotlib Axes (plot.py makes the figures and files from
+these): speedup and rate curves against size, the ladder's bars, and the rows that are not drawn
+(wrong, impossible) named under the axes. Tests and notebooks inspect what was drawn."""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from ..measure.bench_rows import BASELINES, row_status, trusted
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+Row = dict[str, Any]
+
+
+def _untrusted(r: Row) -> str:
+    """"WRONG" or "IMPOSSIBLE" for a row whose output check failed or whose rate is beyond the
+    device (bench_rows.trusted): never drawn as a speedup or a rate; "" for any other row."""
+    return "" if trusted(r) else row_status(r)
+
+
+def newest_run(rows: Iterable[Row], *, op: str, dtype: str, direction: str, untrusted: bool = False) -> list[Row]:
+    """The trusted rows for op/dtype/direction from the newest run_id among them (untrusted=True:
+    that run's WRONG and IMPOSSIBLE rows instead, which the plots name but do not draw).
+
+    "Newest" is the run with the latest timestamp (ISO 8601 UTC strings sort chronologically).
+    Rows already filtered to one run come back unchanged.
+    """
+    sel = [r for r in rows if r.get("op") == op and r.get("dtype") == dtype and r.get("direction") == direction]
+    if not sel:
+        raise ValueError(f"no rows for op={op!r} dtype={dtype!r} direction={direction!r}")
+    latest: dict[Any, str] = {}
+    for r in sel:
+        rid, ts = r.get("run_id"), str(r.get("timestamp") or "")
+        latest[rid] = max(latest.get(rid, ""), ts)
+    newest = max(latest, key=lambda rid: latest[rid])
+    return [r for r in sel if r.get("run_id") == newest and bool(_untrusted(r)) == untrusted]
+
+
+def _mark_untrusted(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direction: str) -> None:
+    """Name, in red under the axes, the rows of this panel that are not drawn and why."""
+    bad = newest_run(rows, op=op, dtype=dtype, direction=direction, untrusted=True)
+    if bad:
+        text = "not drawn: " + "; ".join(f"{r['variant']} {r['shape']} {_untrusted(r)}" for r in bad[:4]) \
+            + (f"; {len(bad) - 4} more" if len(bad) > 4 else "")
+        # below the x axis label, clear of the data and the legend (constrained layout makes room)
+        ax.annotate(text, xy=(0, 0), xycoords="axes fraction", xytext=(0, -40), textcoords="offset points",
+                    color="red", fontsize="x-small", va="top", annotation_clip=False)
+
+
+def _median_by_provider(rows: list[Row]) -> dict[str, dict[str, tuple[int, float]]]:
+    """provider -> shape -> (numel, median_ms); a later row for the same point wins."""
+    out: dict[str, dict[str, tuple[int, float]]] = {}
+    for r in rows:
+        if r.get("median_ms") is None:
+            continue
+        out.setdefault(str(r["variant"]), {})[str(r["shape"])] = (int(r["numel"]), float(r["median_ms"]))
+    return out
+
+
+def _order(providers: Iterable[str]) -> list[str]:
+    # Variants first in the order they were benchmarked, then the baselines in fixed order, so
+    # colours and legend order are stable between plots.
+    ps = list(providers)
+    return [p for p in ps if p not in BASELINES] + [b for b in BASELINES if b in ps]
+
+
+def _style(provider: str) -> dict[str, Any]:
+    return {"linestyle": ":", "marker": "s"} if provider in BASELINES else {"linestyle": "-", "marker": "o"}
+
+
+def _gpu_title(rows: list[Row]) -> str | None:
+    gpus = {r.get("gpu") for r in rows if r.get("gpu")}
+    return str(next(iter(gpus))) if len(gpus) == 1 else None
+
+
+def draw_speedup(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direction: str,
+                  baseline: str = "eager") -> None:
+    """Draw speedup over ``baseline`` (baseline median / provider median, same shape) vs numel."""
+    sel = newest_run(rows, op=op, dtype=dtype, direction=direction)
+    medians = _median_by_provider(sel)
+    base = medians.get(baseline)
+    if not base:
+        raise ValueError(f"no {baseline!r} rows for {op} {direction} {dtype}: cannot plot speedup over it")
+    for provider in _order(p for p in medians if p != baseline):
+        pts = sorted(
+            (numel, base[shape][1] / ms)
+            for shape, (numel, ms) in medians[provider].items()
+            if shape in base and ms > 0
+        )
+        if pts:
+            xs, ys = zip(*pts)
+            ax.plot(xs, ys, label=provider, **_style(provider))
+    ax.axhline(1.0, color="gray", linestyle="--", linewidth=1.0, label=f"{baseline} (baseline)")
+    ax.set_xscale("log")
+    ax.set_xlabel("size (elements)")
+    ax.set_ylabel(f"speedup over {baseline} (x)")
+    ax.set_title(f"{op} {direction} {dtype}: speedup over {baseline}")
+    _mark_untrusted(ax, rows, op=op, dtype=dtype, direction=direction)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(title=_gpu_title(sel), fontsize="small")
+
+
+def gbps(r: Row) -> float | None:
+    if r.get("GBps") is not None:
+        return float(r["GBps"])
+    # Fall back to the declared bytes when a writer left GBps empty.
+    if r.get("bytes") and r.get("median_ms"):
+        return float(r["bytes"]) / (float(r["median_ms"]) * 1e-3) / 1e9
+    return None
+
+
+def _ceiling(rows: list[Row]) -> float | None:
+    """The rows' copy ceiling in GB/s, or None where there is none (CPU rows carry NaN)."""
+    ceilings = [float(r["ceiling_GBps"]) for r in rows
+                if r.get("ceiling_GBps") and math.isfinite(float(r["ceiling_GBps"]))]
+    # One GPU per run, so the rows agree; max() only guards against a stray value.
+    return max(ceilings) if ceilings else None
+
+
+def compute_bound(rows: list[Row]) -> bool:
+    """Whether the rows are a compute-bound op's (they carry TFLOP/s against the GEMM ceiling):
+    their plots show TFLOP/s and that ceiling, not GB/s and the copy ceiling."""
+    return any(r.get("matmul_ceiling_TFLOPs") is not None for r in rows)
+
+
+def _tflops(r: Row) -> float | None:
+    return float(r["TFLOPs"]) if r.get("TFLOPs") is not None else None
+
+
+def _rate(rows: list[Row]) -> tuple[Any, Any, str, float | None, str]:
+    """What the rows are measured in: (row -> value or None, value -> label, axis label, ceiling
+    or None, the ceiling's legend). TFLOP/s against cuBLAS's rate for a compute-bound op's rows,
+    achieved GB/s against the copy rate otherwise."""
+    if compute_bound(rows):
+        peaks = [float(r["matmul_ceiling_TFLOPs"]) for r in rows
+                 if r.get("matmul_ceiling_TFLOPs") is not None and math.isfinite(float(r["matmul_ceiling_TFLOPs"]))]
+        c = max(peaks) if peaks else None
+        return (_tflops, lambda t: f"{t:.1f} TFLOP/s" if t >= 1 else f"{t:.2g} TFLOP/s", "achieved TFLOP/s", c,
+                f"compute ceiling: cuBLAS at 8192^3, {c:.0f} TFLOP/s" if c else "")
+    c = _ceiling(rows)
+    return (gbps, _fmt_gbps, "achieved GB/s", c,
+            f"memory ceiling: copy rate {c:.0f} GB/s (bytes read + written)" if c else "")
+
+
+def _draw_curves(ax: Axes, rows: Iterable[Row], sel: list[Row], points: dict[str, dict[str, tuple[int, float]]], *,
+                 ceiling: float | None, ceiling_label: str, xlabel: str, ylabel: str, title: str, op: str,
+                 dtype: str, direction: str, legend_size: str) -> None:
+    """One curve per provider through its (size, rate) points, the ceiling as a horizontal line,
+    and the rows that are not drawn (wrong, impossible) named under the axes."""
+    for provider in _order(points):
+        xs, ys = zip(*sorted(points[provider].values()))
+        ax.plot(xs, ys, label=provider, **_style(provider))
+    if ceiling is not None:
+        ax.axhline(ceiling, color="black", linestyle="--", linewidth=1.0, label=ceiling_label)
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{op} {direction} {dtype}: {title}")
+    _mark_untrusted(ax, rows, op=op, dtype=dtype, direction=direction)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(title=_gpu_title(sel), fontsize=legend_size, loc="best")
+
+
+def draw_throughput(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direction: str) -> None:
+    """A compute-bound op's counterpart of the bandwidth panel: achieved TFLOP/s against size per
+    provider, and cuBLAS's rate (the matmul ceiling) as a horizontal line."""
+    sel = newest_run(rows, op=op, dtype=dtype, direction=direction)
+    value, _, ylabel, c, ceiling_label = _rate(sel)
+    points: dict[str, dict[str, tuple[int, float]]] = {}
+    for r in sel:
+        t = value(r)
+        if t is not None and r.get("flops"):
+            points.setdefault(str(r["variant"]), {})[str(r["shape"])] = (int(r["flops"]), t)
+    if not points:
+        raise ValueError(f"no TFLOP/s in the rows for {op} {direction} {dtype}")
+    _draw_curves(ax, rows, sel, points, ceiling=c, ceiling_label=ceiling_label, xlabel="work (FLOPs per call)",
+                 ylabel=ylabel, title="achieved TFLOP/s", op=op, dtype=dtype, direction=direction,
+                 legend_size="x-small")
+
+
+def draw_bandwidth(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direction: str) -> None:
+    """Draw achieved GB/s vs numel per provider, and the copy ceiling as a horizontal line."""
+    sel = newest_run(rows, op=op, dtype=dtype, direction=direction)
+    points: dict[str, dict[str, tuple[int, float]]] = {}
+    for r in sel:
+        g = gbps(r)
+        if g is not None:
+            points.setdefault(str(r["variant"]), {})[str(r["shape"])] = (int(r["numel"]), g)
+    if not points:
+        raise ValueError(f"no bandwidth (GBps or bytes) in the rows for {op} {direction} {dtype}")
+    c = _ceiling(sel)
+    _draw_curves(ax, rows, sel, points, ceiling=c, ceiling_label=f"copy ceiling {c:.0f} GB/s" if c else "",
+                 xlabel="size (elements)", ylabel="achieved GB/s", title="achieved bandwidth", op=op, dtype=dtype,
+                 direction=direction, legend_size="small")
+
+
+def _fmt_gbps(g: float) -> str:
+    return f"{g:.0f} GB/s" if g >= 10 else f"{g:.2g} GB/s"
+
+
+def rows_by_shape(sel: list[Row]) -> dict[str, dict[str, Row]]:
+    """shape -> provider -> its row, for the timed rows with a bandwidth; a later row for the same
+    point wins. Shapes keep the order the rows give them (the order they were benchmarked in)."""
+    out: dict[str, dict[str, Row]] = {}
+    for r in sel:
+        if r.get("median_ms") is not None and float(r["median_ms"]) > 0 and (gbps(r) or _tflops(r)) is not None:
+            out.setdefault(str(r["shape"]), {})[str(r["variant"])] = r
+    return out
+
+
+def ladder_at(by_shape: dict[str, dict[str, Row]], ladder: tuple[str, ...], shape: str | None,
+               what: str) -> tuple[str, list[str]]:
+    """(the shape, the ladder variants with rows there, in ladder order). shape=None picks the
+    largest numel at which two or more rungs have rows (the first benchmarked of equal numels)."""
+    if shape is None:
+        fit = [s for s, at in by_shape.items() if sum(v in at for v in ladder) >= 2]
+        if not fit:
+            raise ValueError(f"ladder: {what} has no size at which two or more of its ladder variants "
+                             f"{list(ladder)} have rows")
+        shape = max(fit, key=lambda s: int(next(iter(by_shape[s].values()))["numel"]))
+    if shape not in by_shape:
+        raise ValueError(f"ladder: no rows for {what} at shape {shape!r}; its shapes: {list(by_shape)}")
+    rungs = [v for v in ladder if v in by_shape[shape]]
+    if len(rungs) < 2:
+        raise ValueError(f"ladder: {what} {shape} has rows for {len(rungs)} of its ladder variants "
+                         f"{list(ladder)} ({rungs}); a ladder needs two or more")
+    return shape, rungs
+
+
+def draw_ladder(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direction: str,
+                 shape: str | None = None, ladder: tuple[str, ...]) -> None:
+    """Draw the ladder at one size of the newest run: a bar of achieved GB/s per rung with rows, in
+    ladder order, each labelled with its GB/s and (from the second on) its speedup over the rung
+    before it; the first-to-last speedup in a text box; the baselines after the rungs as grey
+    hatched bars outside that chain; the copy ceiling as a dashed line where the rows have one.
+    A compute-bound op's rows (_rate): TFLOP/s and the matmul ceiling instead.
+
+    shape: a shape label such as "16384x16384" (default: the largest size with two or more rungs).
+    """
+    sel = newest_run(rows, op=op, dtype=dtype, direction=direction)
+    by_shape = rows_by_shape(sel)
+    shape, rungs = ladder_at(by_shape, ladder, shape, f"{op} {direction} {dtype}")
+    at = by_shape[shape]
+    baselines = [b for b in BASELINES if b in at] + [
+        v for v, r in at.items() if r.get("kind") == "baseline" and v not in BASELINES and v not in ladder]
+    value, fmt, ylabel, c, ceiling_label = _rate(sel)
+    ms = {v: float(at[v]["median_ms"]) for v in rungs}
+    heights = [float(value(at[v]) or 0.0) for v in rungs + baselines]
+
+    bars = ax.bar(range(len(rungs)), heights[:len(rungs)], color="C0", label="ladder rungs")
+    labels = [fmt(heights[0])] + [f"{fmt(h)}\nx{ms[prev] / ms[v]:.2f}"
+                                  for prev, v, h in zip(rungs, rungs[1:], heights[1:])]
+    # A white backing keeps a label readable where the ceiling line crosses it.
+    text = {"padding": 2, "fontsize": "x-small", "bbox": {"facecolor": "white", "edgecolor": "none", "pad": 0.5}}
+    ax.bar_label(bars, labels=labels, **text)
+    if baselines:
+        bars = ax.bar(range(len(rungs), len(heights)), heights[len(rungs):], color="lightgray",
+                      edgecolor="dimgray", hatch="//", label="baselines (not rungs)")
+        ax.bar_label(bars, labels=[fmt(h) for h in heights[len(rungs):]], **text)
+    top = max(heights)
+    if c is not None:
+        ax.axhline(c, color="black", linestyle="--", linewidth=1.0, label=ceiling_label)
+        top = max(top, c)
+    ax.text(0.02, 0.97, f"{rungs[0]} -> {rungs[-1]}: x{ms[rungs[0]] / ms[rungs[-1]]:.2f} overall",
+            transform=ax.transAxes, ha="left", va="top", fontsize="small",
+            bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.85})
+    ax.set_xticks(range(len(heights)), rungs + baselines, rotation=30, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, top * 1.55)  # room above the bars for their labels, the text box and the legend
+    ax.set_title(f"{op} {direction} {dtype} {shape}: the ladder")
+    _mark_untrusted(ax, rows, op=op, dtype=dtype, direction=direction)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(title=_gpu_title(sel), fontsize="small", loc="upper right")

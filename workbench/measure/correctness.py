@@ -1,0 +1,392 @@
+"""Correctness: the check matrix against a float64 reference, for any op (gradients.py: gradcheck).
+
+Every case draws fresh random inputs from the op's spec, poisons the memory the op's outputs will
+land in (so an element the kernel never writes shows up as NaN), and compares each output and each
+gradient with the float64 reference by relative norm error and element-wise tolerance, scaled for
+an element that sums n terms; NaN passes only where the reference has it.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from .. import dtypes as dtypes_
+from ..run import loader
+from ..model import registry
+from ..build import toolchain
+from ..model.opspec import LAYOUTS, as_tuple
+
+
+@dataclass
+class Case:
+    what: str            # "forward", "backward dx", "backward dbias", "determinism"
+    shape: tuple         # the size (for most ops, the first input's shape)
+    dtype: str
+    layout: str          # "contiguous", "strided", "offset", "transposed"
+    passed: bool
+    # What was measured, and only that: NaN where no difference was measured (a determinism
+    # comparison of bits, a passing gradcheck, a call that raised), and then not printed.
+    rel_err: float = math.nan
+    max_abs_err: float = math.nan
+    where: tuple | None = None   # index of the worst element
+    note: str = ""
+
+    @property
+    def measured(self) -> bool:
+        return _measured(self.rel_err) or _measured(self.max_abs_err)
+
+    def line(self) -> str:
+        mark = "ok  " if self.passed else "FAIL"
+        shape = "x".join(map(str, self.shape)) or "scalar"
+        nums = ""
+        if _measured(self.rel_err):
+            nums += f" rel {self.rel_err:.2e}"
+        if _measured(self.max_abs_err):
+            nums += f" max|d| {self.max_abs_err:.2e}"
+        where = f" worst at {list(self.where)}" if self.where is not None and not self.passed else ""
+        return f"{mark} {self.what:15s} {shape:>10s} {self.dtype:9s} {self.layout:10s}{nums}{where} {self.note}".rstrip()
+
+
+def _measured(x) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
+
+
+@dataclass
+class Report:
+    op: str
+    variant: str
+    device: str
+    cases: list[Case] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    method: str = ""     # gradcheck: which method was used
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.cases) and all(c.passed for c in self.cases)
+
+    @property
+    def failures(self) -> list[Case]:
+        return [c for c in self.cases if not c.passed]
+
+    def summary(self) -> str:
+        n, bad = len(self.cases), len(self.failures)
+        head = f"{self.op}/{self.variant} on {self.device}: {n - bad}/{n} cases passed"
+        if self.method:
+            head += f" ({self.method})"
+        lines = [head] + [c.line() for c in self.failures[:20]]
+        lines += [f"skipped: {s}" for s in self.skipped]
+        return "\n".join(lines)
+
+    def table(self) -> str:
+        return "\n".join([self.summary().splitlines()[0]] + [c.line() for c in self.cases])
+
+    def raise_if_failed(self) -> "Report":
+        if not self.ok:
+            raise AssertionError(self.summary())
+        return self
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Report":
+        def num(x):  # JSON carries NaN; an older report may hold None
+            return math.nan if x is None else float(x)
+        cases = [Case(**{**c, "shape": tuple(c["shape"]), "where": None if c["where"] is None else tuple(c["where"]),
+                         "rel_err": num(c.get("rel_err")), "max_abs_err": num(c.get("max_abs_err"))})
+                 for c in d["cases"]]
+        return cls(d["op"], d["variant"], d["device"], cases, list(d["skipped"]), d["method"])
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, dtype, *, terms: int = 1
+            ) -> tuple[bool, float, float, tuple | None, str]:
+    """(passed, relative norm error, max abs error, worst index, note) of out against a float64 ref.
+    `terms`: how many values each element sums (a sum's rounding error grows as sqrt(terms)).
+    Computed where the reference lives (the GPU for a CUDA variant), with one transfer of a few
+    numbers back: a check runs hundreds of these."""
+    rel_tol, atol, rtol = dtypes_.tolerance(dtype)
+    atol *= math.sqrt(max(terms, 1))
+    if out.shape != ref.shape:
+        return False, math.inf, math.inf, None, f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
+    if out.numel() == 0:
+        return True, 0.0, 0.0, None, "empty"
+    r = ref.detach().to(torch.float64)
+    o = out.detach().to(r.device, torch.float64)
+    nan_o, nan_r = torch.isnan(o), torch.isnan(r)
+    nan_mismatch = nan_o != nan_r
+    zero = torch.zeros((), dtype=torch.float64, device=r.device)
+    diff = torch.where(nan_r, zero, (o - r).abs())
+    diff = torch.where(torch.isinf(r) & (o == r), zero, diff)
+    finite_diff = torch.where(torch.isfinite(diff), diff, zero)
+    finite_r = torch.where(torch.isfinite(r), r, zero)
+    bound = atol + rtol * r.abs()
+    bad = (diff > torch.where(torch.isfinite(bound), bound, torch.full_like(bound, math.inf))) | torch.isnan(diff)
+    worst = torch.argmax(torch.nan_to_num(diff, nan=math.inf).reshape(-1))
+    first_nan = torch.argmax(nan_mismatch.reshape(-1).to(torch.uint8))
+    stats = torch.stack([nan_mismatch.any().double(), finite_r.norm(), finite_diff.norm(), bad.sum().double(),
+                         diff.max(), worst.double(), first_nan.double()]).tolist()  # the one sync
+    any_nan_mismatch, r_norm, diff_norm, n_bad, max_abs, worst_flat, nan_flat = stats
+    if any_nan_mismatch:
+        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(int(nan_flat)), o.shape))
+        return False, math.inf, math.inf, idx, "NaN where the reference has none (unwritten element?)" \
+            if bool(nan_o[idx]) else "reference is NaN here, output is not"
+    # Floor the norm at what the absolute tolerance allows, so a tensor of tiny values (GELU of a
+    # very negative input, which fp16 rounds to 0) is not judged by its relative error alone.
+    rel = diff_norm / max(r_norm, atol * math.sqrt(r.numel()))
+    where = tuple(int(i) for i in torch.unravel_index(torch.tensor(int(worst_flat)), o.shape))
+    # The norm criterion needs enough elements to mean something: over a handful, one element
+    # near a zero of the function (where any float32 formula cancels) decides it alone. Small
+    # tensors are held to the element-wise bound only.
+    norm_ok = rel <= rel_tol or r.numel() < 32
+    passed = norm_ok and n_bad == 0
+    note = "" if passed else (f"{int(n_bad)} elements beyond atol {atol:g} + rtol {rtol:g}" if n_bad
+                              else f"relative error above {rel_tol:g}")
+    return passed, rel, max_abs, where, note
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit-identical (NaN equal to the same NaN), the test for determinism."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+
+    def flat_bytes(t):  # a fresh stride-1 copy: reshape/contiguous keep odd strides on size-1 dims
+        return t.new_empty(t.numel()).copy_(t.reshape(-1)).view(torch.uint8)
+    return torch.equal(flat_bytes(a), flat_bytes(b))
+
+
+def _compare_all(prefix: str, names, got, refs, terms, shape, dname, layout) -> list[Case]:
+    got = as_tuple(got)
+    if len(got) != len(refs):
+        return [Case(prefix.strip() or "outputs", shape, dname, layout, False,
+                     note=f"{len(got)} tensors returned, {len(refs)} expected")]
+    return [Case(f"{prefix}{n}".strip(), shape, dname, layout, *compare(g, r, dname, terms=t))
+            for n, g, r, t in zip(names, got, refs, terms)]
+
+
+# What a launcher returns for a dtype its dispatch lacks (kernels/common/wb_cpu.h, wb_cuda.h), in
+# the harness's message: "... forward failed: dtype not supported by this variant (status -1)".
+DTYPE_REFUSED = "dtype not supported by this variant"
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _fatal(e: BaseException, device: torch.device) -> bool:
+    """An error that leaves the CUDA context unusable (an illegal address, a device-side assert):
+    every later case would fail with it, so it propagates (isolate=True keeps it in a child)."""
+    if isinstance(e, getattr(torch, "AcceleratorError", ())):
+        return True
+    if device.type == "cuda":
+        try:
+            torch.cuda.synchronize(device)
+        except Exception:  # noqa: BLE001 - the context is gone, whatever the type
+            return True
+    return False
+
+
+def _raised(what: str, e: Exception, size, dname: str, layout: str, device: torch.device) -> Case:
+    """A failed case for a kernel call that raised, naming the case; a fatal CUDA error is re-raised."""
+    if _fatal(e, device):
+        raise e
+    msg = _first_line(e)
+    if DTYPE_REFUSED in msg:
+        note = f"declared {dname} but the launcher refused it: {msg}"
+    else:
+        note = f"raised {type(e).__name__}: {msg}"
+    return Case(what, tuple(size), dname, layout, False, note=note)
+
+
+def _device_for(kernel) -> torch.device:
+    if kernel.device == "cuda":
+        if not toolchain.gpu_available():
+            raise RuntimeError(f"{kernel.op}/{kernel.name} runs on CUDA and this machine has no usable GPU "
+                               f"(torch.cuda.is_available() is False); check a CPU variant such as 'cpu'")
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _generator(device: torch.device, seed: int) -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g
+
+
+def with_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """The same values in another memory layout: a strided (non-contiguous) view, a contiguous view
+    whose data pointer is offset by one element (misaligned for 16-byte vector loads), or the
+    transpose of a contiguous tensor, transposed back (a column-major view; 1-D stays as it is)."""
+    if layout == "contiguous" or t.numel() == 0:
+        return t
+    if layout == "strided":
+        if t.dim() == 0:
+            return t
+        wide = torch.empty((*t.shape[:-1], 2 * t.shape[-1]), dtype=t.dtype, device=t.device)
+        view = wide[..., ::2]
+        view.copy_(t)
+        return view
+    if layout == "offset":
+        buf = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+        view = buf[1:].view(t.shape)
+        view.copy_(t)
+        return view
+    if layout == "transposed":
+        return t if t.dim() < 2 else t.transpose(-1, -2).contiguous().transpose(-1, -2)
+    raise ValueError(f"layout must be one of {LAYOUTS}; got {layout!r}")
+
+
+@contextlib.contextmanager
+def _poisoned_outputs():
+    """Inside: every tensor the op allocates (its outputs too) starts as NaN, so an element the
+    kernel never writes fails the comparison. torch's deterministic mode fills uninitialised memory
+    from at::empty on CPU and CUDA alike; freeing a NaN block and hoping the allocator hands it
+    back works for CUDA's caching allocator but not for CPU malloc."""
+    was = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+        torch.use_deterministic_algorithms(was, warn_only=warn_only)
+
+
+def _seed(seed: int | None) -> int:
+    return int.from_bytes(os.urandom(4), "little") if seed is None else seed
+
+
+def _isolated(kind: str, op: str, variant, kwargs: dict) -> Report:
+    from ..run import isolate
+
+    return Report.from_dict(isolate.run(kind, isolate.variant_address(op, variant), kwargs))
+
+
+def _kernel(op: str, variant):
+    if isinstance(variant, loader.Kernel):
+        return variant
+    if callable(variant) and not isinstance(variant, str):  # bring your own (byo.py): probed once
+        from ..run import byo
+
+        return byo.variant(variant, op=op)
+    return loader.get(op, variant)
+
+
+def _probe_note(kernel, report: Report) -> None:
+    """A callable's or extension's probe (what it ran on, whether autograd flows), as a note."""
+    probe = getattr(kernel, "probe", "")
+    if probe:
+        report.skipped.append(f"note: {probe}")
+
+
+def _wanted_dtypes(kernel, dtypes, report: Report) -> list[str]:
+    wanted = list(kernel.dtypes) if dtypes is None else dtypes_.names(dtypes)
+    for name in wanted:
+        if name not in kernel.dtypes:
+            report.skipped.append(f"{name}: not supported by {kernel.name} (supports {', '.join(kernel.dtypes)})")
+    return [d for d in wanted if d in kernel.dtypes]
+
+
+def check(op: str, variant, *, dtypes=None, shapes=None, layouts=("contiguous", "strided", "offset", "transposed"),
+          seed: int | None = None, backward: bool = True, verbose: bool = False, isolate: bool = False,
+          on_case=None) -> Report:
+    """Run the correctness matrix for one variant (a name, a Kernel, or any callable: byo.py's
+    wb.variant, probed where undeclared): every supported dtype x size x layout (x the
+    spec's attribute samples, in turn), forward and backward, against the float64 reference.
+    `shapes`: sizes for the op's size pattern (default: the spec's check sizes). Returns a Report
+    (report.ok, report.table()). isolate=True runs it in a child process: a kernel that faults
+    raises IsolatedRunError here and leaves this process, its CUDA context and its tensors as they
+    were. on_case(description) is called before each case runs (the exercise checker names the
+    case a crash happened in)."""
+    if isolate:
+        return _isolated("check", op, variant, dict(
+            dtypes=dtypes, shapes=[list(s) for s in shapes] if shapes else None, layouts=list(layouts),
+            seed=seed, backward=backward))
+    spec = registry.spec(op)
+    kernel = _kernel(op, variant)
+    device = _device_for(kernel)
+    report = Report(op, kernel.name, str(device))
+    _probe_note(kernel, report)
+    wanted = _wanted_dtypes(kernel, dtypes, report)
+    backward = backward and bool(spec.differentiable)
+    if backward and "backward" not in kernel.steps:
+        report.skipped.append(f"backward: {op}/{kernel.name} has no backward (a forward-only variant)")
+        backward = False
+    out_names = [o.name for o in spec.outputs] if len(spec.outputs) > 1 else [""]
+    grad_names = [t.name for t in spec.differentiable]
+    settings = spec.sample_attrs()
+    gen = _generator(device, _seed(seed))
+    n = 0
+    for dname in wanted:
+        refused = False  # the launcher refused this declared dtype: one failed case says so, the rest skip
+        for size in (shapes or spec.check_sizes):
+            if refused:
+                break
+            size = tuple(size)
+            out_terms, grad_terms = spec.terms(size)
+            for layout in layouts:
+                if layout != "contiguous" and 0 in size:
+                    continue
+                attrs = settings[n % len(settings)]
+                n += 1
+                inputs = [with_layout(t, layout) for t in spec.new_inputs(size, dname, device, gen)]
+                label = f"{spec.label(size)} {dname} {layout}" + (f" {attrs}" if attrs else "")
+                cases = []
+                try:
+                    step = "forward"
+                    if on_case:
+                        on_case(f"forward {label}")
+                    with _poisoned_outputs():
+                        out = kernel(*inputs, **attrs)
+                    cases += _compare_all("forward " if out_names != [""] else "forward", out_names, out,
+                                          spec.run_reference(inputs, attrs), out_terms, size, dname, layout)
+                    if backward:
+                        step = "backward"
+                        grads = [with_layout(torch.randn(r.shape, generator=gen, device=device,
+                                                         dtype=torch.float32).to(r.dtype), layout)
+                                 for r in as_tuple(out)]
+                        if on_case:
+                            on_case(f"backward {label}")
+                        with _poisoned_outputs():
+                            got = kernel.backward(*grads, *inputs, **attrs)
+                        cases += _compare_all("backward d", grad_names, got,
+                                              spec.run_reference_backward(grads, inputs, attrs), grad_terms,
+                                              size, dname, layout)
+                    step = "determinism"
+                    if on_case:
+                        on_case(f"determinism {label}")
+                    # Run again on the same inputs, poisoned alike (an unwritten element is the
+                    # forward's failure, not this one's), and compare bits, NaN included.
+                    with _poisoned_outputs():
+                        same = all(same_bits(a, b) for a, b in zip(as_tuple(out), as_tuple(kernel(*inputs, **attrs))))
+                        if backward:
+                            same = same and all(same_bits(a, b) for a, b in
+                                                zip(as_tuple(got), as_tuple(kernel.backward(*grads, *inputs, **attrs))))
+                    cases.append(Case("determinism", size, dname, layout, same,
+                                      note="" if same else "two runs on the same inputs gave different bits"))
+                except Exception as e:  # noqa: BLE001 - a call that raised is this case's failure
+                    cases.append(_raised(step, e, size, dname, layout, device))
+                    if DTYPE_REFUSED in _first_line(e):
+                        refused = True
+                        report.skipped.append(f"{dname}: the rest of its cases, after the launcher refused it "
+                                              f"in {step} {label}")
+                report.cases += cases
+                if verbose:
+                    for c in cases:
+                        print(c.line())
+                if refused:
+                    break
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return report
+

@@ -1,0 +1,246 @@
+"""Proof that what was timed computed the right thing: outputs checked at the timed shape.
+
+A benchmark row, a profile and an exercise's speed verdict are only as good as the output behind
+them. Correctness is checked on small shapes (correctness.py); a kernel that skips work only at the
+large size it is timed at, or that replays an earlier answer once warmed up, passes those and then
+looks fast. So every timed shape is also a checked shape:
+
+- before timing, each provider runs once on freshly drawn inputs with its outputs poisoned (NaN);
+- the timed calls rotate through several input sets whose values change in place between samples
+  (benchmark._Group: an answer cached by pointer is then an answer to other inputs), and the
+  output of the last timed call is checked against its own inputs;
+- after timing, once more on new inputs (behaviour that changes after warm-up is caught).
+
+The trusted result is the float64 reference where its float64 copies fit in memory, else the
+op's eager baseline at the dtype (compared at twice the dtype's tolerance: both round). Against
+the float64 reference an element may also be off by EAGER_FACTOR times PyTorch's own largest
+error at the same inputs. A wrong output is a Verdict naming the check, the output, the largest
+error and where.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+
+from ..model.opspec import as_tuple
+
+# Share of the device's free memory the float64 reference (inputs, outputs, autograd's
+# intermediates: about 3x the float64 tensors) may take; beyond it the eager baseline is trusted.
+_REFERENCE_MEMORY_SHARE = 0.5
+_CPU_REFERENCE_BYTES = 8 * 2**30
+# Input sets the timed calls rotate through, where their memory allows (at most this share of
+# the free memory); fewer (down to one, said in a note) where it does not.
+ROTATE = 3
+_ROTATE_MEMORY_SHARE = 0.25
+
+CHECKED, WRONG, NOT_CHECKED = "ok", "wrong", "not checked"
+
+
+@dataclass
+class Verdict:
+    status: str                 # CHECKED ("ok"), WRONG, NOT_CHECKED
+    detail: str = ""            # one line: for WRONG, which check, which output, the error and where
+    max_abs_err: float = math.nan
+    where: tuple | None = None
+    against: str = ""           # "float64 reference" or "eager float32 (...)"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == CHECKED
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["where"] = list(self.where) if self.where is not None else None
+        return d
+
+
+def _free_bytes(device: torch.device) -> int:
+    """Memory a new tensor can have: the device's free memory plus what PyTorch's caching allocator
+    holds in reserve (freed blocks it keeps, which the driver counts as used)."""
+    if device.type == "cuda":
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return int(torch.cuda.mem_get_info(device)[0]) + max(0, int(cached))
+    return _CPU_REFERENCE_BYTES
+
+
+def tensors_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def rotation(inputs_bytes: int, device: torch.device, copies: int = 1) -> int:
+    """How many input sets the timed calls can rotate through here (1 to ROTATE), with `copies`
+    copies of each in memory."""
+    if inputs_bytes <= 0:
+        return ROTATE
+    fits = int(_free_bytes(device) * _ROTATE_MEMORY_SHARE // (inputs_bytes * copies))
+    return max(1, min(ROTATE, fits))
+
+
+def _float64_fits(spec, size, device: torch.device) -> bool:
+    numel = sum(math.prod(s) for s in spec.input_shapes(size)) + 2 * sum(math.prod(s) for s in spec.output_shapes(size))
+    return 3 * 8 * numel <= _REFERENCE_MEMORY_SHARE * _free_bytes(device)
+
+
+def _eager_step(spec, inputs, attrs: dict, direction: str, grads=None) -> tuple:
+    """The op's eager math (PyTorch at the inputs' dtype) for one `direction` step."""
+    if direction == "fwd":
+        with torch.no_grad():
+            return as_tuple(spec.eager(*inputs, **attrs))
+    leaves = [t.detach().requires_grad_(s.differentiable) for s, t in zip(spec.inputs, inputs)]
+    outs = as_tuple(spec.eager(*leaves, **attrs))
+    wanted = [x for s, x in zip(spec.inputs, leaves) if s.differentiable]
+    got = torch.autograd.grad(outs, wanted, grads, allow_unused=True)
+    return tuple(torch.zeros_like(w) if g is None else g.detach() for g, w in zip(got, wanted))
+
+
+def expected(spec, size, inputs, attrs: dict, direction: str, grads=None) -> tuple[tuple, str, int]:
+    """(trusted results, what they are, tolerance scale) for one `direction` step on `inputs`:
+    the forward's outputs ("fwd"), the differentiable inputs' gradients for `grads` ("bwd",
+    "fwd+bwd": what the timed call returns)."""
+    device = inputs[0].device if inputs else torch.device("cpu")
+    if _float64_fits(spec, size, device):
+        if direction == "fwd":
+            return spec.run_reference(inputs, attrs), "float64 reference", 1
+        return spec.run_reference_backward(grads, inputs, attrs), "float64 reference", 1
+    dname = str(inputs[0].dtype).replace("torch.", "")
+    return _eager_step(spec, inputs, attrs, direction, grads), f"eager {dname} (float64 copies do not fit in memory)", 2
+
+
+# At a timed shape a tensor has up to billions of elements, and the tails of the rounding error
+# grow with their number: a float32 GEMM at 8192^3 had one element in 67 million 2.5x beyond the
+# check matrix's bound, in cuBLAS's result and every rung's alike. So an element may also be off by
+# up to EAGER_FACTOR times PyTorch's own largest error at the same inputs (skipped work, a replayed
+# answer or garbage are off by far more, or NaN).
+EAGER_FACTOR = 4
+
+
+def eager_floors(spec, inputs, attrs: dict, direction: str, grads, refs) -> tuple[float, ...]:
+    """EAGER_FACTOR x the largest |eager - reference| per output (0 where eager cannot run)."""
+    try:
+        ours = _eager_step(spec, inputs, attrs, direction, grads)
+    except Exception:  # noqa: BLE001 - no floor then: the dtype's bound alone
+        return tuple(0.0 for _ in refs)
+    floors = []
+    for e, r in zip(ours, refs):
+        if e.shape != r.shape or e.numel() == 0:
+            floors.append(0.0)
+            continue
+        d = (e.detach().to(torch.float64) - r.to(torch.float64)).abs()
+        worst = float(torch.nan_to_num(d, nan=0.0, posinf=0.0).max())
+        floors.append(EAGER_FACTOR * worst)
+    return tuple(floors)
+
+
+def names_of(spec, direction: str) -> list[str]:
+    if direction == "fwd":
+        return [o.name for o in spec.outputs]
+    return [f"d{t.name}" for t in spec.differentiable]
+
+
+def judge(spec, size, dname: str, direction: str, got, refs, against: str, scale: int, when: str,
+          floors=None) -> Verdict:
+    """Compare a step's results with the trusted ones; `when` names the check ("before timing",
+    "the last timed call", "after timing"); floors: per output, an absolute error always allowed
+    (eager_floors)."""
+    from .. import dtypes as dtypes_
+    from .correctness import compare
+
+    got = as_tuple(got)
+    names = names_of(spec, direction)
+    label = spec.label(size)
+    if len(got) != len(refs):
+        return Verdict(WRONG, f"{when}: {len(got)} tensors returned, {len(refs)} expected ({label} {dname})",
+                       against=against)
+    out_terms, grad_terms = spec.terms(size)
+    terms = out_terms if direction == "fwd" else grad_terms
+    worst = Verdict(CHECKED, f"checked at {label} {dname} against the {against}", 0.0, None, against)
+    atol = dtypes_.tolerance(dname)[1]
+    for name, g, r, t, floor in zip(names, got, refs, terms, floors or [0.0] * len(refs)):
+        # scale**2 terms: the absolute tolerance grows as sqrt(terms), so this is scale x it; at
+        # least the floor
+        terms_ok = max(max(t, 1) * scale * scale, (floor / atol) ** 2 if atol > 0 else 0)
+        passed, _rel, max_abs, where, note = compare(g, r, dname, terms=terms_ok)
+        if not passed:
+            at = f" at {list(where)}" if where is not None else ""
+            return Verdict(WRONG, f"{when}: {name} wrong at {label} {dname}: largest |difference| {max_abs:.3g}{at}"
+                           f" ({note}; against the {against})", max_abs, where, against)
+        if not math.isnan(max_abs) and max_abs > worst.max_abs_err:
+            worst.max_abs_err = max_abs
+    return worst
+
+
+def run_step(call, spec, inputs, attrs: dict, direction: str, grads=None):
+    """One `direction` step of `call` (the op's signature) on `inputs`, with autograd where it
+    needs it; returns the outputs (fwd) or the differentiable inputs' gradients."""
+    if direction == "fwd":  # grad mode left on: torch.compile's guards would recompile under no_grad
+        return as_tuple(call(*inputs, **attrs))
+    leaves = [t.detach().requires_grad_(s.differentiable) for s, t in zip(spec.inputs, inputs)]
+    outs = as_tuple(call(*leaves, **attrs))
+    wanted = [x for s, x in zip(spec.inputs, leaves) if s.differentiable]
+    return torch.autograd.grad(outs, wanted, grads)
+
+
+class Probe:
+    """Inputs drawn once (and output gradients for a backward) with their trusted results,
+    computed on first use: one probe serves every provider of a benchmark group, so the float64
+    reference runs once per group, not once per provider."""
+
+    def __init__(self, spec, size, dname: str, direction: str, attrs: dict, gen: torch.Generator,
+                 device: torch.device, inputs=None):
+        self.spec, self.size, self.dname, self.direction, self.attrs = spec, tuple(size), dname, direction, attrs
+        self.inputs = tuple(inputs) if inputs is not None else spec.new_inputs(self.size, dname, device, gen)
+        self.grads = None if direction == "fwd" else [
+            torch.randn(s, generator=gen, device=device, dtype=torch.float32).to(self.inputs[0].dtype)
+            for s in spec.output_shapes(self.size)]
+        self._expected = None
+
+    def expected(self) -> tuple[tuple, str, int, tuple]:
+        """(trusted results, what they are, tolerance scale, eager floors), computed once."""
+        if self._expected is None:
+            refs, against, scale = expected(self.spec, self.size, self.inputs, self.attrs, self.direction, self.grads)
+            floors = eager_floors(self.spec, self.inputs, self.attrs, self.direction, self.grads, refs) \
+                if scale == 1 else None
+            self._expected = (refs, against, scale, floors)
+        return self._expected
+
+    def judge(self, got, when: str) -> Verdict:
+        refs, against, scale, floors = self.expected()
+        return judge(self.spec, self.size, self.dname, self.direction, got, refs, against, scale, when, floors)
+
+    def check(self, call, when: str, *, poison: bool = True) -> Verdict:
+        """One step of `call` on the probe's inputs, its outputs poisoned (NaN) unless poison is
+        False (PyTorch's own baselines: torch.compile's guards would recompile under the
+        deterministic mode the poisoning uses), judged."""
+        import contextlib
+
+        from .correctness import _poisoned_outputs
+
+        try:
+            with _poisoned_outputs() if poison else contextlib.nullcontext():
+                got = run_step(call, self.spec, self.inputs, self.attrs, self.direction, self.grads)
+        except Exception as e:  # noqa: BLE001 - a call that raises at the timed shape is a wrong row, named
+            if "CUDA error" in str(e) or isinstance(e, torch.cuda.OutOfMemoryError):
+                raise
+            first = str(e).splitlines()[0] if str(e) else ""
+            return Verdict(WRONG, f"{when}: raised {type(e).__name__}: {first} ({self.spec.label(self.size)} {self.dname})")
+        return self.judge(got, when)
+
+
+def check_kernel_at(kernel, size, dtype: str, direction: str, *, seed: int = 0) -> Verdict:
+    """A loaded variant checked at one size: the step wb.profile measures ("fwd", or "bwd": the
+    variant's backward step alone), on fresh inputs with its outputs poisoned, against the float64
+    reference (or eager where it does not fit)."""
+    from .correctness import _poisoned_outputs
+
+    spec = kernel.spec
+    device = torch.device(kernel.device if kernel.device != "cuda" else f"cuda:{torch.cuda.current_device()}")
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    probe = Probe(spec, size, dtype, direction, spec.sample_attrs()[0], gen, device)
+    if direction != "bwd":
+        return probe.check(kernel, "the profiled call")
+    with _poisoned_outputs():
+        got = kernel.backward(*probe.grads, *probe.inputs, **probe.attrs)
+    return probe.judge(got, "the profiled call")

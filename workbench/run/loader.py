@@ -1,0 +1,428 @@
+"""Loading: the harness (built once per toolchain), each op's binding, and variant libraries.
+
+`load(op, variant)` makes sure the op is declared in this process (its schemas, fake and autograd
+registration, from its spec) and its binding is loaded, then finds the variant's source and hands
+its piece (build/tree.py) to the build pipeline (build.get_or_build: a warm hit loads with no ninja
+and no lock; otherwise it is built under the key's lock and published). The library is registered with the harness under `name` and
+`name@build_id`; the returned Kernel calls its exact build, so a handle to an older build keeps
+working after an edit. Each piece is its own library: editing one op's binding or one variant
+rebuilds that piece alone, never the harness.
+
+Installed from a wheel, each piece is first looked up among the libraries the wheel prebuilt
+(build/prebuilt.py, the pipeline's first tier): where its source and torch match, it loads with no
+compiler and no cache.
+
+A Python variant (kernels/<op>/<name>.py: a PyTorch formula or Triton kernels) needs neither the
+harness nor a compiler: it is imported per content (pyvariant.py) and served by a PythonKernel,
+the same interface with the same checks.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import hashlib
+import json
+import pathlib
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ..build import cache, toolchain
+from .. import config
+from . import pyvariant, torchops
+from ..model import registry
+from ..build import DEFAULT_OPTIONS, BuildOptions, built_not_loaded, get_or_build, prebuilt
+from ..build.tree import binding_piece, harness_piece, variant_piece
+from ..errors import WorkbenchError
+
+_lock = threading.RLock()
+_harness: dict | None = None
+_harness_lib = None  # ctypes handle on the harness: the control plane (declare, register)
+_declared: set[str] = set()              # ops declared to the harness in this process
+_bindings: dict[str, tuple[str, str]] = {}  # op -> (content key, contract) of the binding registered now
+_current: dict[tuple[str, str], "Kernel"] = {}  # (op, name) -> newest loaded build
+_last_good: dict[tuple[str, str], str] = {}
+
+@dataclass
+class Kernel:
+    """A loaded build of one variant. Call it like the op: k(x, bias), attributes by position or
+    name (k(x, bias, scale=2.0)); k.backward(grad_y, x, bias) runs its backward step alone."""
+    op: str
+    name: str
+    build_id: str
+    device: str
+    dtypes: tuple[str, ...]
+    description: str
+    library: pathlib.Path
+    source: pathlib.Path
+    built: bool                 # compiled by this load (False: loaded from the cache)
+    seconds: float              # time this load took
+    info: dict = field(default_factory=dict, repr=False)
+    options: BuildOptions = field(default=DEFAULT_OPTIONS, repr=False)  # how it was built
+    kind = "c++"                # a class attribute; a PythonKernel's is "torch" or "triton"
+
+    def runs_on(self, device_type: str) -> bool:
+        """Whether this build takes tensors on `device_type` ("cuda" or "cpu")."""
+        return self.info.get("device", self.device) in (device_type, "any")
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.name}@{self.build_id}"
+
+    @property
+    def stale(self) -> bool:
+        """True once a newer build of the same name was loaded; this handle still runs its own."""
+        newest = _current.get((self.op, self.name))
+        return newest is not None and newest.build_id != self.build_id
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        """The steps this variant implements: ("forward", "backward"), or ("forward",) alone."""
+        return tuple(self.info.get("steps", ("forward", "backward")))
+
+    @property
+    def spec(self):
+        """The op's spec, from the registry's store (no look into the tree: calls stay cheap)."""
+        return registry.spec(self.op)
+
+    def __post_init__(self):
+        # Resolved now, not on first use: torch.compile traces __call__, and dynamo cannot trace
+        # functools.cached_property (it takes a lock on Python 3.11): a graph break.
+        import torch
+
+        ns = torch.ops.workbench
+        self._ops = (getattr(ns, self.op).default,
+                     getattr(ns, f"{self.op}_backward").default if self.spec.differentiable else None)
+
+    @property
+    def op_overload(self):
+        return self._ops[0]
+
+    def __call__(self, *args, **attrs):
+        tensors, values = self.spec.call_args(args, attrs)
+        return self._ops[0](*tensors, *values, self.qualified)
+
+    def backward(self, *args, **attrs):
+        """The backward step: gradients of the outputs, then the inputs (and attributes); returns
+        the gradients of the differentiable inputs (a tuple when there are several)."""
+        spec = self.spec
+        if self._ops[1] is None:
+            raise WorkbenchError(f"{self.op} has no differentiable inputs, so no backward")
+        tensors, values = spec.call_args(args, attrs, grads=len(spec.outputs))
+        return self._ops[1](*tensors, *values, self.qualified)
+
+    def __repr__(self) -> str:
+        state = "built" if self.built else "cached"
+        stale = ", stale: a newer build of this name is loaded" if self.stale else ""
+        steps = "" if "backward" in self.steps else ", forward only"
+        return (f"<Kernel {self.op}/{self.qualified} on {self.device} [{', '.join(self.dtypes)}] "
+                f"{state} in {self.seconds:.2f} s{steps}{stale}>")
+
+
+@dataclass(repr=False)
+class PythonKernel(Kernel):
+    """A loaded build of a Python variant (kernels/<op>/<name>.py). `library` is its source file;
+    `kind` is "torch" (tensor ops: autograd and torch.compile trace through them) or "triton"
+    (two torch.ops.workbench ops of its own, `build.ops`). Checked like a C++ variant's calls."""
+    kind: str = "torch"
+    build: pyvariant.Build | None = None
+
+    def __post_init__(self):
+        pass  # no harness ops: the build's own entry points
+
+    @property
+    def spec(self):
+        return self.build.spec_of()
+
+    @property
+    def op_overload(self):
+        """The forward's custom op (kind triton); None for kind torch, which is plain Python."""
+        return self.build.forward if self.kind == "triton" else None
+
+    def __call__(self, *args, **attrs):
+        tensors, values = self.spec.call_args(args, attrs)
+        return self.build.forward(*tensors, *values)
+
+    def backward(self, *args, **attrs):
+        spec = self.spec
+        if self.build.backward is None or not spec.differentiable:
+            raise WorkbenchError(f"{self.op} has no differentiable inputs, so no backward")
+        tensors, values = spec.call_args(args, attrs, grads=len(spec.outputs))
+        return self.build.backward(*tensors, *values)
+
+
+def ensure_harness() -> dict:
+    """Build (once per toolchain) and load the C++ harness: the registries and the one kernel that
+    serves every op. It knows no op: ops are declared to it at run time."""
+    global _harness
+    with _lock:
+        if _harness is not None:
+            return _harness
+        import torch
+
+        # An installed wheel's harness says how it was built; otherwise CUDA where it can be built.
+        with_cuda = prebuilt.harness_with_cuda()
+        if with_cuda is None:
+            with_cuda = toolchain.can_build_cuda()
+        start = time.perf_counter()
+        lib, bdir, built, key, _ = get_or_build(harness_piece(with_cuda))
+        if not built:
+            if _workbench_namespace_registered():
+                raise WorkbenchError(
+                    "torch.ops.workbench is already registered in this process by another build of the "
+                    "harness (its sources or the toolchain changed since it was loaded); restart the "
+                    "process to load the new one")
+            torch.ops.load_library(str(lib))
+        cache.mark_in_use(bdir)
+        global _harness_lib
+        _harness_lib = ctypes.CDLL(str(lib))  # the same handle torch.ops.load_library opened
+        info = json.loads(_call_harness("workbench_harness_info"))
+        _harness = dict(info, library=str(lib), key=key, built=built, seconds=time.perf_counter() - start)
+        return _harness
+
+
+def _workbench_namespace_registered() -> bool:
+    import torch
+    return any(n.startswith("workbench::") for n in torch._C._dispatch_get_all_op_names())
+
+
+def _call_harness(fn: str, *args: str) -> str:
+    """Call one of the harness's C entry points; raise its error message as WorkbenchError."""
+    size = 1 << 16
+    out = ctypes.create_string_buffer(size)
+    func = getattr(_harness_lib, fn)
+    func.restype = ctypes.c_int
+    status = func(*[a.encode() for a in args], out, ctypes.c_size_t(size))
+    text = out.value.decode(errors="replace")
+    if status != 0:
+        raise WorkbenchError(text)
+    return text
+
+
+def contract(op: str) -> str:
+    """The hash of the op's header and what it includes: its binding and its variants must agree."""
+    src = registry.sources(op)
+    return cache.closure_digest(src.header, [config.COMMON_DIR, src.kernel_dir])
+
+
+def ensure_op(op: str, *, python: bool = True) -> None:
+    """Declare the op in this process (once) and load its newest binding (rebuilt if edited).
+    python=False leaves out the fake and autograd registration (torch.library's, which imports
+    much of torch): for a process that builds and loads variants but never calls them (the
+    exercise checker's, whose checks run in a child)."""
+    ensure_harness()
+    spec = registry.spec(op)
+    with _lock:
+        # Built before the op is declared: a binding that does not build leaves no schema behind.
+        lib, bdir, built, key, _ = get_or_build(binding_piece(op))
+        if op not in _declared:
+            _call_harness("workbench_define_op", spec.declaration())
+            _declared.add(op)
+        if python:
+            torchops.register(spec)  # the current spec: an edited one (same schema) takes over
+        if _bindings.get(op, ("",))[0] != key:
+            digest = contract(op)
+            _call_harness("workbench_register_binding", op, str(lib), digest)
+            cache.mark_in_use(bdir)
+            _bindings[op] = (key, digest)
+
+
+def _register_python(op: str, name: str, source: pathlib.Path) -> Kernel:
+    """Import (once per content) and serve a Python variant; the C++ harness is not involved."""
+    start = time.perf_counter()
+    spec = registry.spec(op)
+    build_, imported = pyvariant.load(op, name, source, lambda: registry.spec(op),
+                                      last_good=_last_good.get((op, name)))
+    v = build_.info
+    import torch
+
+    device = v.device if v.device != "any" else ("cuda" if torch.cuda.is_available() else "cpu")
+    steps = ("forward", "backward") if spec.differentiable else ("forward",)
+    info = {"name": name, "build_id": build_.build_id, "path": str(source), "kind": v.kind, "device": v.device,
+            "dtypes": list(v.dtypes), "description": v.description, "steps": steps, "ops": list(build_.ops)}
+    with _lock:
+        kernel = PythonKernel(op=op, name=name, build_id=build_.build_id, device=device, dtypes=v.dtypes,
+                              description=v.description, library=source, source=source, built=imported,
+                              seconds=time.perf_counter() - start, info=info, kind=v.kind, build=build_)
+        _current[(op, name)] = kernel
+        _last_good[(op, name)] = f"{op}/{kernel.qualified} ({source})"
+        if registry.variant_sources(op).get(name) != source:
+            registry.record_inline_variant(dataclasses.replace(v, description=v.description + " (inline)"))
+        else:
+            registry.forget_inline_variant(op, name)
+    return kernel
+
+
+def _register(op: str, name: str, source: pathlib.Path, *, inline_label: str | None = None,
+              python: bool = True, options: BuildOptions = DEFAULT_OPTIONS) -> Kernel:
+    if source.suffix == ".py":
+        return _register_python(op, name, source)
+    start = time.perf_counter()
+    ensure_op(op, python=python)
+    import torch
+
+    static = registry.static_variant(op, source, name=name)
+    # With an installed wheel, prebuilt.find serves the variant or says why it cannot.
+    if static.device == "cuda" and not toolchain.can_build_cuda() and prebuilt.manifest() is None:
+        raise WorkbenchError(
+            f"{op}/{name} is a CUDA variant, and this machine cannot build CUDA code "
+            f"(torch {torch.__version__} {'has no CUDA' if not toolchain.torch_has_cuda() else 'found no nvcc'}); "
+            f"CPU variants here: {', '.join(v.name for v in registry.variants(op) if v.runs_on('cpu'))}")
+    rename = {str(source): inline_label} if inline_label else None
+    lib, bdir, built, key, _ = get_or_build(variant_piece(op, name, source, options), rename=rename,
+                                            last_good=_last_good.get((op, name)))
+    build_id = key[:10]
+    with _lock:
+        # The contract of the binding just ensured: the variant's build key covers the same header.
+        info = json.loads(_call_harness("workbench_register_variant", op, name, build_id, str(lib), _bindings[op][1]))
+        cache.mark_in_use(bdir)
+        kernel = Kernel(op=op, name=name, build_id=build_id, device=info["device"], dtypes=tuple(info["dtypes"]),
+                        description=info["description"], library=lib, source=source, built=built,
+                        seconds=time.perf_counter() - start, info=info, options=options)
+        _current[(op, name)] = kernel
+        _last_good[(op, name)] = f"{op}/{kernel.qualified} ({lib})"
+        if registry.variant_sources(op).get(name) != source:
+            registry.record_inline_variant(registry.VariantInfo(
+                op, name, kernel.device, kernel.dtypes, kernel.description + " (inline)", source))
+        else:
+            registry.forget_inline_variant(op, name)
+    return kernel
+
+
+def load(op: str, variant: str, *, options: BuildOptions = DEFAULT_OPTIONS) -> Kernel:
+    """Build (or fetch from the cache) and load one variant of an op from kernels/<op>/. options:
+    how it is built beyond the defaults (BuildOptions(line_info=True): a build with nvcc -lineinfo)."""
+    source = registry.variant_source(op, variant)
+    return _register(op, variant, source, options=_checked(options))
+
+
+def load_source(op: str, path, name: str | None = None, *, python: bool = True,
+                options: BuildOptions = DEFAULT_OPTIONS) -> Kernel:
+    """Build and load a variant of `op` from a source file anywhere (an exercise, a planted test
+    kernel, a copy of a Python variant); `name` defaults to the file's stem. python=False: see
+    ensure_op (a C++ variant only); options: see load. (wb.load_source also takes style="extension":
+    byo.py.)"""
+    registry.check_op(op)
+    path = pathlib.Path(path).resolve()
+    if not path.is_file() or path.suffix not in registry.SUFFIXES:
+        raise ValueError(f"load_source: path must be an existing .cu, .cpp or .py file; got {str(path)!r}")
+    name = name or path.stem
+    registry.check_variant_name(name)
+    return _register(op, name, path, python=python, options=_checked(options))
+
+
+def _checked(options) -> BuildOptions:
+    if not isinstance(options, BuildOptions):
+        raise TypeError(f"options must be a workbench.build.BuildOptions; got {type(options).__name__}")
+    return options
+
+
+@dataclass
+class BuiltVariant:
+    """A C++/CUDA variant's library, built (or found in the cache) and NOT loaded: what a process
+    that must never run the variant's code (the exercise checker's) knows of it, from its source
+    text and its files. `device`, `dtypes` and `description` are the declaration read from the
+    source (registry.static_variant), not the library's exported descriptor: reading that means
+    loading the library, which runs its static initializers (a child does it: isolate, "load")."""
+    op: str
+    name: str
+    source: pathlib.Path
+    library: pathlib.Path       # the built .so (cuobjdump reads it as a file)
+    build_dir: pathlib.Path     # holds build.log (ptxas's report)
+    built: bool                 # compiled by this call (False: found in the cache)
+    seconds: float
+    key: str                    # the content key; a load of the same source finds the same build
+    device: str
+    dtypes: tuple[str, ...]
+    description: str
+
+    @property
+    def build_id(self) -> str:
+        return self.key[:10]    # as a loaded Kernel's
+
+
+_built_not_loaded = built_not_loaded  # the name the exercise checker's tests know
+
+
+def build_source(op: str, path, name: str | None = None) -> BuiltVariant:
+    """Build (or find in the cache) a C++/CUDA variant of `op` from a source file, without loading
+    it in this process: no dlopen, so none of its code runs here (compiling it is safe). A later
+    load_source of the same file (in a child process) finds this build in the cache and only loads
+    it; no build lock is held by then. Raises BuildError, ValueError or WorkbenchError as
+    load_source does."""
+    registry.check_op(op)
+    path = pathlib.Path(path).resolve()
+    if not path.is_file() or path.suffix not in (".cu", ".cpp"):
+        raise ValueError(f"build_source: path must be an existing .cu or .cpp file; got {str(path)!r}")
+    name = name or path.stem
+    registry.check_variant_name(name)
+    start = time.perf_counter()
+    static = registry.static_variant(op, path, name=name)
+    if static.device == "cuda" and not toolchain.can_build_cuda() and prebuilt.manifest() is None:
+        raise WorkbenchError(f"{op}/{name} is a CUDA variant, and this machine cannot build CUDA code "
+                             f"({'torch has no CUDA' if not toolchain.torch_has_cuda() else 'no nvcc found'})")
+    with built_not_loaded():
+        lib, bdir, built, key, _ = get_or_build(variant_piece(op, name, path))
+    cache.mark_in_use(bdir)  # a shared lock that keeps `clean` away until this process ends, not a build lock
+    return BuiltVariant(op=op, name=name, source=path, library=lib, build_dir=bdir, built=built,
+                        seconds=time.perf_counter() - start, key=key, device=static.device, dtypes=static.dtypes,
+                        description=static.description)
+
+
+def load_inline(op: str, source: str, name: str, *, replace: bool = False) -> Kernel:
+    """Build a variant of `op` from a source string (a notebook cell). The text is written to the
+    cache under a name derived from its hash; errors point at lines of the string. A name of one of
+    the tree's variants (kernels/<op>/<name>.*) is refused unless replace=True, which makes this
+    build that name in this process (wb.variants then describes it, not the file). (wb.load_inline
+    also takes style="extension": byo.py.)"""
+    registry.check_op(op)
+    if not isinstance(source, str) or not source.strip():
+        raise ValueError("load_inline: source must be a non-empty string of CUDA C++ (or C++ for a CPU variant)")
+    registry.check_variant_name(name)
+    registry.check_not_shadowing(op, name, None, replace, f"load_inline({op!r}, ..., name={name!r})")
+    is_cuda = "__global__" in source or "WB_DEVICE_CUDA" in source
+    path = cache.write_source(op, source, ".cu" if is_cuda else ".cpp", name)
+    return _register(op, name, path, inline_label=f"<inline {op}/{name}>")
+
+
+def define_op(spec, header: str, binding: str) -> None:
+    """Define an op from a notebook: its spec (an OpSpec), its contract header and its binding, each
+    as source text or a path to a file. The op is declared and its binding built at once (errors
+    show here); then load_inline / load_source build its variants, in this process, no restart."""
+    from ..model.opspec import OpSpec
+
+    if not isinstance(spec, OpSpec):
+        raise TypeError(f"define_op: spec must be a workbench.OpSpec; got {type(spec).__name__}")
+    texts = {}
+    for what, value in (("header", header), ("binding", binding)):
+        if isinstance(value, pathlib.Path) or (isinstance(value, str) and "\n" not in value and value.endswith(
+                (".h", ".cpp")) and pathlib.Path(value).is_file()):
+            value = pathlib.Path(value).read_text()
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"define_op: {what} must be C++ source text (or a path to a file); got {value!r}")
+        texts[what] = value
+    if "WB_EXPORT_BINDING(" not in texts["binding"]:
+        raise ValueError(f"define_op: the binding must end with WB_EXPORT_BINDING({spec.name}, ...) "
+                         f"(see bindings/wb_binding.h)")
+    digest = hashlib.sha256((texts["header"] + "\0" + texts["binding"]).encode()).hexdigest()[:16]
+    folder = cache.subdir("sources") / "ops" / f"{spec.name}-{digest}"
+    # The binding in a subfolder: every .cu/.cpp beside the header would be taken for a variant.
+    header_path, binding_path = folder / f"{spec.name}.h", folder / "binding" / f"{spec.name}.cpp"
+    cache.write_text(header_path, texts["header"])
+    cache.write_text(binding_path, texts["binding"])
+    before = registry.add_inline_op(spec, registry.OpSources(folder, header_path, binding_path, inline=True))
+    try:
+        ensure_op(spec.name)
+    except BaseException:  # e.g. the binding does not build: the op is not left listed without one
+        registry.restore_inline_op(spec.name, before)
+        raise
+
+
+def get(op: str, name: str) -> Kernel:
+    """The newest loaded build of `name` (inline and file variants included), else load it from
+    kernels/<op>/."""
+    return _current.get((op, name)) or load(op, name)
+
+
+def loaded(op: str) -> list[Kernel]:
+    return [k for (o, _), k in sorted(_current.items()) if o == op]

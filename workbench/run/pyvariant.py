@@ -1,0 +1,278 @@
+"""Python variants: kernels/<op>/<name>.py, the op's math as PyTorch tensor ops (kind "torch") or
+as Triton kernels (kind "triton"), beside the C++/CUDA variants and held to the same checks.
+
+A file declares itself in a module-level literal (read with `ast` for listing, registry.py):
+
+    WB_VARIANT = {"op": "rmsnorm", "device": "cuda", "dtypes": ("float32", "bfloat16"),
+                  "description": "...", "kind": "triton"}
+
+and defines forward(<tensor inputs...>, <attrs...>) -> outputs and, for kind "triton" (optional
+for "torch"), backward(<grads of outputs...>, <tensor inputs...>, <attrs...>) -> the grads of the
+differentiable inputs. Each content of a file is one build: it is executed as a module of its own,
+named from op, name and the content's hash (build_id = the hash's first 10 hex digits), so an
+edited file loads as a new build while handles to the old one keep running the old code.
+
+Every call is checked as the C++ harness checks it (spec.check_call: the same order and words),
+then against the variant's device and dtypes (the harness's words again), and its tensors are made
+contiguous before forward/backward see them. Kind "torch" runs in Python: autograd and
+torch.compile trace straight through it. Kind "triton" becomes two custom ops per build,
+workbench_py::<op>__<name>_<build_id> and its _backward, registered with torch.library.triton_op so
+torch.compile sees the Triton kernels inside; their fake implementations come from the spec and
+their autograd is torchops.register_autograd's (the backward op's own derivative: the spec's
+double_backward, else autograd through the eager math, as for the harness's ops).
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import linecache
+import sys
+import threading
+import traceback
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .. import config
+from ..model import registry
+from . import torchops
+from ..errors import BuildError
+from ..model.opspec import as_tuple
+
+# Not torch.ops.workbench: the harness treats that namespace as its own (a second harness build in
+# one process is refused by looking for it).
+NAMESPACE = "workbench_py"
+_lock = threading.RLock()
+_builds: dict[tuple[str, str, str], "Build"] = {}   # (op, name, content hash) -> the build, imported once
+
+
+@dataclass
+class Build:
+    """One content of one Python variant file, imported, with its checked entry points."""
+    info: registry.VariantInfo
+    build_id: str
+    module: types.ModuleType
+    spec_of: Callable                   # () -> the op's current spec
+    forward: Callable = None            # (tensors..., attr values...) -> outputs
+    backward: Callable = None           # (grads..., tensors..., attr values...) -> grads of differentiable inputs
+    torch_dtypes: tuple = ()
+    ops: tuple[str, ...] = field(default=())   # kind triton: the names of its two torch.ops.workbench_py ops
+    function: Any = None                # kind torch with a backward: the autograd.Function that uses it
+
+    def checked(self, step: str, args: tuple) -> tuple[list, tuple]:
+        """(contiguous tensors, attribute values) of a call, after the harness's checks."""
+        spec = self.spec_of()
+        n = len(spec.inputs) + (len(spec.outputs) if step == "bwd" else 0)
+        tensors, attrs = args[:n], tuple(args[n:])
+        spec.check_call(step, tensors, attrs)
+        x, ref, v = tensors[n - len(spec.inputs)], spec.inputs[0].name, self.info
+        device = v.device
+        if device != "any" and x.device.type != device:
+            raise RuntimeError(
+                f"workbench::{v.op}: variant '{v.name}' runs on {'CUDA' if device == 'cuda' else 'CPU'} tensors; "
+                f"{ref} is on {x.device}" + (" (move it to a GPU, or use a CPU variant such as 'cpu')"
+                                             if device == "cuda" else " (use a CUDA variant, or .cpu() it)"))
+        if x.dtype not in self.torch_dtypes:
+            raise TypeError(f"workbench::{v.op}: variant '{v.name}' supports dtypes {', '.join(v.dtypes)}; "
+                            f"{ref} is {str(x.dtype).replace('torch.', '')}")
+        return [t.contiguous() for t in tensors], attrs
+
+    def run_forward(self, *args):
+        tensors, attrs = self.checked("fwd", args)
+        if self.function is not None:
+            return _one_or_tuple(self.function.apply(*tensors, *attrs))
+        return self._launch(self.module.forward, tensors, attrs)
+
+    def run_backward(self, *args):
+        tensors, attrs = self.checked("bwd", args)
+        if hasattr(self.module, "backward"):
+            return self._launch(self.module.backward, tensors, attrs)
+        return self._autograd_backward(tensors, attrs)
+
+    def _launch(self, fn, tensors, attrs):
+        if self.info.kind == "triton" and tensors[0].is_cuda:
+            import torch
+
+            # Triton launches on the current device: make it the tensors' (the harness's DeviceScope).
+            with torch.cuda.device(tensors[0].device):
+                return _one_or_tuple(fn(*tensors, *attrs))
+        return _one_or_tuple(fn(*tensors, *attrs))
+
+    def _autograd_backward(self, tensors, attrs):
+        """Kind torch without a backward: autograd through its forward."""
+        import torch
+
+        spec = self.spec_of()
+        grads, inputs = tensors[:len(spec.outputs)], tensors[len(spec.outputs):]
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_(s.differentiable) for s, t in zip(spec.inputs, inputs)]
+            outs = as_tuple(self.module.forward(*leaves, *attrs))
+            wanted = [t for s, t in zip(spec.inputs, leaves) if s.differentiable]
+            got = torch.autograd.grad(outs, wanted, grads, allow_unused=True)
+        return _one_or_tuple(tuple(torch.zeros_like(w) if g is None else g for g, w in zip(got, wanted)))
+
+
+def _one_or_tuple(out):
+    """A step's result as the harness's schemas return it: a tensor alone, else a tuple."""
+    out = as_tuple(out)
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def _log(op: str, name: str, digest: str, text: str):
+    path = config.cache_dir() / "logs" / f"{op}-{name}-{digest[:12]}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _build_error(op: str, name: str, source, digest: str, e: BaseException, last_good: str | None) -> BuildError:
+    """A BuildError naming the file and the line of the variant's own code where `e` was raised."""
+    text = "".join(traceback.format_exception(e))
+    if isinstance(e, SyntaxError):
+        line, first = e.lineno, f"SyntaxError: {e.msg}"
+    else:
+        ours = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == str(source)]
+        line, first = (ours[-1].lineno if ours else None), f"{type(e).__name__}: {e}"
+    return BuildError(f"{op}/{name}", str(source), line, first, _log(op, name, digest, text), last_good)
+
+
+def _check_signature(fn, n: int, what: str, source, expected: str, kind: str) -> None:
+    if not callable(fn):
+        raise ValueError(f"{source}: a Python variant of kind {kind!r} must define a function {what}({expected})"
+                         + ("" if fn is None else f"; got {what} = {fn!r}"))
+    try:
+        inspect.signature(fn).bind(*range(n))
+    except TypeError:
+        raise ValueError(f"{source}: {what} must take {n} positional arguments ({expected}); "
+                         f"its signature is {what}{inspect.signature(fn)}") from None
+    except ValueError:
+        pass  # a callable without a signature: taken on trust
+
+
+def _check_entry_points(module, kind: str, spec, source) -> None:
+    tensors = ", ".join(t.name for t in spec.inputs)
+    attrs = "".join(f", {a.name}" for a in spec.attrs)
+    grads = ", ".join(f"grad_{o.name}" for o in spec.outputs)
+    _check_signature(getattr(module, "forward", None), len(spec.inputs) + len(spec.attrs), "forward",
+                     source, tensors + attrs, kind)
+    if hasattr(module, "backward") or (kind == "triton" and spec.differentiable):
+        _check_signature(getattr(module, "backward", None), len(spec.outputs) + len(spec.inputs) + len(spec.attrs),
+                         "backward", source, f"{grads}, {tensors}{attrs}", kind)
+
+
+def load(op: str, name: str, source, spec_of: Callable, *, last_good: str | None = None) -> tuple[Build, bool]:
+    """(the build of the file's current content, whether it was imported by this call). A syntax or
+    import error raises BuildError (file, line, log); a malformed declaration or a missing forward /
+    backward raises ValueError naming the file and what is expected."""
+    text = source.read_text()
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    with _lock:
+        if (op, name, digest) in _builds:
+            return _builds[(op, name, digest)], False
+        try:
+            code = compile(text, str(source), "exec")
+        except SyntaxError as e:
+            raise _build_error(op, name, source, digest, e, last_good) from None
+        info = registry.python_variant(op, source, name, text)
+        spec = spec_of()
+        module_name = f"workbench_variant_{op}_{name}_{digest[:16]}"
+        module = types.ModuleType(module_name)
+        module.__file__ = str(source)
+        # inspect.getsource (Triton's @jit reads its function's source) must see this build's
+        # text, not the file as it is on disk later; a None mtime keeps checkcache from dropping it.
+        linecache.cache[str(source)] = (len(text), None, text.splitlines(True), str(source))
+        sys.modules[module_name] = module
+        try:
+            exec(code, module.__dict__)
+        except Exception as e:
+            del sys.modules[module_name]
+            raise _build_error(op, name, source, digest, e, last_good) from None
+        try:
+            _check_entry_points(module, info.kind, spec, source)
+        except ValueError:
+            del sys.modules[module_name]
+            raise
+        import torch
+
+        build = Build(info, digest[:10], module, spec_of,
+                      torch_dtypes=tuple(getattr(torch, d) for d in info.dtypes))
+        if info.kind == "torch":
+            build.forward, build.backward = build.run_forward, build.run_backward
+            if hasattr(module, "backward") and spec.differentiable:
+                build.function = _autograd_function(build)
+        else:
+            _register_triton_ops(build, spec)
+        _builds[(op, name, digest)] = build
+        return build, True
+
+
+def _autograd_function(build: Build):
+    """Kind torch with a backward: that backward is the variant's, for autograd through k(...) as
+    for k.backward (so gradcheck and the check matrix hold the same function to account). Its
+    tensor ops are recorded under create_graph=True, so it is differentiable in turn."""
+    import torch
+
+    class Function(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            spec = build.spec_of()
+            ctx.save_for_backward(*args[:len(spec.inputs)])
+            ctx.attrs = args[len(spec.inputs):]
+            return build.module.forward(*args)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            spec = build.spec_of()
+            got = iter(as_tuple(build.module.backward(*grads, *ctx.saved_tensors, *ctx.attrs)))
+            return (*[next(got) if t.differentiable else None for t in spec.inputs], *[None] * len(ctx.attrs))
+
+    Function.__name__ = Function.__qualname__ = f"{build.info.op}_{build.info.name}_{build.build_id}"
+    return Function
+
+
+def _typed(run, params: list, n_out: int):
+    """A fresh function `impl(<params>) -> Tensor | tuple` calling run(*params), with the parameter
+    names and annotations the op's schema is inferred from (torch.library.triton_op infers it from
+    the signature; torch 2.11 takes no schema string there)."""
+    import typing
+
+    import torch
+
+    names = ", ".join(n for n, _ in params)
+    scope = {"_run": run}
+    exec(f"def impl({names}):\n    return _run({names})\n", scope)  # noqa: S102 - names are identifiers
+    impl = scope["impl"]
+    impl.__annotations__ = {n: k for n, k in params}
+    impl.__annotations__["return"] = torch.Tensor if n_out == 1 else typing.Tuple[(torch.Tensor,) * n_out]
+    return impl
+
+
+def _register_triton_ops(build: Build, spec) -> None:
+    """workbench_py::<op>__<name>_<build_id> and its _backward: triton_ops (torch.compile traces into
+    their bodies and sees the Triton kernels), fakes from the spec, autograd from torchops."""
+    import torch
+
+    qual = f"{build.info.op}__{build.info.name}_{build.build_id}"
+    kinds = {float: float, int: int, bool: bool}
+    attrs = [(a.name, kinds[a.kind]) for a in spec.attrs]
+    tensors = [(t.name, torch.Tensor) for t in spec.inputs]
+    steps = [(qual, "fwd", tensors + attrs, len(spec.outputs), build.run_forward)]
+    if spec.differentiable:
+        grads = [(f"grad_{o.name}", torch.Tensor) for o in spec.outputs]
+        steps.append((f"{qual}_backward", "bwd", grads + tensors + attrs, len(spec.differentiable), build.run_backward))
+    for op_name, step, params, n_out, run in steps:
+        opdef = torch.library.triton_op(f"{NAMESPACE}::{op_name}", _typed(run, params, n_out), mutates_args=())
+        # The spec's fake (the harness's checks, the declared shapes) instead of running the body on
+        # fake tensors: meta tensors get the same errors as real ones, and no kernel is traced.
+        opdef.register_fake(lambda *args, _step=step: _fake(build, _step, args))
+    if spec.differentiable:
+        torchops.register_autograd(qual, build.spec_of, NAMESPACE)
+        build.backward = getattr(getattr(torch.ops, NAMESPACE), f"{qual}_backward").default
+    build.forward = getattr(getattr(torch.ops, NAMESPACE), qual).default
+    build.ops = tuple(name for name, *_ in steps)
+
+
+def _fake(build: Build, step: str, args: tuple) -> Any:
+    spec = build.spec_of()
+    n = len(spec.inputs) + (len(spec.outputs) if step == "bwd" else 0)
+    return torchops.fake_outputs(spec, step, args[:n], args[n:])

@@ -1,0 +1,120 @@
+"""`python -m workbench sanitize <op> <variant>`: compute-sanitizer over a small check run.
+
+Each tool (memcheck, racecheck, initcheck, synccheck) runs the variant's check in a child process
+under compute-sanitizer, with PyTorch's caching allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1) so
+every tensor is its own allocation and an access past a tensor's end is an access past an
+allocation's end.
+"""
+from __future__ import annotations
+
+import math
+import os
+import pathlib
+import re
+import shutil
+from dataclasses import dataclass
+
+from . import isolate
+from ..build import toolchain
+from ..errors import IsolatedRunError, WorkbenchError
+
+TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
+# A small matrix: sanitizers slow kernels down by 10-100x.
+SMALL_LAYOUTS = ["contiguous", "offset"]
+
+
+def small_check(op: str) -> dict:
+    """The check the sanitizers run: the op's three largest check sizes of at most 2^16 elements
+    (sizes that leave partial tiles, not the biggest), contiguous and offset, seed 0."""
+    from ..model import registry
+
+    spec = registry.spec(op)
+    fits = [tuple(s) for s in spec.check_sizes if 0 not in s
+            and sum(math.prod(x) for x in spec.input_shapes(s)) <= 1 << 16]
+    sizes = sorted(fits, key=lambda s: sum(math.prod(x) for x in spec.input_shapes(s)))[-3:]
+    return dict(shapes=[list(s) for s in sizes], layouts=SMALL_LAYOUTS, seed=0)
+
+
+def find() -> str | None:
+    """compute-sanitizer: $WORKBENCH_COMPUTE_SANITIZER, PATH, or the CUDA toolkit's bin/."""
+    env = os.environ.get("WORKBENCH_COMPUTE_SANITIZER")
+    if env:
+        return env if pathlib.Path(env).is_file() else None
+    home = toolchain.cuda_home()
+    for cand in (shutil.which("compute-sanitizer"), home and str(pathlib.Path(home) / "bin" / "compute-sanitizer"),
+                 "/usr/local/cuda/bin/compute-sanitizer"):
+        if cand and pathlib.Path(cand).is_file():
+            return cand
+    return None
+
+
+@dataclass
+class ToolResult:
+    tool: str
+    errors: int
+    first_errors: str
+    ran: bool
+
+
+def summary_errors(text: str) -> int | None:
+    """Errors in a compute-sanitizer report: 'ERROR SUMMARY: N errors' (memcheck, initcheck,
+    synccheck) or 'RACECHECK SUMMARY: H hazards displayed (E errors, W warnings)'. None: no summary
+    (the tool did not run to the end)."""
+    m = re.search(r"ERROR SUMMARY: (\d+) error", text)
+    if m:
+        return int(m.group(1))
+    m = re.search(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, \d+ warnings?\)", text)
+    return int(m.group(1)) if m else None
+
+
+def run(op: str, variant, tools=TOOLS, *, timeout_s: float = 900) -> list[ToolResult]:
+    for t in tools:
+        if t not in TOOLS:
+            raise ValueError(f"tools must be among {TOOLS}; got {t!r}")
+    from . import loader
+    from ..model import registry
+
+    static = registry.static_variant(op, variant.source, variant.name) if isinstance(variant, loader.Kernel) else \
+        registry.static_variant(op, registry.variant_source(op, variant))
+    if static.kind == "torch":  # its kernels are PyTorch's own: nothing of the variant's to sanitize
+        raise ValueError(f"sanitize runs a variant's own CUDA kernels under compute-sanitizer; {op}/{static.name} "
+                         f"is a PyTorch-formula variant (kind 'torch'), whose kernels are PyTorch's")
+    if static.device != "cuda":
+        raise ValueError(f"sanitize runs CUDA variants under compute-sanitizer; {op}/{static.name} "
+                         f"runs on the CPU")
+    exe = find()
+    if exe is None:
+        raise WorkbenchError(
+            "compute-sanitizer not found: it ships with the CUDA toolkit (bin/compute-sanitizer under "
+            "CUDA_HOME); put it on PATH or set WORKBENCH_COMPUTE_SANITIZER to its path")
+    address = isolate.variant_address(op, variant)
+    out = []
+    for tool in tools:
+        prefix = [exe, "--tool", tool, "--error-exitcode", "86", "--print-limit", "10"]
+        env = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "WORKBENCH_QUIET": "1"}
+        try:
+            res = isolate.run("check", address, small_check(op), timeout_s=timeout_s, extra_env=env, prefix=prefix)
+            text, ran = res["child_output"], True
+        except IsolatedRunError as e:  # the check failed or the tool found errors: read its report
+            text, ran = e.full_output, True
+        errors = summary_errors(text)
+        lines = [ln for ln in text.splitlines() if ln.startswith("=========")]
+        out.append(ToolResult(tool, errors if errors is not None else -1, "\n".join(lines[:12]),
+                              ran and errors is not None))
+    return out
+
+
+def main(op: str, variant, tools=TOOLS) -> int:
+    results = run(op, variant, tools)
+    bad = False
+    for r in results:
+        if not r.ran:
+            status, bad = "DID NOT RUN (see output)", True
+        elif r.errors:
+            status, bad = f"{r.errors} error(s)", True
+        else:
+            status = "clean"
+        print(f"{r.tool:10s} {status}")
+        if r.errors or not r.ran:
+            print("  " + r.first_errors.replace("\n", "\n  "))
+    return 1 if bad else 0

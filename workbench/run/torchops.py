@@ -1,0 +1,136 @@
+"""torch.ops.workbench.<op>: the fake implementations and autograd formulas, derived from the spec.
+
+The C++ harness defines the schemas and serves real calls; this module registers, once per op and
+process, what PyTorch needs besides: a fake (meta) implementation that checks a call as the
+harness would and returns outputs of the declared shapes (torch.compile, opcheck), and the autograd
+formula, which calls <op>_backward with the same variant. Both look the spec up at call time in
+the registry (the process's one store of specs), so declaring an op again with an edited spec (same
+schema) takes effect without a restart. A Triton
+variant's own ops (pyvariant.py) take the same fake (fake_outputs) and autograd (register_autograd).
+"""
+from __future__ import annotations
+
+from ..model import registry
+from ..model.opspec import OpSpec, as_tuple
+
+_registered: set[str] = set()  # ops whose fake and autograd are registered in this process
+
+
+def current_spec(op: str) -> OpSpec | None:
+    """The op's spec in this process's registry, if its Python parts are registered here (None: not)."""
+    return registry.spec(op) if op in _registered else None
+
+
+def eager_double_backward(spec: OpSpec, upstream, grads, inputs, attrs: dict) -> tuple:
+    """The backward's own derivative for an op whose spec gives none: autograd twice through the
+    op's eager PyTorch math (so create_graph=True works for every op, at the eager math's
+    precision). Returns gradients for (grads of outputs..., inputs...)."""
+    import torch
+
+    with torch.enable_grad():
+        ins = [t.detach().requires_grad_(t.is_floating_point()) for t in inputs]
+        gs = [g.detach().requires_grad_() for g in grads]
+        outs = as_tuple(spec.eager(*ins, **attrs))
+        wanted = [x for s, x in zip(spec.inputs, ins) if s.differentiable]
+        first = torch.autograd.grad(outs, wanted, gs, create_graph=True, allow_unused=True)
+        pairs = [(f, u) for f, u in zip(first, upstream) if f is not None and u is not None and f.requires_grad]
+        if not pairs:
+            return tuple(torch.zeros_like(t) for t in (*gs, *ins))
+        second = torch.autograd.grad([f for f, _ in pairs], [*gs, *ins], [u for _, u in pairs], allow_unused=True)
+    return tuple(torch.zeros_like(t) if g is None else g for g, t in zip(second, (*gs, *ins)))
+
+
+def _split(spec: OpSpec, args: tuple, n_tensors: int):
+    """(tensors, attributes, what follows them: the variant's name for the harness's ops, nothing
+    for a Python variant's own ops)."""
+    k = n_tensors + len(spec.attrs)
+    return args[:n_tensors], args[n_tensors:k], args[k:]
+
+
+def fake_outputs(spec: OpSpec, step: str, tensors, attrs):
+    """What a step ("fwd" or "bwd") returns, as empty tensors of the declared shapes, after the
+    harness's checks (same order, same words): the fake implementation of every workbench op."""
+    binder = spec.check_call(step, tensors, attrs)
+    inputs = tensors[len(tensors) - len(spec.inputs):]
+    if step == "fwd":
+        outs = [inputs[0].new_empty(binder.shape_of(o.pattern)) for o in spec.outputs]
+    else:
+        outs = [t.new_empty(t.shape) for s, t in zip(spec.inputs, inputs) if s.differentiable]
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _fake(op: str, step: str, *args):
+    spec = registry.spec(op)
+    n = len(spec.inputs) + (len(spec.outputs) if step == "bwd" else 0)
+    tensors, attrs, _ = _split(spec, args, n)
+    return fake_outputs(spec, step, tensors, attrs)
+
+
+def register(spec: OpSpec) -> None:
+    """Register op `spec.name`'s Python parts, once per process (they read the registry's spec at
+    call time: a spec defined again takes over there)."""
+    import torch
+
+    if spec.name in _registered:
+        return
+    _registered.add(spec.name)
+    op = spec.name
+    torch.library.register_fake(f"workbench::{op}")(lambda *a: _fake(op, "fwd", *a))
+    if not spec.differentiable:
+        return
+    torch.library.register_fake(f"workbench::{op}_backward")(lambda *a: _fake(op, "bwd", *a))
+    register_autograd(op, lambda: registry.spec(op))
+
+
+def register_autograd(name: str, spec_of, namespace: str = "workbench") -> None:
+    """Autograd for <namespace>::<name>, an op of the spec spec_of() returns (looked up at call
+    time): its backward calls <namespace>::<name>_backward with the saved inputs, the same attributes and
+    whatever follows them (the harness's ops: the variant's name). The backward op is
+    differentiable too (create_graph=True): by the spec's double_backward, or else by autograd
+    through the eager math."""
+    import torch
+
+    backward_op = getattr(getattr(torch.ops, namespace), f"{name}_backward").default
+
+    def setup_context(ctx, inputs, output):
+        s = spec_of()
+        tensors, attrs, rest = _split(s, inputs, len(s.inputs))
+        ctx.save_for_backward(*tensors)
+        ctx.attrs, ctx.rest = attrs, rest
+
+    def backward(ctx, *grads):
+        s = spec_of()
+        tensors = ctx.saved_tensors
+        if any(g is None for g in grads):  # an output nobody used: its gradient is zero
+            binder = s.check_call("fwd", tensors, ctx.attrs)
+            grads = tuple(torch.zeros(binder.shape_of(o.pattern), dtype=tensors[0].dtype, device=tensors[0].device)
+                          if g is None else g for o, g in zip(s.outputs, grads))
+        got = as_tuple(backward_op(*grads, *tensors, *ctx.attrs, *ctx.rest))
+        out, k = [], 0
+        for i, t in enumerate(s.inputs):
+            if t.differentiable:
+                out.append(got[k] if ctx.needs_input_grad[i] else None)
+                k += 1
+            else:
+                out.append(None)
+        return (*out, *([None] * (len(s.attrs) + len(ctx.rest))))
+
+    torch.library.register_autograd(f"{namespace}::{name}", backward, setup_context=setup_context)
+
+    def setup_backward_context(ctx, inputs, output):
+        s = spec_of()
+        tensors, attrs, rest = _split(s, inputs, len(s.outputs) + len(s.inputs))
+        ctx.save_for_backward(*tensors)
+        ctx.attrs, ctx.n_rest = attrs, len(rest)
+
+    def backward_of_backward(ctx, *upstream):
+        s = spec_of()
+        saved = ctx.saved_tensors
+        grads, inputs = saved[:len(s.outputs)], saved[len(s.outputs):]
+        attrs = s.attr_dict(ctx.attrs)
+        got = s.double_backward(upstream, grads, inputs, attrs) if s.double_backward else \
+            eager_double_backward(s, upstream, grads, inputs, attrs)
+        return (*got, *([None] * (len(s.attrs) + ctx.n_rest)))
+
+    torch.library.register_autograd(f"{namespace}::{name}_backward", backward_of_backward,
+                                    setup_context=setup_backward_context)
