@@ -47,6 +47,14 @@ def test_build_unknown_variant(run_cli, cpu_kernel):
     assert "no variant 'no_such_variant'" in proc.stderr and "cpu" in proc.stderr
 
 
+def test_build_tries_every_variant_and_reports_each(run_cli, cpu_kernel):
+    """A variant that fails does not stop the ones after it; each is reported, the status says so."""
+    proc = run_cli("build", "bias_gelu", "no_such_variant", "cpu")
+    assert proc.returncode == 1, describe(proc)
+    assert "bias_gelu/no_such_variant: FAILED" in proc.stderr and "1 variant(s) of bias_gelu failed" in proc.stderr
+    assert f"bias_gelu/cpu@{cpu_kernel.build_id}" in proc.stdout, describe(proc)
+
+
 def test_check_cpu(run_cli, cpu_kernel):
     out = _ok(run_cli("check", "bias_gelu", "cpu", "--seed", "3"))
     assert "bias_gelu/cpu on cpu" in out and "passed" in out, out

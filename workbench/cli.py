@@ -47,12 +47,22 @@ def cmd_list(args) -> int:
 
 
 def cmd_build(args) -> int:
+    """Every variant asked for is tried: one that fails to build is reported (its error on stderr)
+    and the others still build; the exit status is 1 where any failed."""
     from .run import loader
 
+    failed = []
     for name in _variants_for(args.op, args.variants, runnable_only=False):
-        k = loader.load(args.op, name)
+        try:
+            k = loader.load(args.op, name)
+        except Exception as e:  # noqa: BLE001 - reported, and the exit status says so
+            failed.append(name)
+            print(f"{args.op}/{name}: FAILED: {type(e).__name__}: {e}", file=sys.stderr)
+            continue
         print(f"{args.op}/{k.qualified:22s} {'built' if k.built else 'cached':6s} {k.seconds:6.2f} s  {k.library}")
-    return 0
+    if failed:
+        print(f"{len(failed)} variant(s) of {args.op} failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _as_variant(op: str, name: str):
