@@ -485,3 +485,15 @@ def test_generic_code_has_a_config_for_the_tree():
     for piece in ("kernels/<op>/<op>.h", "bindings/<op>.cpp", "workbench/specs/<op>.py", "WB_EXPORT_BINDING",
                   "wb.define_op"):
         assert piece in readme, piece
+
+
+def test_an_elementwise_op_of_the_family_is_its_math_and_declaration_in_80_lines():
+    """swiglu, added on the elementwise family (kernels/common/wb_elementwise.*): its header, four
+    variants, binding, declaration and math together stay within 80 lines (the family holds the
+    tiles, dispatch, alignment and tail routing)."""
+    root = config.REPO_ROOT
+    files = [*(root / "kernels" / "swiglu").iterdir(), root / "bindings" / "swiglu.cpp",
+             PACKAGE / "specs" / "swiglu.py", PACKAGE / "specs" / "swiglu_math.py"]
+    lines = {str(p.relative_to(root)): len(p.read_text().splitlines()) for p in files}
+    assert sum(lines.values()) <= 80, lines
+    assert "swiglu" in registry.ops() and {"cpu", "scalar", "vec4", "half"} <= {v.name for v in registry.variants("swiglu")}
