@@ -16,11 +16,6 @@ int forward(const WbCall& c, const Launchers& l, const WbLaunch* launch) {
 }
 
 // Backward call: inputs grad_y, x, weight; outputs dx, dweight.
-size_t backward_workspace(const WbCall& c, const Launchers& l, const WbLaunch* launch) {
-  const WbTensor& x = c.inputs[1];
-  return l.backward_workspace_bytes ? l.backward_workspace_bytes(wb_rows(&x), wb_last_dim(&x), c.dtype, launch) : 0;
-}
-
 int backward(const WbCall& c, const Launchers& l, const WbLaunch* launch) {
   const WbTensor &dy = c.inputs[0], &x = c.inputs[1], &weight = c.inputs[2];
   const WbRmsnormBackward p{c.dtype,           wb_rows(&x),       wb_last_dim(&x), dy.data,     x.data,
@@ -31,4 +26,4 @@ int backward(const WbCall& c, const Launchers& l, const WbLaunch* launch) {
 
 }  // namespace
 
-WB_EXPORT_BINDING(rmsnorm, Launchers, forward, backward, nullptr, backward_workspace)
+WB_EXPORT_BINDING(rmsnorm, Launchers, forward, backward, nullptr, wb_binding::rows_backward_workspace<Launchers>)

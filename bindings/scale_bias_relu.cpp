@@ -16,11 +16,6 @@ int forward(const WbCall& c, const Launchers& l, const WbLaunch* launch) {
 }
 
 // Backward call: inputs grad_y, x, bias; outputs dx, dbias.
-size_t backward_workspace(const WbCall& c, const Launchers& l, const WbLaunch* launch) {
-  const WbTensor& x = c.inputs[1];
-  return l.backward_workspace_bytes ? l.backward_workspace_bytes(wb_rows(&x), wb_last_dim(&x), c.dtype, launch) : 0;
-}
-
 int backward(const WbCall& c, const Launchers& l, const WbLaunch* launch) {
   const WbTensor &dy = c.inputs[0], &x = c.inputs[1], &bias = c.inputs[2];
   const WbScaleBiasReluBackward p{c.dtype,   wb_rows(&x), wb_last_dim(&x),   c.attrs[0].f,      dy.data,
@@ -30,4 +25,4 @@ int backward(const WbCall& c, const Launchers& l, const WbLaunch* launch) {
 
 }  // namespace
 
-WB_EXPORT_BINDING(scale_bias_relu, Launchers, forward, backward, nullptr, backward_workspace)
+WB_EXPORT_BINDING(scale_bias_relu, Launchers, forward, backward, nullptr, wb_binding::rows_backward_workspace<Launchers>)

@@ -44,6 +44,14 @@ inline size_t workspace(WorkspaceFn<L> fn, const WbCall* call, const void* launc
 template <typename L>
 inline size_t workspace(std::nullptr_t, const WbCall*, const void*, const WbLaunch*) { return 0; }
 
+// The backward workspace of an op over rows of its first input (bias_gelu, scale_bias_relu, rmsnorm:
+// backward inputs grad_y, x, ...): what its launchers ask for rows x last dim of x, or none.
+template <typename L>
+inline size_t rows_backward_workspace(const WbCall& c, const L& l, const WbLaunch* launch) {
+  const WbTensor& x = c.inputs[1];
+  return l.backward_workspace_bytes ? l.backward_workspace_bytes(wb_rows(&x), wb_last_dim(&x), c.dtype, launch) : 0;
+}
+
 // The elementwise family's steps: in and out are the call's inputs and outputs as they come (the
 // front end has checked that every tensor has the same n elements; outputs[0] always exists).
 inline WbElementwiseArgs elementwise_args(const WbCall& c) {
