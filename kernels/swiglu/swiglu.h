@@ -1,6 +1,6 @@
-// swiglu: y = silu(a) * b = a * sigmoid(a) * b, for a and b of the same shape (a SwiGLU MLP's gate);
-// backward, with s = sigmoid(a): da = dy * b * s * (1 + a * (1 - s)), db = dy * a * s. Its math as the
-// elementwise family's two steps; the rest is the family's (kernels/common/wb_elementwise.h).
+// swiglu: y = silu(a) * b (SwiGLU's gate); with s = sigmoid(a), da = dy b s (1 + a (1 - s)), db = dy a s: the
+// elementwise family's two steps. Predicted: elementwise_mul's times (same bytes). Measured (results/gpu/a8757df-h100,
+// H100, 16384^2, fwd/bwd): vec4 fp32 1.046/1.766 ms, half bf16 0.521/0.882 ms (~102% of copy), scalar fp32 1.158 ms.
 #pragma once
 
 #include "wb_elementwise.h"

@@ -37,22 +37,23 @@ def capture_output(log_path: pathlib.Path):
                 os.close(fd)
 
 
+def _set_environment(values: dict) -> None:
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @contextlib.contextmanager
 def environment(**values: str | None):
+    """os.environ with `values` set (None: unset) inside, as it was after."""
     old = {k: os.environ.get(k) for k in values}
     try:
-        for k, v in values.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _set_environment(values)
         yield
     finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _set_environment(old)
 
 
 # Killing a build: everything in its session (ninja puts each compiler in a process group of its own,
