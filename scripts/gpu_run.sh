@@ -101,7 +101,6 @@ for v in ('scalar', 'vectorized'):
 import json, sys, time
 import torch
 import workbench as wb
-from workbench.run import loader
 from workbench.explain import profiling as profile
 
 out = sys.argv[1]
@@ -122,7 +121,7 @@ for op, variants, shape in (("bias_gelu", ["scalar", "vec4"], (8192, 8192)),
     both = profile.from_reports(op, reports, shape, "float32", "fwd", copy_GBps=p.copy_GBps,
                                 gemm_TFLOPs=p.gemm_TFLOPs, notes=sorted(set(notes)), sources=lines)
     print(both.table() + "\n", flush=True)
-bad = loader.load_source("bias_gelu", "tests/faulty/uncoalesced.cu", name="uncoalesced", options=profile.LINE_INFO)
+bad = wb.load_source("bias_gelu", "tests/faulty/uncoalesced.cu", name="uncoalesced", options=profile.LINE_INFO)
 started = time.perf_counter()
 p = wb.profile("bias_gelu", bad, shape=(8192, 8192), dtype="float32", keep_csv=out)
 print(f"[bias_gelu/uncoalesced: profiled in {time.perf_counter() - started:.1f} s beyond its build]")

@@ -126,7 +126,7 @@ def test_build_source_builds_without_loading(run_python, cuda_buildable):
     from torch.utils import cpp_extension
 
     from workbench.run import loader
-    with loader._built_not_loaded():
+    with loader.built_not_loaded():
         with pytest.raises(Exception, match="builds without loading"):
             torch.ops.load_library("/nonexistent.so")
     assert "load_library" not in vars(torch.ops) and cpp_extension._import_module_from_library.__name__ == \

@@ -24,7 +24,7 @@ import time
 import pytest
 
 from conftest import REPO_ROOT, describe, private_cache, run_cli, run_python
-from workbench.build import cache
+from workbench.build import cache, locks
 from workbench.ship import ndarray_build
 
 NOBODY = 65534
@@ -254,7 +254,7 @@ def test_lock_file_planted_as_a_link_is_refused_never_followed(tmp_path, monkeyp
     build.mkdir()
     os.symlink(victim, build / "inuse")
     cache.mark_in_use(build)
-    assert build not in cache._in_use_fds and victim.read_text() == "the user's file\n"
+    assert build not in locks._in_use_fds and victim.read_text() == "the user's file\n"
 
 
 # ------------------------------------------------------------------ stale builds: what the compiler read

@@ -51,17 +51,17 @@ def _style(style: str, what: str) -> bool:
     return style == "extension"
 
 
-def load_source(op: str, path, name: str | None = None, *, python: bool = True, style: str = "workbench",
-                **extension):
+def load_source(op: str, path, name: str | None = None, *, python: bool = True, options=None,
+                style: str = "workbench", **extension):
     """Build and load a variant of `op` from a source file anywhere; `name` defaults to the file's
-    stem (loader.load_source). style="extension": a torch extension written the course's way
+    stem (loader.load_source; options: build.BuildOptions, line info say). style="extension": a torch extension written the course's way
     (torch/extension.h; PYBIND11_MODULE or TORCH_LIBRARY exporting forward and backward), served as
     a variant (extension.load_extension; `extension`: its dtypes, device, forward, backward)."""
     if _style(style, "load_source"):
         from .run.extension import load_extension
 
         return load_extension(op, path, name, **extension)
-    return _loader.load_source(op, path, name, python=python)
+    return _loader.load_source(op, path, name, python=python, options=options or _loader.DEFAULT_OPTIONS)
 
 
 def load_inline(op: str, source: str, name: str, *, replace: bool = False, style: str = "workbench", **extension):

@@ -47,8 +47,7 @@ def content_key(*, kind: str, sources: list[pathlib.Path], include_dirs: list[pa
     h.update(json.dumps({"format": KEY_FORMAT, "kind": kind, "flags": flags, "arch_list": arch_list,
                          "toolchain": toolchain}, sort_keys=True).encode())
     for src in sources:
-        for name, data in source_closure(src, include_dirs):
-            h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+        _hash_closure(h, src, include_dirs)
     return h.hexdigest()
 
 
@@ -56,9 +55,14 @@ def closure_digest(source: pathlib.Path, include_dirs: list[pathlib.Path]) -> st
     """A hash of a header and everything it includes: an op's contract, which its binding and its
     variants must have been built against alike."""
     h = hashlib.sha256()
+    _hash_closure(h, source, include_dirs)
+    return h.hexdigest()[:16]
+
+
+def _hash_closure(h, source: pathlib.Path, include_dirs: list[pathlib.Path]) -> None:
+    """Each file of the source's include closure, by name and content, into the hash h."""
     for name, data in source_closure(source, include_dirs):
         h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
-    return h.hexdigest()[:16]
 
 
 def sha256_file(path: pathlib.Path) -> str:

@@ -36,9 +36,10 @@ def binding_piece(op: str) -> Piece:
 def cuda_source_piece(*, label: str, kind: str, source: pathlib.Path, include_dirs, options: BuildOptions) -> Piece:
     """A variant's (or an extension's) one source: nvcc for a .cu file, the host compiler for a .cpp."""
     with_cuda = source.suffix == ".cu"
+    archs = arch_list() if with_cuda else None  # asked once: it may ask torch about every device
     return Piece(label=label, kind=kind, sources=[source], include_dirs=include_dirs, with_cuda=with_cuda,
-                 cflags=CPU_FLAGS, arch_list=arch_list() if with_cuda else None,
-                 cuda_cflags=[*CUDA_FLAGS, *options.nvcc_flags(), *variant_arch_flags(source)]
+                 cflags=CPU_FLAGS, arch_list=archs,
+                 cuda_cflags=[*CUDA_FLAGS, *options.nvcc_flags(), *variant_arch_flags(source, archs)]
                  if with_cuda else [])
 
 

@@ -75,7 +75,6 @@ class BenchResult:
     def frame(self, all_columns: bool = False):
         """The rows as a pandas DataFrame (needs pandas): the table's columns, or every column
         (provenance included) with all_columns=True."""
-        from . import results
         df = results.to_dataframe(self.rows)
         return df if all_columns else df.reindex(columns=list(TABLE_COLUMNS))  # rows saved before a column existed
 

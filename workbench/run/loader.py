@@ -341,9 +341,6 @@ class BuiltVariant:
         return self.key[:10]    # as a loaded Kernel's
 
 
-_built_not_loaded = built_not_loaded  # the name the exercise checker's tests know
-
-
 def build_source(op: str, path, name: str | None = None) -> BuiltVariant:
     """Build (or find in the cache) a C++/CUDA variant of `op` from a source file, without loading
     it in this process: no dlopen, so none of its code runs here (compiling it is safe). A later

@@ -47,7 +47,7 @@ def export(op: str, variants, out, *, name: str | None = None, namespace: str | 
     name = _check_name("name", name or f"wb_{op}", package=True)
     namespace = _check_name("namespace", namespace or name, package=False)
     out = _check_out(out, force)
-    files = export_files.package_files(op, registry.spec(op), names, name, namespace)  # the spec imports torch: last
+    files = export_files.package_files(op, registry.spec(op), names, name, namespace)
     _write(out, files)
     return out
 

@@ -127,5 +127,5 @@ def build_cuda_library(label: str, source: pathlib.Path, include_dirs: list[path
                              f"({'no nvcc found (CUDA_HOME / PATH)' if not toolchain.nvcc_path() else 'no libcudart.so'})")
     return _get_or_build(Piece(
         label=label, kind="ndarray-variant", sources=[source], include_dirs=include_dirs, with_cuda=True, compiler=RAW,
-        command=[toolchain.nvcc_path()], cflags=[*CUDA_FLAGS, *gencode_flags(arch_list), *user_nvcc_flags()],
+        command=[toolchain.nvcc_path()], cflags=[*CUDA_FLAGS, *gencode_flags(arch_list, sm90a=toolchain.needs_sm90a(source)), *user_nvcc_flags()],
         link=["-Xlinker", f"-rpath={cuda_lib_dir()}"], toolchain=_toolchain(True, False), arch_list=arch_list))

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..model.opspec import MathModule, OpSpec, Output, Tensor
 from . import COURSE_PREFERENCE
 
-MATH = MathModule("workbench.specs.elementwise_mul_math")
+MATH = MathModule(__name__ + "_math")
 
 SPEC = OpSpec(
     name="elementwise_mul",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..model.opspec import ErrorCase, MathModule, OpSpec, Output, Tensor
 
-MATH = MathModule("workbench.specs.matmul_math")
+MATH = MathModule(__name__ + "_math")
 
 # The rungs in teaching order; each file opens with what it changes over the one before and the
 # speedup siboehm/SGEMM_CUDA measured for that step on an A6000 (percent of cuBLAS at 4096^3); the

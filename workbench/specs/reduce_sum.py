@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..model.opspec import MathModule, OpSpec, Output, Tensor
 
-MATH = MathModule("workbench.specs.reduce_sum_math")
+MATH = MathModule(__name__ + "_math")
 
 # Every rung (and the cpu variant) is deterministic; from vec_grid_stride on, the order of the
 # additions depends on n alone, whatever grid the launcher picks.

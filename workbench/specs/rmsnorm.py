@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..model.opspec import Attr, Layer, MathModule, OpSpec, Output, Tensor
 
-MATH = MathModule("workbench.specs.rmsnorm_math")
+MATH = MathModule(__name__ + "_math")
 
 # The three ways in the lab's order, then the CUDA C++ rungs.
 LADDER = ("pytorch", "triton", "scalar", "vectorized")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..model.opspec import Attr, Layer, MathModule, OpSpec, Output, Tensor
 from . import COURSE_PREFERENCE
 
-MATH = MathModule("workbench.specs.scale_bias_relu_math")
+MATH = MathModule(__name__ + "_math")
 
 SPEC = OpSpec(
     name="scale_bias_relu",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..model.opspec import MathModule, OpSpec, Output, Tensor
 
-MATH = MathModule("workbench.specs.swiglu_math")
+MATH = MathModule(__name__ + "_math")
 
 SPEC = OpSpec(
     name="swiglu",

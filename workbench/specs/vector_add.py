@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..model.opspec import MathModule, OpSpec, Output, Tensor
 from . import COURSE_PREFERENCE
 
-MATH = MathModule("workbench.specs.vector_add_math")
+MATH = MathModule(__name__ + "_math")
 
 SPEC = OpSpec(
     name="vector_add",

@@ -59,8 +59,6 @@ LAUNCH = {
 NCU_ARGS = ("--clock-control", "none")
 
 
-
-
 def stall_metric(reason: str) -> str:
     return f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio"
 
@@ -180,6 +178,3 @@ def occupancy_limiter(m: dict) -> str | None:
 def top_stalls(m: dict, n: int = 3) -> list[tuple[str, float]]:
     """The n largest stall reasons (warps stalled per issued instruction); 'selected' is not a stall."""
     return sorted(((r, v) for r, v in (m.get("stalls") or {}).items() if v > 0), key=lambda rv: -rv[1])[:n]
-
-
-# ----------------------------------------------------------------------------------------- the verdict
