@@ -21,6 +21,7 @@ from conftest import REPO_ROOT, describe, wait_for_line
 from workbench.build import cache, toolchain
 from workbench import config
 from workbench.run import loader
+from workbench.run.loaded import STATE
 from workbench.build import keys
 from workbench.build import tree as build_tree
 from workbench.specs.bias_gelu import SPEC as spec
@@ -53,6 +54,7 @@ os.system = refuse
 
 import workbench as wb
 from workbench.run import loader
+from workbench.run.loaded import STATE
 from workbench.build import compilers
 compilers.COMPILERS.update(dict.fromkeys(compilers.COMPILERS, refuse))
 t2 = time.perf_counter()
@@ -61,7 +63,7 @@ t3 = time.perf_counter()
 from workbench.specs.bias_gelu import SPEC as spec
 x, b = spec.new_inputs((17, 33), torch.float32, "cpu", torch.Generator().manual_seed(0))
 err = (k(x, b).double() - spec.reference(x, b)).abs().max().item()
-print(json.dumps({"built": k.built, "harness_built": loader._harness["built"], "build_id": k.build_id,
+print(json.dumps({"built": k.built, "harness_built": STATE.harness["built"], "build_id": k.build_id,
                   "import_torch_s": t1 - t0, "import_workbench_s": t2 - t1, "load_s": t3 - t2, "err": err}))
 """
 
@@ -99,11 +101,12 @@ config.COMMON_DIR = root / "common"
 import workbench as wb
 from workbench.build import cache
 from workbench.run import loader
+from workbench.run.loaded import STATE
 out = {}
 for name in ("cpu", "scalar"):
     k = wb.load("bias_gelu", name)
     out[name] = {"built": k.built, "build_id": k.build_id, "source": str(k.source), "seconds": k.seconds}
-out["harness"] = {"built": loader._harness["built"], "key": loader._harness["key"]}
+out["harness"] = {"built": STATE.harness["built"], "key": STATE.harness["key"]}
 out["harness_dirs"] = sorted(d.name for d in cache.builds_root().glob("harness-*"))
 print(json.dumps(out))
 """
@@ -593,7 +596,7 @@ def test_publication_is_atomic(wb, cpu_kernel):
         meta = json.loads((d / "meta.json").read_text())
         assert (d / meta["library"]).is_file(), d
         assert meta["key"][:20] in d.name
-    for lib in (cpu_kernel.library, pathlib.Path(loader._harness["library"])):
+    for lib in (cpu_kernel.library, pathlib.Path(STATE.harness["library"])):
         found, meta, problem = cache.lookup(lib.parent)
         assert found == lib and problem is None
         assert meta["size"] == lib.stat().st_size and len(meta["sha256"]) == 64

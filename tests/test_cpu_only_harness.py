@@ -8,6 +8,7 @@ CHILD = r"""
 import json, torch
 import workbench as wb
 from workbench.run import loader
+from workbench.run.loaded import STATE
 from workbench.build import toolchain
 toolchain.can_build_cuda = lambda: False          # what a CPU-only torch reports
 k = wb.load("bias_gelu", "cpu")
@@ -18,8 +19,8 @@ try:
     refused = ""
 except wb.WorkbenchError as e:
     refused = str(e)
-flags = json.loads((loader.cache.build_dir_for("harness", loader._harness["key"]) / "meta.json").read_text())["flags"]
-print("RESULT " + json.dumps({"cuda": loader._harness["cuda"], "ok": ok, "refused": refused, "flags": flags}))
+flags = json.loads((loader.cache.build_dir_for("harness", STATE.harness["key"]) / "meta.json").read_text())["flags"]
+print("RESULT " + json.dumps({"cuda": STATE.harness["cuda"], "ok": ok, "refused": refused, "flags": flags}))
 """
 
 

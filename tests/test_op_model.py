@@ -5,6 +5,7 @@ structure (no import cycles, no generic module naming an op)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import pathlib
 import re
@@ -15,6 +16,7 @@ import torch
 import workbench as wb
 from workbench import config
 from workbench.run import loader
+from workbench.run.loaded import STATE
 from workbench.model import registry
 from workbench.model.shapes import DimPattern, ShapeBinder
 
@@ -35,6 +37,7 @@ ROW_STATS = r'''
 import json, sys, torch
 import workbench as wb
 from workbench.run import loader
+from workbench.run.loaded import STATE
 
 k = wb.load("bias_gelu", "cpu")        # a process that already has another op loaded
 x5, b5 = torch.randn(5, 7), torch.randn(7)
@@ -103,7 +106,7 @@ spec = wb.OpSpec(
     check_sizes=((3, 5), (7,), (2, 3, 4), (0, 3), (4, 0)))
 wb.define_op(spec, header=HEADER, binding=BINDING)
 mine = wb.load_inline("row_stats", VARIANT.replace("BACKWARD", "backward"), name="cpu_mine")
-out = {"ops": wb.ops(), "harness_built_again": loader._harness["built"]}
+out = {"ops": wb.ops(), "harness_built_again": STATE.harness["built"]}
 x = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
 w = torch.rand(6, dtype=torch.float64)
 s1, s2 = mine(x, w)
@@ -168,20 +171,45 @@ def test_a_forward_only_tree_variant_refuses_backward_by_name(wb, cpu_kernel, cp
 
 def test_editing_one_binding_rebuilds_that_binding_alone(wb, cpu_kernel, tmp_path, monkeypatch):
     wb.load("elementwise_mul", "cpu")
-    harness_key = loader._harness["key"]
-    before = dict(loader._bindings)
+    harness_key = STATE.harness["key"]
+    before = dict(STATE.bindings)
     real = registry.sources("elementwise_mul")
     edited = tmp_path / "elementwise_mul.cpp"
     edited.write_text("// an edit\n" + real.binding.read_text())
-    monkeypatch.setattr(registry, "sources", lambda op, _real=registry.sources: (
-        registry.OpSources(real.kernel_dir, real.header, edited) if op == "elementwise_mul" else _real(op)))
+    monkeypatch.setattr(registry, "resolve", lambda op, _real=registry.resolve: (
+        dataclasses.replace(_real(op), sources=registry.OpSources(real.kernel_dir, real.header, edited))
+        if op == "elementwise_mul" else _real(op)))
     loader.ensure_op("elementwise_mul")
     loader.ensure_op("bias_gelu")
-    assert loader._bindings["elementwise_mul"] != before["elementwise_mul"]
-    assert loader._bindings["bias_gelu"] == before["bias_gelu"]
-    assert loader._harness["key"] == harness_key
+    assert STATE.bindings["elementwise_mul"] != before["elementwise_mul"]
+    assert STATE.bindings["bias_gelu"] == before["bias_gelu"]
+    assert STATE.harness["key"] == harness_key
     x = torch.randn(3, 4)
     torch.testing.assert_close(torch.ops.workbench.elementwise_mul(x, x, "cpu"), x * x)
+
+
+def test_a_warm_load_resolves_the_op_once_and_reads_its_declaration_from_the_library(wb, cpu_kernel, monkeypatch):
+    """Issue 25, item 3: the op is looked up once per load (one listing of its folder) and carried
+    down; what a C++ variant declares comes from its library (the harness), not the source's macro."""
+    wb.load("vector_add", "cpu")
+    calls = []
+    for name in ("resolve", "_variant_files", "_export_args", "static_variant", "_tree_ops"):
+        monkeypatch.setattr(registry, name, lambda *a, _f=getattr(registry, name), _n=name, **k: (
+            calls.append(_n), _f(*a, **k))[1])
+    k = wb.load("vector_add", "cpu")
+    assert sorted(calls) == ["_variant_files", "resolve"], calls
+    assert (k.device, k.dtypes, k.description) == (k.info["device"], tuple(k.info["dtypes"]), k.info["description"])
+
+
+def test_the_loaded_state_has_one_owner():
+    """The loader keeps no state of its own: run/loaded.py's STATE is the one record of what is loaded."""
+    from workbench.run import kernel, loaded
+
+    for module in (loader, kernel, registry):
+        held = [n for n, v in vars(module).items() if isinstance(v, (dict, set, list)) and not n.isupper()
+                and not n.startswith("__") and n not in ("_specs", "_inline_sources")]
+        assert held == [], (module.__name__, held)
+    assert isinstance(loaded.STATE, loaded.LoadedState)
 
 
 def test_variant_built_against_another_header_is_refused(wb, cpu_kernel):

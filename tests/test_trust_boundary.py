@@ -562,8 +562,9 @@ def refuse(*args, **kwargs):
 cpp_extension.load = cpp_extension._jit_compile = refuse
 import workbench as wb
 from workbench.run import loader
+from workbench.run.loaded import STATE
 k = wb.load("bias_gelu", "cpu")
-print(json.dumps({"built": k.built, "harness_built": loader._harness["built"], "library": str(k.library)}))
+print(json.dumps({"built": k.built, "harness_built": STATE.harness["built"], "library": str(k.library)}))
 """
 
 

@@ -15,30 +15,52 @@ _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
 KEY_FORMAT = 2  # bump when what goes into a key or a record changes (2: records carry the compiler's deps)
 
 
+# path -> ((mtime_ns, size, inode), sha256 of the content, its quoted includes): a file is read
+# and scanned again only when its stat changes, so a warm load hashes no header twice. (A stale
+# entry could only name a folder: records.lookup checks what the compiler read, by content.)
+_scanned: dict[str, tuple[tuple[int, int, int], bytes, list[str]]] = {}
+
+
+def _scan(path: pathlib.Path) -> tuple[bytes, list[str]]:
+    st = path.stat()
+    stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+    hit = _scanned.get(str(path))
+    if hit is not None and hit[0] == stamp:
+        return hit[1], hit[2]
+    data = path.read_bytes()
+    entry = (stamp, hashlib.sha256(data).digest(), _INCLUDE.findall(data.decode("utf-8", errors="replace")))
+    _scanned[str(path)] = entry
+    return entry[1], entry[2]
+
+
 def source_closure(source: pathlib.Path, include_dirs: list[pathlib.Path]) -> list[tuple[str, bytes]]:
-    """(name, content) for the source and every quoted header it reaches, in a stable order. The
-    source itself is named '<source>' so the same text at another path gives the same key."""
-    seen: dict[pathlib.Path, str] = {}
+    """(name, sha256 of the content) for the source and every quoted header it reaches, in a stable
+    order. The source itself is named '<source>' so the same text at another path gives the same
+    key; a header not found is named with the digest of b"<not found>"."""
+    seen: set[pathlib.Path] = set()
     out: list[tuple[str, bytes]] = []
 
     def visit(path: pathlib.Path, name: str) -> None:
         path = path.resolve()
         if path in seen:
             return
-        seen[path] = name
-        data = path.read_bytes()
-        out.append((name, data))
-        for inc in _INCLUDE.findall(data.decode("utf-8", errors="replace")):
+        seen.add(path)
+        digest, includes = _scan(path)
+        out.append((name, digest))
+        for inc in includes:
             for d in [path.parent, *include_dirs]:
                 cand = d / inc
                 if cand.is_file():
                     visit(cand, inc)
                     break
             else:
-                out.append((inc, b"<not found>"))
+                out.append((inc, _NOT_FOUND))
 
     visit(source, "<source>")
     return out
+
+
+_NOT_FOUND = hashlib.sha256(b"<not found>").digest()
 
 
 def content_key(*, kind: str, sources: list[pathlib.Path], include_dirs: list[pathlib.Path],
@@ -61,8 +83,8 @@ def closure_digest(source: pathlib.Path, include_dirs: list[pathlib.Path]) -> st
 
 def _hash_closure(h, source: pathlib.Path, include_dirs: list[pathlib.Path]) -> None:
     """Each file of the source's include closure, by name and content, into the hash h."""
-    for name, data in source_closure(source, include_dirs):
-        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    for name, digest in source_closure(source, include_dirs):
+        h.update(name.encode() + b"\0" + digest)
 
 
 def sha256_file(path: pathlib.Path) -> str:

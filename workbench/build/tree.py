@@ -27,9 +27,9 @@ def harness_piece(with_cuda: bool) -> Piece:
                  arch_list=arch_list() if with_cuda else None)
 
 
-def binding_piece(op: str) -> Piece:
-    src = registry.sources(op)
-    return Piece(label=f"binding/{op}", kind="binding", sources=[src.binding],
+def binding_piece(r: registry.ResolvedOp) -> Piece:
+    src = r.sources
+    return Piece(label=f"binding/{r.op}", kind="binding", sources=[src.binding],
                  include_dirs=[config.BINDINGS_DIR, config.COMMON_DIR, src.kernel_dir], cflags=CPU_FLAGS)
 
 
@@ -43,10 +43,10 @@ def cuda_source_piece(*, label: str, kind: str, source: pathlib.Path, include_di
                  if with_cuda else [])
 
 
-def variant_piece(op: str, name: str, source: pathlib.Path, options: BuildOptions = DEFAULT_OPTIONS) -> Piece:
-    src = registry.sources(op)
-    return cuda_source_piece(label=f"{op}/{name}", kind="variant", source=source,
-                             include_dirs=[config.COMMON_DIR, src.kernel_dir], options=options)
+def variant_piece(r: registry.ResolvedOp, name: str, source: pathlib.Path,
+                  options: BuildOptions = DEFAULT_OPTIONS) -> Piece:
+    return cuda_source_piece(label=f"{r.op}/{name}", kind="variant", source=source,
+                             include_dirs=[config.COMMON_DIR, r.sources.kernel_dir], options=options)
 
 
 def tree_pieces(devices: tuple[str, ...], harness_with_cuda: bool) -> list[Piece]:
@@ -55,8 +55,9 @@ def tree_pieces(devices: tuple[str, ...], harness_with_cuda: bool) -> list[Piece
     "cpu") variant. Python variants ship as sources only."""
     pieces = [harness_piece(harness_with_cuda)]
     for op in registry.ops():
-        pieces.append(binding_piece(op))
-        for name, source in registry.variant_sources(op).items():
+        r = registry.resolve(op)
+        pieces.append(binding_piece(r))
+        for name, source in r.variant_files.items():
             if {".cu": "cuda", ".cpp": "cpu"}.get(source.suffix) in devices:
-                pieces.append(variant_piece(op, name, source))
+                pieces.append(variant_piece(r, name, source))
     return pieces

@@ -15,7 +15,7 @@ import torch
 
 from .. import __version__, config
 from . import ceilings, conditions, physics, results, timing, verify
-from ..run import loader
+from ..run import loaded, loader
 from ..model import registry
 from ..build import toolchain
 from .. import dtypes as dtypes_
@@ -274,9 +274,9 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     dtypes = dtypes_.names(dtypes)
     _, attr_values = spec.call_args((None,) * len(spec.inputs), attrs if attrs is not None else spec.sample_attrs()[0])
     attrs = spec.attr_dict(attr_values)
-    all_names = [v.name for v in registry.variants(op)]
+    all_names = [v.name for v in loaded.variants(op)]
     if variants == "all":
-        names = [v.name for v in registry.variants(op) if v.runs_on(device.type)]
+        names = [v.name for v in loaded.variants(op) if v.runs_on(device.type)]
     else:
         names = [variants] if isinstance(variants, str) else list(variants)
         unknown = [n for n in names if n not in all_names and n not in own]
@@ -389,7 +389,7 @@ def _bench_isolated(op, variants, kwargs, *, save, results_path) -> BenchResult:
 
     if variants == "all":
         device = kwargs["device"] or ("cuda" if toolchain.gpu_available() else "cpu")
-        variants = [v.name for v in registry.variants(op) if v.runs_on(device)]
+        variants = [v.name for v in loaded.variants(op) if v.runs_on(device)]
     items = variants if isinstance(variants, (list, tuple)) else [variants]
     result = BenchResult()
     for i, v in enumerate(items):

@@ -68,7 +68,26 @@ class OpSources:
 
 _specs: dict[str, object] = {}                  # op -> its OpSpec: the one store of specs in this process
 _inline_sources: dict[str, OpSources] = {}      # op -> its sources, for an op from define_op
-_inline_variants: dict[tuple[str, str], VariantInfo] = {}     # (op, name) -> newest build's description
+
+
+@dataclass(frozen=True)
+class ResolvedOp:
+    """One look-up of an op, carried down a load: its spec, where its C++ lives, and its variant
+    files (name -> path, from one listing of its folder)."""
+    op: str
+    spec: object
+    sources: OpSources
+    variant_files: dict
+
+    def variant_source(self, variant: str) -> pathlib.Path:
+        if variant not in self.variant_files:
+            raise ValueError(f"{self.op} has no variant {variant!r}; variants: {', '.join(self.variant_files) or 'none'} "
+                             f"(or load_inline('{self.op}', source, name='{variant}'))")
+        return self.variant_files[variant]
+
+    def is_tree_variant(self, name: str, source: pathlib.Path) -> bool:
+        """Whether `source` is the op's own file of that name (not a string, not a file elsewhere)."""
+        return self.variant_files.get(name) == source
 
 
 def _tree_ops() -> list[str]:
@@ -86,8 +105,14 @@ def ops() -> list[str]:
     return sorted(set(_tree_ops()) | set(_inline_sources))
 
 
+def _is_tree_op(op: str) -> bool:
+    return ((config.KERNELS_DIR / op / f"{op}.h").exists() and (config.BINDINGS_DIR / f"{op}.cpp").exists()
+            and (config.PACKAGE_DIR / "specs" / f"{op}.py").exists())
+
+
 def check_op(op: str) -> None:
-    if not isinstance(op, str) or op not in ops():
+    """A known op, by three stats of its files (the folder is listed only to say what is known)."""
+    if not isinstance(op, str) or not _NAME.fullmatch(op) or not (op in _inline_sources or _is_tree_op(op)):
         raise ValueError(f"op must be one of {ops()}; got {op!r}")
 
 
@@ -103,7 +128,8 @@ def check_not_shadowing(op: str, name: str, source: pathlib.Path, replace: bool,
     """Refuse a variant built from a string or another file under the name of one of the tree's
     variants (kernels/<op>/<name>.*), unless replace=True: it would take that name's place in
     torch.ops while the file still says otherwise."""
-    tree = variant_sources(op).get(name) if not sources(op).inline else None
+    r = resolve(op)
+    tree = r.variant_files.get(name) if not r.sources.inline else None
     if tree is not None and tree != source and not replace:
         raise ValueError(f"{what}: name={name!r} is a variant of the tree ({tree}); loading this source under that "
                          f"name would replace it in this process. Pick another name, or pass replace=True to "
@@ -127,6 +153,10 @@ def spec(op: str):
 
 def sources(op: str) -> OpSources:
     check_op(op)
+    return _sources(op)
+
+
+def _sources(op: str) -> OpSources:
     if op in _inline_sources:
         return _inline_sources[op]
     d = config.KERNELS_DIR / op
@@ -269,10 +299,21 @@ def python_variant(op: str, source: pathlib.Path, name: str | None = None, text:
                        description=decl["description"], source=source, kind=decl["kind"])
 
 
+def resolve(op: str) -> ResolvedOp:
+    """The op looked up once: spec, sources and variant files (ValueError for an unknown op)."""
+    check_op(op)
+    declared = spec(op)
+    srcs = _sources(op)
+    return ResolvedOp(op, declared, srcs, _variant_files(op, srcs.kernel_dir))
+
+
 def variant_sources(op: str) -> dict[str, pathlib.Path]:
     """The op's variant files: every .cu, .cpp and .py beside its header (a .py whose name starts
     with '_' is a helper, not a variant)."""
-    d = sources(op).kernel_dir
+    return _variant_files(op, sources(op).kernel_dir)
+
+
+def _variant_files(op: str, d: pathlib.Path) -> dict[str, pathlib.Path]:
     found = [p for suffix in SUFFIXES for p in d.glob(f"*{suffix}")
              if p.suffix != ".py" or (_NAME.fullmatch(p.stem) and not p.stem.startswith("_"))]
     by_name: dict[str, pathlib.Path] = {}
@@ -285,32 +326,13 @@ def variant_sources(op: str) -> dict[str, pathlib.Path]:
 
 
 def variant_source(op: str, variant: str) -> pathlib.Path:
-    found = variant_sources(op)
-    if variant not in found:
-        raise ValueError(f"{op} has no variant {variant!r}; variants: {', '.join(found) or 'none'} "
-                         f"(or load_inline('{op}', source, name='{variant}'))")
-    return found[variant]
-
-
-def record_inline_variant(info: VariantInfo) -> None:
-    """Note a variant built from a string or a file outside the op's folder (the loader calls this);
-    one named like a tree variant (replace=True) describes that name from now on."""
-    _inline_variants[(info.op, info.name)] = info
-
-
-def forget_inline_variant(op: str, name: str) -> None:
-    """The tree's file of that name was loaded again: it describes the name again."""
-    _inline_variants.pop((op, name), None)
+    return resolve(op).variant_source(variant)
 
 
 def variants(op: str) -> list[VariantInfo]:
-    """The op's variants in its folder (a declared ladder's rungs first, in ladder order), plus those
-    built from strings or other files in this process."""
-    rank = {name: i for i, name in enumerate(spec(op).ladder)}
-    found = sorted(variant_sources(op).items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
-    out = [_inline_variants.get((op, name)) or static_variant(op, path, name) for name, path in found]
-    known = {v.name for v in out}
-    for (o, name), info in sorted(_inline_variants.items()):
-        if o == op and name not in known:
-            out.append(info)
-    return out
+    """The op's variants in its folder (a declared ladder's rungs first, in ladder order), each as
+    its source declares it. (wb.variants adds what this process built from strings: run/loaded.py.)"""
+    r = resolve(op)
+    rank = {name: i for i, name in enumerate(r.spec.ladder)}
+    found = sorted(r.variant_files.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
+    return [static_variant(op, path, name) for name, path in found]

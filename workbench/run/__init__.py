@@ -1,4 +1,5 @@
-"""Running variants: the loaded build behind `wb.load` (loader: a Kernel, the harness, define_op),
+"""Running variants: the loaded build behind `wb.load` (loader: the harness, define_op, the load
+path; kernel: the Kernel handle it returns; loaded: the one record of what this process loaded),
 its torch.library op with autograd and fakes (torchops), nn layers, variants brought from outside
 (byo: callables; extension: torch extensions written the course's way; pyvariant: Python/Triton
 variants), the notebook cell magic, and isolation (isolate starts a child, isolate_child is its entry

@@ -1,12 +1,14 @@
 """Loading: the harness (built once per toolchain), each op's binding, and variant libraries.
 
-`load(op, variant)` makes sure the op is declared in this process (its schemas, fake and autograd
-registration, from its spec) and its binding is loaded, then finds the variant's source and hands
-its piece (build/tree.py) to the build pipeline (build.get_or_build: a warm hit loads with no ninja
-and no lock; otherwise it is built under the key's lock and published). The library is registered with the harness under `name` and
-`name@build_id`; the returned Kernel calls its exact build, so a handle to an older build keeps
-working after an edit. Each piece is its own library: editing one op's binding or one variant
-rebuilds that piece alone, never the harness.
+`load(op, variant)` resolves the op once (registry.resolve: spec, sources, variant files) and
+carries that down: it makes sure the op is declared in this process (its schemas, fake and autograd
+registration, from its spec) and its binding is loaded, then hands the variant's piece
+(build/tree.py) to the build pipeline (build.get_or_build: a warm hit loads with no ninja and no
+lock; otherwise it is built under the key's lock and published). The library is registered with the
+harness under `name` and `name@build_id`; the returned Kernel calls its exact build, so a handle to
+an older build keeps working after an edit. What the library declares (device, dtypes, description)
+is read from the harness; every record of what is loaded lives in loaded.STATE. Each piece is its
+own library: editing one op's binding or one variant rebuilds that piece alone, never the harness.
 
 Installed from a wheel, each piece is first looked up among the libraries the wheel prebuilt
 (build/prebuilt.py, the pipeline's first tier): where its source and torch match, it loads with no
@@ -23,141 +25,27 @@ import dataclasses
 import hashlib
 import json
 import pathlib
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..build import cache, toolchain
 from .. import config
 from . import pyvariant, torchops
+from .kernel import Kernel, PythonKernel
+from .loaded import STATE
 from ..model import registry
+from ..model.registry import ResolvedOp
 from ..build import DEFAULT_OPTIONS, BuildOptions, built_not_loaded, get_or_build, prebuilt
 from ..build.tree import binding_piece, harness_piece, variant_piece
 from ..errors import WorkbenchError
-
-_lock = threading.RLock()
-_harness: dict | None = None
-_harness_lib = None  # ctypes handle on the harness: the control plane (declare, register)
-_declared: set[str] = set()              # ops declared to the harness in this process
-_bindings: dict[str, tuple[str, str]] = {}  # op -> (content key, contract) of the binding registered now
-_current: dict[tuple[str, str], "Kernel"] = {}  # (op, name) -> newest loaded build
-_last_good: dict[tuple[str, str], str] = {}
-
-@dataclass
-class Kernel:
-    """A loaded build of one variant. Call it like the op: k(x, bias), attributes by position or
-    name (k(x, bias, scale=2.0)); k.backward(grad_y, x, bias) runs its backward step alone."""
-    op: str
-    name: str
-    build_id: str
-    device: str
-    dtypes: tuple[str, ...]
-    description: str
-    library: pathlib.Path
-    source: pathlib.Path
-    built: bool                 # compiled by this load (False: loaded from the cache)
-    seconds: float              # time this load took
-    info: dict = field(default_factory=dict, repr=False)
-    options: BuildOptions = field(default=DEFAULT_OPTIONS, repr=False)  # how it was built
-    kind = "c++"                # a class attribute; a PythonKernel's is "torch" or "triton"
-
-    def runs_on(self, device_type: str) -> bool:
-        """Whether this build takes tensors on `device_type` ("cuda" or "cpu")."""
-        return self.info.get("device", self.device) in (device_type, "any")
-
-    @property
-    def qualified(self) -> str:
-        return f"{self.name}@{self.build_id}"
-
-    @property
-    def stale(self) -> bool:
-        """True once a newer build of the same name was loaded; this handle still runs its own."""
-        newest = _current.get((self.op, self.name))
-        return newest is not None and newest.build_id != self.build_id
-
-    @property
-    def steps(self) -> tuple[str, ...]:
-        """The steps this variant implements: ("forward", "backward"), or ("forward",) alone."""
-        return tuple(self.info.get("steps", ("forward", "backward")))
-
-    @property
-    def spec(self):
-        """The op's spec, from the registry's store (no look into the tree: calls stay cheap)."""
-        return registry.spec(self.op)
-
-    def __post_init__(self):
-        # Resolved now, not on first use: torch.compile traces __call__, and dynamo cannot trace
-        # functools.cached_property (it takes a lock on Python 3.11): a graph break.
-        import torch
-
-        ns = torch.ops.workbench
-        self._ops = (getattr(ns, self.op).default,
-                     getattr(ns, f"{self.op}_backward").default if self.spec.differentiable else None)
-
-    @property
-    def op_overload(self):
-        return self._ops[0]
-
-    def __call__(self, *args, **attrs):
-        tensors, values = self.spec.call_args(args, attrs)
-        return self._ops[0](*tensors, *values, self.qualified)
-
-    def backward(self, *args, **attrs):
-        """The backward step: gradients of the outputs, then the inputs (and attributes); returns
-        the gradients of the differentiable inputs (a tuple when there are several)."""
-        spec = self.spec
-        if self._ops[1] is None:
-            raise WorkbenchError(f"{self.op} has no differentiable inputs, so no backward")
-        tensors, values = spec.call_args(args, attrs, grads=len(spec.outputs))
-        return self._ops[1](*tensors, *values, self.qualified)
-
-    def __repr__(self) -> str:
-        state = "built" if self.built else "cached"
-        stale = ", stale: a newer build of this name is loaded" if self.stale else ""
-        steps = "" if "backward" in self.steps else ", forward only"
-        return (f"<Kernel {self.op}/{self.qualified} on {self.device} [{', '.join(self.dtypes)}] "
-                f"{state} in {self.seconds:.2f} s{steps}{stale}>")
-
-
-@dataclass(repr=False)
-class PythonKernel(Kernel):
-    """A loaded build of a Python variant (kernels/<op>/<name>.py). `library` is its source file;
-    `kind` is "torch" (tensor ops: autograd and torch.compile trace through them) or "triton"
-    (two torch.ops.workbench ops of its own, `build.ops`). Checked like a C++ variant's calls."""
-    kind: str = "torch"
-    build: pyvariant.Build | None = None
-
-    def __post_init__(self):
-        pass  # no harness ops: the build's own entry points
-
-    @property
-    def spec(self):
-        return self.build.spec_of()
-
-    @property
-    def op_overload(self):
-        """The forward's custom op (kind triton); None for kind torch, which is plain Python."""
-        return self.build.forward if self.kind == "triton" else None
-
-    def __call__(self, *args, **attrs):
-        tensors, values = self.spec.call_args(args, attrs)
-        return self.build.forward(*tensors, *values)
-
-    def backward(self, *args, **attrs):
-        spec = self.spec
-        if self.build.backward is None or not spec.differentiable:
-            raise WorkbenchError(f"{self.op} has no differentiable inputs, so no backward")
-        tensors, values = spec.call_args(args, attrs, grads=len(spec.outputs))
-        return self.build.backward(*tensors, *values)
 
 
 def ensure_harness() -> dict:
     """Build (once per toolchain) and load the C++ harness: the registries and the one kernel that
     serves every op. It knows no op: ops are declared to it at run time."""
-    global _harness
-    with _lock:
-        if _harness is not None:
-            return _harness
+    with STATE.lock:
+        if STATE.harness is not None:
+            return STATE.harness
         import torch
 
         # An installed wheel's harness says how it was built; otherwise CUDA where it can be built.
@@ -174,11 +62,10 @@ def ensure_harness() -> dict:
                     "process to load the new one")
             torch.ops.load_library(str(lib))
         cache.mark_in_use(bdir)
-        global _harness_lib
-        _harness_lib = ctypes.CDLL(str(lib))  # the same handle torch.ops.load_library opened
+        STATE.harness_lib = ctypes.CDLL(str(lib))  # the same handle torch.ops.load_library opened
         info = json.loads(_call_harness("workbench_harness_info"))
-        _harness = dict(info, library=str(lib), key=key, built=built, seconds=time.perf_counter() - start)
-        return _harness
+        STATE.harness = dict(info, library=str(lib), key=key, built=built, seconds=time.perf_counter() - start)
+        return STATE.harness
 
 
 def _workbench_namespace_registered() -> bool:
@@ -190,7 +77,7 @@ def _call_harness(fn: str, *args: str) -> str:
     """Call one of the harness's C entry points; raise its error message as WorkbenchError."""
     size = 1 << 16
     out = ctypes.create_string_buffer(size)
-    func = getattr(_harness_lib, fn)
+    func = getattr(STATE.harness_lib, fn)
     func.restype = ctypes.c_int
     status = func(*[a.encode() for a in args], out, ctypes.c_size_t(size))
     text = out.value.decode(errors="replace")
@@ -199,101 +86,106 @@ def _call_harness(fn: str, *args: str) -> str:
     return text
 
 
-def contract(op: str) -> str:
+def contract(r: ResolvedOp) -> str:
     """The hash of the op's header and what it includes: its binding and its variants must agree."""
-    src = registry.sources(op)
-    return cache.closure_digest(src.header, [config.COMMON_DIR, src.kernel_dir])
+    return cache.closure_digest(r.sources.header, [config.COMMON_DIR, r.sources.kernel_dir])
 
 
-def ensure_op(op: str, *, python: bool = True) -> None:
-    """Declare the op in this process (once) and load its newest binding (rebuilt if edited).
-    python=False leaves out the fake and autograd registration (torch.library's, which imports
-    much of torch): for a process that builds and loads variants but never calls them (the
-    exercise checker's, whose checks run in a child)."""
+def ensure_op(op: str | ResolvedOp, *, python: bool = True) -> ResolvedOp:
+    """Declare the op in this process (once) and load its newest binding (rebuilt if edited); returns
+    the op as resolved. python=False leaves out the fake and autograd registration (torch.library's,
+    which imports much of torch): for a process that builds and loads variants but never calls them
+    (the exercise checker's, whose checks run in a child)."""
+    r = op if isinstance(op, ResolvedOp) else registry.resolve(op)
     ensure_harness()
-    spec = registry.spec(op)
-    with _lock:
+    with STATE.lock:
         # Built before the op is declared: a binding that does not build leaves no schema behind.
-        lib, bdir, built, key, _ = get_or_build(binding_piece(op))
-        if op not in _declared:
-            _call_harness("workbench_define_op", spec.declaration())
-            _declared.add(op)
+        lib, bdir, built, key, _ = get_or_build(binding_piece(r))
+        if r.op not in STATE.declared:
+            _call_harness("workbench_define_op", r.spec.declaration())
+            STATE.declared.add(r.op)
         if python:
-            torchops.register(spec)  # the current spec: an edited one (same schema) takes over
-        if _bindings.get(op, ("",))[0] != key:
-            digest = contract(op)
-            _call_harness("workbench_register_binding", op, str(lib), digest)
+            torchops.register(r.spec)  # the current spec: an edited one (same schema) takes over
+        if STATE.bindings.get(r.op, ("",))[0] != key:
+            digest = contract(r)
+            _call_harness("workbench_register_binding", r.op, str(lib), digest)
             cache.mark_in_use(bdir)
-            _bindings[op] = (key, digest)
+            STATE.bindings[r.op] = (key, digest)
+    return r
 
 
-def _register_python(op: str, name: str, source: pathlib.Path) -> Kernel:
+def _register_python(r: ResolvedOp, name: str, source: pathlib.Path) -> Kernel:
     """Import (once per content) and serve a Python variant; the C++ harness is not involved."""
     start = time.perf_counter()
-    spec = registry.spec(op)
+    op = r.op
     build_, imported = pyvariant.load(op, name, source, lambda: registry.spec(op),
-                                      last_good=_last_good.get((op, name)))
+                                      last_good=STATE.last_good.get((op, name)))
     v = build_.info
     import torch
 
     device = v.device if v.device != "any" else ("cuda" if torch.cuda.is_available() else "cpu")
-    steps = ("forward", "backward") if spec.differentiable else ("forward",)
+    steps = ("forward", "backward") if r.spec.differentiable else ("forward",)
     info = {"name": name, "build_id": build_.build_id, "path": str(source), "kind": v.kind, "device": v.device,
             "dtypes": list(v.dtypes), "description": v.description, "steps": steps, "ops": list(build_.ops)}
-    with _lock:
-        kernel = PythonKernel(op=op, name=name, build_id=build_.build_id, device=device, dtypes=v.dtypes,
-                              description=v.description, library=source, source=source, built=imported,
-                              seconds=time.perf_counter() - start, info=info, kind=v.kind, build=build_)
-        _current[(op, name)] = kernel
-        _last_good[(op, name)] = f"{op}/{kernel.qualified} ({source})"
-        if registry.variant_sources(op).get(name) != source:
-            registry.record_inline_variant(dataclasses.replace(v, description=v.description + " (inline)"))
-        else:
-            registry.forget_inline_variant(op, name)
+    kernel = PythonKernel(op=op, name=name, build_id=build_.build_id, device=device, dtypes=v.dtypes,
+                          description=v.description, library=source, source=source, built=imported,
+                          seconds=time.perf_counter() - start, info=info, kind=v.kind, build=build_)
+    STATE.put(kernel, str(source), r.is_tree_variant(name, source),
+              dataclasses.replace(v, description=v.description + " (inline)"))
     return kernel
 
 
-def _register(op: str, name: str, source: pathlib.Path, *, inline_label: str | None = None,
+def _register(r: ResolvedOp, name: str, source: pathlib.Path, *, inline_label: str | None = None,
               python: bool = True, options: BuildOptions = DEFAULT_OPTIONS) -> Kernel:
+    """Build (or find) and register one variant of the resolved op. Its description is the one its
+    library exports (the harness returns it): the source's macro is not parsed here."""
     if source.suffix == ".py":
-        return _register_python(op, name, source)
+        return _register_python(r, name, source)
     start = time.perf_counter()
-    ensure_op(op, python=python)
-    import torch
-
-    static = registry.static_variant(op, source, name=name)
-    # With an installed wheel, prebuilt.find serves the variant or says why it cannot.
-    if static.device == "cuda" and not toolchain.can_build_cuda() and prebuilt.manifest() is None:
-        raise WorkbenchError(
-            f"{op}/{name} is a CUDA variant, and this machine cannot build CUDA code "
-            f"(torch {torch.__version__} {'has no CUDA' if not toolchain.torch_has_cuda() else 'found no nvcc'}); "
-            f"CPU variants here: {', '.join(v.name for v in registry.variants(op) if v.runs_on('cpu'))}")
+    op = r.op
+    ensure_op(r, python=python)
+    if not r.is_tree_variant(name, source):
+        # A string or a file from elsewhere: a malformed or misaddressed WB_EXPORT_VARIANT is refused
+        # before it costs a compile (what it declares is still read from the library, below).
+        registry.static_variant(op, source, name)
+    _check_can_build(r, name, source)
     rename = {str(source): inline_label} if inline_label else None
-    lib, bdir, built, key, _ = get_or_build(variant_piece(op, name, source, options), rename=rename,
-                                            last_good=_last_good.get((op, name)))
+    lib, bdir, built, key, _ = get_or_build(variant_piece(r, name, source, options), rename=rename,
+                                            last_good=STATE.last_good.get((op, name)))
     build_id = key[:10]
-    with _lock:
+    with STATE.lock:
         # The contract of the binding just ensured: the variant's build key covers the same header.
-        info = json.loads(_call_harness("workbench_register_variant", op, name, build_id, str(lib), _bindings[op][1]))
+        info = json.loads(_call_harness("workbench_register_variant", op, name, build_id, str(lib),
+                                        STATE.bindings[op][1]))
         cache.mark_in_use(bdir)
         kernel = Kernel(op=op, name=name, build_id=build_id, device=info["device"], dtypes=tuple(info["dtypes"]),
                         description=info["description"], library=lib, source=source, built=built,
                         seconds=time.perf_counter() - start, info=info, options=options)
-        _current[(op, name)] = kernel
-        _last_good[(op, name)] = f"{op}/{kernel.qualified} ({lib})"
-        if registry.variant_sources(op).get(name) != source:
-            registry.record_inline_variant(registry.VariantInfo(
-                op, name, kernel.device, kernel.dtypes, kernel.description + " (inline)", source))
-        else:
-            registry.forget_inline_variant(op, name)
+        STATE.put(kernel, str(lib), r.is_tree_variant(name, source), registry.VariantInfo(
+            op, name, kernel.device, kernel.dtypes, kernel.description + " (inline)", source))
     return kernel
+
+
+def _check_can_build(r: ResolvedOp, name: str, source: pathlib.Path) -> None:
+    """A .cu variant where CUDA code cannot be built (and no wheel prebuilt it): say so, and what can run."""
+    # With an installed wheel, prebuilt.find serves the variant or says why it cannot.
+    if source.suffix != ".cu" or toolchain.can_build_cuda() or prebuilt.manifest() is not None:
+        return
+    import torch
+
+    cpu = [n for n, p in r.variant_files.items() if p.suffix == ".cpp"
+           or p.suffix == ".py" and registry.static_variant(r.op, p, n).runs_on("cpu")]
+    raise WorkbenchError(
+        f"{r.op}/{name} is a CUDA variant, and this machine cannot build CUDA code "
+        f"(torch {torch.__version__} {'has no CUDA' if not toolchain.torch_has_cuda() else 'found no nvcc'}); "
+        f"CPU variants here: {', '.join(cpu)}")
 
 
 def load(op: str, variant: str, *, options: BuildOptions = DEFAULT_OPTIONS) -> Kernel:
     """Build (or fetch from the cache) and load one variant of an op from kernels/<op>/. options:
     how it is built beyond the defaults (BuildOptions(line_info=True): a build with nvcc -lineinfo)."""
-    source = registry.variant_source(op, variant)
-    return _register(op, variant, source, options=_checked(options))
+    r = registry.resolve(op)
+    return _register(r, variant, r.variant_source(variant), options=_checked(options))
 
 
 def load_source(op: str, path, name: str | None = None, *, python: bool = True,
@@ -302,13 +194,13 @@ def load_source(op: str, path, name: str | None = None, *, python: bool = True,
     kernel, a copy of a Python variant); `name` defaults to the file's stem. python=False: see
     ensure_op (a C++ variant only); options: see load. (wb.load_source also takes style="extension":
     byo.py.)"""
-    registry.check_op(op)
+    r = registry.resolve(op)
     path = pathlib.Path(path).resolve()
     if not path.is_file() or path.suffix not in registry.SUFFIXES:
         raise ValueError(f"load_source: path must be an existing .cu, .cpp or .py file; got {str(path)!r}")
     name = name or path.stem
     registry.check_variant_name(name)
-    return _register(op, name, path, python=python, options=_checked(options))
+    return _register(r, name, path, python=python, options=_checked(options))
 
 
 def _checked(options) -> BuildOptions:
@@ -347,19 +239,17 @@ def build_source(op: str, path, name: str | None = None) -> BuiltVariant:
     load_source of the same file (in a child process) finds this build in the cache and only loads
     it; no build lock is held by then. Raises BuildError, ValueError or WorkbenchError as
     load_source does."""
-    registry.check_op(op)
+    r = registry.resolve(op)
     path = pathlib.Path(path).resolve()
     if not path.is_file() or path.suffix not in (".cu", ".cpp"):
         raise ValueError(f"build_source: path must be an existing .cu or .cpp file; got {str(path)!r}")
     name = name or path.stem
     registry.check_variant_name(name)
     start = time.perf_counter()
-    static = registry.static_variant(op, path, name=name)
-    if static.device == "cuda" and not toolchain.can_build_cuda() and prebuilt.manifest() is None:
-        raise WorkbenchError(f"{op}/{name} is a CUDA variant, and this machine cannot build CUDA code "
-                             f"({'torch has no CUDA' if not toolchain.torch_has_cuda() else 'no nvcc found'})")
+    static = registry.static_variant(op, path, name=name)  # not loaded: the source is all there is to read
+    _check_can_build(r, name, path)
     with built_not_loaded():
-        lib, bdir, built, key, _ = get_or_build(variant_piece(op, name, path))
+        lib, bdir, built, key, _ = get_or_build(variant_piece(r, name, path))
     cache.mark_in_use(bdir)  # a shared lock that keeps `clean` away until this process ends, not a build lock
     return BuiltVariant(op=op, name=name, source=path, library=lib, build_dir=bdir, built=built,
                         seconds=time.perf_counter() - start, key=key, device=static.device, dtypes=static.dtypes,
@@ -372,14 +262,14 @@ def load_inline(op: str, source: str, name: str, *, replace: bool = False) -> Ke
     the tree's variants (kernels/<op>/<name>.*) is refused unless replace=True, which makes this
     build that name in this process (wb.variants then describes it, not the file). (wb.load_inline
     also takes style="extension": byo.py.)"""
-    registry.check_op(op)
+    r = registry.resolve(op)
     if not isinstance(source, str) or not source.strip():
         raise ValueError("load_inline: source must be a non-empty string of CUDA C++ (or C++ for a CPU variant)")
     registry.check_variant_name(name)
     registry.check_not_shadowing(op, name, None, replace, f"load_inline({op!r}, ..., name={name!r})")
     is_cuda = "__global__" in source or "WB_DEVICE_CUDA" in source
     path = cache.write_source(op, source, ".cu" if is_cuda else ".cpp", name)
-    return _register(op, name, path, inline_label=f"<inline {op}/{name}>")
+    return _register(r, name, path, inline_label=f"<inline {op}/{name}>")
 
 
 def define_op(spec, header: str, binding: str) -> None:
@@ -418,8 +308,8 @@ def define_op(spec, header: str, binding: str) -> None:
 def get(op: str, name: str) -> Kernel:
     """The newest loaded build of `name` (inline and file variants included), else load it from
     kernels/<op>/."""
-    return _current.get((op, name)) or load(op, name)
+    return STATE.newest(op, name) or load(op, name)
 
 
 def loaded(op: str) -> list[Kernel]:
-    return [k for (o, _), k in sorted(_current.items()) if o == op]
+    return STATE.loaded(op)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from . import loader
+from .loaded import STATE
 from ..model import registry
 
 
@@ -73,7 +74,7 @@ class OpLayer(torch.nn.Module):
     def _resolve(self) -> None:
         p = next(self.parameters())
         self._variant = self.variant or default_variant(self.op, p.device, p.dtype)
-        kernel = loader._current.get((self.op, self._variant)) or loader.load(self.op, self._variant)
+        kernel = STATE.newest(self.op, self._variant) or loader.load(self.op, self._variant)
         # A C++ variant is called through the harness's op by name (its newest build serves); a
         # Python variant has no harness entry: its Kernel, the build current now, is called.
         python = isinstance(kernel, loader.PythonKernel)

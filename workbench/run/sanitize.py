@@ -74,13 +74,13 @@ def run(op: str, variant, tools=TOOLS, *, timeout_s: float = 900) -> list[ToolRe
     from . import loader
     from ..model import registry
 
-    static = registry.static_variant(op, variant.source, variant.name) if isinstance(variant, loader.Kernel) else \
-        registry.static_variant(op, registry.variant_source(op, variant))
-    if static.kind == "torch":  # its kernels are PyTorch's own: nothing of the variant's to sanitize
-        raise ValueError(f"sanitize runs a variant's own CUDA kernels under compute-sanitizer; {op}/{static.name} "
+    # A loaded Kernel describes itself; a name is read from its source (nothing loaded here).
+    v = variant if isinstance(variant, loader.Kernel) else registry.static_variant(op, registry.variant_source(op, variant))
+    if v.kind == "torch":  # its kernels are PyTorch's own: nothing of the variant's to sanitize
+        raise ValueError(f"sanitize runs a variant's own CUDA kernels under compute-sanitizer; {op}/{v.name} "
                          f"is a PyTorch-formula variant (kind 'torch'), whose kernels are PyTorch's")
-    if static.device != "cuda":
-        raise ValueError(f"sanitize runs CUDA variants under compute-sanitizer; {op}/{static.name} "
+    if not v.runs_on("cuda"):
+        raise ValueError(f"sanitize runs CUDA variants under compute-sanitizer; {op}/{v.name} "
                          f"runs on the CPU")
     exe = find()
     if exe is None:

@@ -1,0 +1,122 @@
+"""The handle a load returns: a Kernel is one loaded build of a C++/CUDA variant, called like the op
+through its torch.ops.workbench overloads (the harness runs that exact build, by name@build_id); a
+PythonKernel is one imported content of a Python variant (run/pyvariant.py), the same interface.
+"""
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass, field
+
+from ..build import DEFAULT_OPTIONS, BuildOptions
+from ..errors import WorkbenchError
+from ..model import registry
+from . import pyvariant
+from .loaded import STATE
+
+
+@dataclass
+class Kernel:
+    """A loaded build of one variant. Call it like the op: k(x, bias), attributes by position or
+    name (k(x, bias, scale=2.0)); k.backward(grad_y, x, bias) runs its backward step alone."""
+    op: str
+    name: str
+    build_id: str
+    device: str
+    dtypes: tuple[str, ...]
+    description: str
+    library: pathlib.Path
+    source: pathlib.Path
+    built: bool                 # compiled by this load (False: loaded from the cache)
+    seconds: float              # time this load took
+    info: dict = field(default_factory=dict, repr=False)
+    options: BuildOptions = field(default=DEFAULT_OPTIONS, repr=False)  # how it was built
+    kind = "c++"                # a class attribute; a PythonKernel's is "torch" or "triton"
+
+    def runs_on(self, device_type: str) -> bool:
+        """Whether this build takes tensors on `device_type` ("cuda" or "cpu")."""
+        return self.info.get("device", self.device) in (device_type, "any")
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.name}@{self.build_id}"
+
+    @property
+    def stale(self) -> bool:
+        """True once a newer build of the same name was loaded; this handle still runs its own."""
+        newest = STATE.newest(self.op, self.name)
+        return newest is not None and newest.build_id != self.build_id
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        """The steps this variant implements: ("forward", "backward"), or ("forward",) alone."""
+        return tuple(self.info.get("steps", ("forward", "backward")))
+
+    @property
+    def spec(self):
+        """The op's spec, from the registry's store (no look into the tree: calls stay cheap)."""
+        return registry.spec(self.op)
+
+    def __post_init__(self):
+        # Resolved now, not on first use: torch.compile traces __call__, and dynamo cannot trace
+        # functools.cached_property (it takes a lock on Python 3.11): a graph break.
+        import torch
+
+        ns = torch.ops.workbench
+        self._ops = (getattr(ns, self.op).default,
+                     getattr(ns, f"{self.op}_backward").default if self.spec.differentiable else None)
+
+    @property
+    def op_overload(self):
+        return self._ops[0]
+
+    def __call__(self, *args, **attrs):
+        tensors, values = self.spec.call_args(args, attrs)
+        return self._ops[0](*tensors, *values, self.qualified)
+
+    def backward(self, *args, **attrs):
+        """The backward step: gradients of the outputs, then the inputs (and attributes); returns
+        the gradients of the differentiable inputs (a tuple when there are several)."""
+        spec = self.spec
+        if self._ops[1] is None:
+            raise WorkbenchError(f"{self.op} has no differentiable inputs, so no backward")
+        tensors, values = spec.call_args(args, attrs, grads=len(spec.outputs))
+        return self._ops[1](*tensors, *values, self.qualified)
+
+    def __repr__(self) -> str:
+        state = "built" if self.built else "cached"
+        stale = ", stale: a newer build of this name is loaded" if self.stale else ""
+        steps = "" if "backward" in self.steps else ", forward only"
+        return (f"<Kernel {self.op}/{self.qualified} on {self.device} [{', '.join(self.dtypes)}] "
+                f"{state} in {self.seconds:.2f} s{steps}{stale}>")
+
+
+@dataclass(repr=False)
+class PythonKernel(Kernel):
+    """A loaded build of a Python variant (kernels/<op>/<name>.py). `library` is its source file;
+    `kind` is "torch" (tensor ops: autograd and torch.compile trace through them) or "triton"
+    (two torch.ops.workbench ops of its own, `build.ops`). Checked like a C++ variant's calls."""
+    kind: str = "torch"
+    build: pyvariant.Build | None = None
+
+    def __post_init__(self):
+        pass  # no harness ops: the build's own entry points
+
+    @property
+    def spec(self):
+        return self.build.spec_of()
+
+    @property
+    def op_overload(self):
+        """The forward's custom op (kind triton); None for kind torch, which is plain Python."""
+        return self.build.forward if self.kind == "triton" else None
+
+    def __call__(self, *args, **attrs):
+        tensors, values = self.spec.call_args(args, attrs)
+        return self.build.forward(*tensors, *values)
+
+    def backward(self, *args, **attrs):
+        spec = self.spec
+        if self.build.backward is None or not spec.differentiable:
+            raise WorkbenchError(f"{self.op} has no differentiable inputs, so no backward")
+        tensors, values = spec.call_args(args, attrs, grads=len(spec.outputs))
+        return self.build.backward(*tensors, *values)
