@@ -14,6 +14,7 @@ from workbench.build import cache, toolchain
 from workbench.run import loader
 from workbench.ship import ndarray_build
 from workbench.build import arch, pipeline, prebuilt, tree
+from workbench.model import registry
 from workbench.build.piece import RAW
 
 PACKAGE = REPO_ROOT / "workbench"
@@ -75,20 +76,20 @@ def test_a_piece_refuses_what_it_cannot_build():
 def test_line_info_is_a_build_option_not_an_environment_variable(monkeypatch):
     monkeypatch.delenv("WORKBENCH_NVCC_FLAGS", raising=False)
     source = config.KERNELS_DIR / "bias_gelu" / "scalar.cu"
-    plain = tree.variant_piece("bias_gelu", "scalar", source)
-    lines = tree.variant_piece("bias_gelu", "scalar", source, build.BuildOptions(line_info=True))
+    plain = tree.variant_piece(registry.resolve("bias_gelu"), "scalar", source)
+    lines = tree.variant_piece(registry.resolve("bias_gelu"), "scalar", source, build.BuildOptions(line_info=True))
     assert "-lineinfo" not in plain.cuda_cflags and lines.cuda_cflags.count("-lineinfo") == 1
     assert plain.key(FIXED_TOOLCHAIN) != lines.key(FIXED_TOOLCHAIN)
     assert build.BuildOptions(line_info=True).as_dict() == {"line_info": True} and build.DEFAULT_OPTIONS.as_dict() == {}
     # The user's own flags (documented) still count, and -lineinfo from both is one flag, one build.
     monkeypatch.setenv("WORKBENCH_NVCC_FLAGS", "-lineinfo")
-    user = tree.variant_piece("bias_gelu", "scalar", source)
-    both = tree.variant_piece("bias_gelu", "scalar", source, build.BuildOptions(line_info=True))
+    user = tree.variant_piece(registry.resolve("bias_gelu"), "scalar", source)
+    both = tree.variant_piece(registry.resolve("bias_gelu"), "scalar", source, build.BuildOptions(line_info=True))
     assert user.key(FIXED_TOOLCHAIN) == both.key(FIXED_TOOLCHAIN) == lines.key(FIXED_TOOLCHAIN)
     # A C++ variant has no nvcc flags: the option leaves it as it is.
     cpu = config.KERNELS_DIR / "bias_gelu" / "cpu.cpp"
-    assert tree.variant_piece("bias_gelu", "cpu", cpu, build.BuildOptions(line_info=True)) == \
-        tree.variant_piece("bias_gelu", "cpu", cpu)
+    assert tree.variant_piece(registry.resolve("bias_gelu"), "cpu", cpu, build.BuildOptions(line_info=True)) == \
+        tree.variant_piece(registry.resolve("bias_gelu"), "cpu", cpu)
 
 
 def test_load_names_a_bad_options_argument():

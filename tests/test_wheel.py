@@ -130,7 +130,7 @@ def test_wheel_ships_the_tree_and_every_prebuilt_piece(wheel, wb):
         assert entry["with_cuda"] == (entry["kind"] == "harness" or entry["label"].endswith(tuple(
             f"/{n}" for op in registry.ops() for n, src in registry.variant_sources(op).items() if src.suffix == ".cu")))
     # Keys are what the checkout's loader computes for the same sources.
-    piece = tree.variant_piece("bias_gelu", "cpu", registry.variant_source("bias_gelu", "cpu"))
+    piece = tree.variant_piece(registry.resolve("bias_gelu"), "cpu", registry.variant_source("bias_gelu", "cpu"))
     assert prebuilt.key(piece, manifest["arch_list"], toolchain.abi()) in manifest["libraries"]
     for top in ("kernels", "bindings", "exercises"):
         missing = {f for f in _tree_files(REPO_ROOT, top) if f"workbench/_tree/{f}" not in names}
