@@ -201,6 +201,20 @@ def test_an_extension_travels_to_a_child_as_its_source(course_cpu):
     assert not any(c.what.startswith("backward") for c in rep.cases), rep.table()   # forward-only there too
 
 
+def test_a_line_info_build_of_an_extension_travels_to_the_child_with_its_options(course_cpu):
+    """wb.profile asks for a -lineinfo build through the variant's address: an extension-style
+    source's address carries the options too, and the child builds (or finds) that same build."""
+    from workbench.build import BuildOptions
+    from workbench.explain import profiling
+    from workbench.run import isolate
+
+    address = profiling._line_info(isolate.variant_address("bias_gelu", course_cpu), True)
+    again = isolate.resolve(address)
+    assert again.options == BuildOptions(line_info=True) and again.kind == "extension", address
+    assert isolate.variant_address("bias_gelu", again)["options"] == {"line_info": True}
+    assert "options" not in isolate.variant_address("bias_gelu", course_cpu)   # the default build's address
+
+
 def test_an_extension_that_does_not_compile_is_a_build_error_naming_file_and_line():
     src = ("#include <torch/extension.h>\n#include \"no_such_header_for_the_test.h\"\n"
            "torch::Tensor forward(torch::Tensor x, torch::Tensor b) { return x; }\n"

@@ -329,9 +329,10 @@ def origin_of(fn) -> dict | None:
 def child_address(op: str, kernel: CallableKernel) -> dict:
     """How a child process re-makes this variant (isolate.variant_spec): an extension by its source,
     a callable by module path; a callable that cannot be imported there raises WorkbenchError."""
-    if kernel.kind == "extension":
+    if kernel.kind == "extension":  # with its build options (line info): the child loads that same build
+        options = {"options": kernel.options.as_dict()} if kernel.options.as_dict() else {}
         return {"op": op, "name": kernel.name, "source": str(kernel.source), "style": "extension",
-                "declared": kernel.origin.get("declared"), "functions": kernel.origin.get("functions")}
+                "declared": kernel.origin.get("declared"), "functions": kernel.origin.get("functions"), **options}
     made = {"fn": origin_of(kernel.fn), "backward": origin_of(kernel.backward_fn) if kernel.backward_fn else None}
     missing = [w for w in ("fn", "backward") if made[w] is None and (w == "fn" or kernel.backward_fn is not None)]
     if missing:

@@ -58,11 +58,12 @@ def _style_of(path: pathlib.Path, text: str) -> tuple[str, str | None]:
                      f"or TORCH_LIBRARY(namespace, m) {{ m.def(\"forward(Tensor x, ...) -> Tensor\"); ... }}")
 
 
-def _piece(op: str, path: pathlib.Path) -> build.Piece:
+def _piece(op: str, path: pathlib.Path, options: build.BuildOptions = build.DEFAULT_OPTIONS) -> build.Piece:
     """An extension source's build piece. One label per op, whatever the name, so the same text
-    finds the same build (a notebook's, a test's, the exercise checker's)."""
+    finds the same build (a notebook's, a test's, the exercise checker's); options as a variant's
+    (line info for wb.profile)."""
     return cuda_source_piece(label=f"{op}/torch_extension", kind="extension", source=path, include_dirs=[path.parent],
-                             options=build.DEFAULT_OPTIONS)
+                             options=options)
 
 
 def _extension_path(op: str, path) -> pathlib.Path:
@@ -132,11 +133,13 @@ def _load_module(lib: pathlib.Path, style: str, namespace: str | None):
 
 
 def load_extension(op: str, path, name: str | None = None, *, dtypes=None, device=None, forward: str = "forward",
-                   backward: str | None = "backward", inline_label: str | None = None) -> CallableKernel:
+                   backward: str | None = "backward", inline_label: str | None = None,
+                   options: build.BuildOptions = build.DEFAULT_OPTIONS) -> CallableKernel:
     """Build (cached) and load an extension-style source and serve its `forward` (and `backward`,
     where it exports one) as a variant of `op` (wb.variant: probed where not declared). `backward`
     takes (grads of the outputs..., inputs..., attributes...) and returns the gradients of the
-    differentiable inputs (a tensor or a list of them)."""
+    differentiable inputs (a tensor or a list of them). options: how it is built beyond the
+    defaults (BuildOptions(line_info=True) for wb.profile's source lines), as loader.load's."""
     start = time.perf_counter()
     path = _extension_path(op, path)
     text = path.read_text(errors="replace")
@@ -144,7 +147,7 @@ def load_extension(op: str, path, name: str | None = None, *, dtypes=None, devic
     name = name or path.stem
     cache.progress(f"{op}/{name}: {EXTENSION_MESSAGE}")
     rename = {str(path): inline_label} if inline_label else None
-    lib, bdir, built, key, _ = build.get_or_build(_piece(op, path), rename=rename)
+    lib, bdir, built, key, _ = build.get_or_build(_piece(op, path, options), rename=rename)
     cache.mark_in_use(bdir)
     module = _load_module(lib, style, namespace)
     fwd = getattr(module, forward, None) if style == "pybind11" else _op_or_none(module, forward)
@@ -161,6 +164,7 @@ def load_extension(op: str, path, name: str | None = None, *, dtypes=None, devic
         dtypes = dtypes or ()
     k = _extension_variant(op, name, fwd, bwd, dtypes, device, module, path, lib, key, built, style)
     k.origin["functions"] = [forward, backward]
+    k.options = options
     k.seconds = time.perf_counter() - start
     return k
 
@@ -212,4 +216,5 @@ def from_child_address(address: dict) -> CallableKernel:
     declared = address.get("declared") or {}
     forward, backward = address.get("functions") or ("forward", "backward")
     return load_extension(address["op"], address["source"], address["name"], dtypes=declared.get("dtypes"),
-                          device=declared.get("device"), forward=forward, backward=backward)
+                          device=declared.get("device"), forward=forward, backward=backward,
+                          options=build.BuildOptions(**address.get("options", {})))
