@@ -6,8 +6,10 @@
 //    value's place in the order of additions is the same for any grid, and there is simply one
 //    block per chunk (the hardware balances them; no tail wave of a grid-stride loop). A row of one
 //    chunk (up to 16384 floats, 16384 16-bit values) is summed in one pass with no partials; longer
-//    rows write one float per chunk and a second kernel adds each row's partials in a fixed order
-//    (no float atomics).
+//    rows write one float per chunk and the block that finishes a row's last chunk adds the row's
+//    partials in a fixed order (no float atomics): one launch, the last block found by a per-row
+//    counter that it puts back to zero (a second kernel does it under CUDA graph capture, past
+//    1024 rows, or beyond 16 streams a device).
 //  - rows of at most 512 vectors (2048 floats, 4096 16-bit values) get a warp each, 8 rows per
 //    block, summed by shuffles alone: no barrier and no shared memory per row.
 //  - any alignment at full width: a row's values before its first 16-byte boundary and after its
@@ -25,6 +27,14 @@
 // 1.03 / 1.09x torch.sum, 0.99 / 1.00x compile; 65536 x 1024 2.37x vec_grid_stride. First rung to
 // last: 3.7-3.8x (float32), 7.1-7.5x (bfloat16). Below 4 MiB it trails compile (0.93-0.95x at
 // 2^20 values: 8 us, launch-bound).
+// One launch for rows of several chunks (issue 26): at 2^20 float32 the two launches were 7.9-8.4
+// us against torch.sum's 10.0 (16771b9, 5d706d0); the partials kernel (one block reading 256
+// floats) cost a launch gap and a ramp. Predicted: 2^20 float32 about 6 us (>= 1.5x torch.sum,
+// the issue asks 0.9x), 2^28 within 1% of 0.348 ms, 16384 x 16384 (one chunk a row: the same
+// kernel) unchanged within 2%. Measured: pending the GPU run (scripts/gpu_run.sh small_sizes;
+// the line is filled from its results/gpu/<commit> folder).
+#include <mutex>
+
 #include "block_sum.cuh"
 #include "variant.cuh"
 
@@ -118,41 +128,74 @@ __device__ __forceinline__ wb_acc_t<T> chunk_sum(const WbVec<T, V>* __restrict__
   return acc[0];
 }
 
+// A row's chunk partials added in a fixed order, valid in thread 0: four accumulators per thread
+// (partial i into i / kThreads % 4), added pairwise, then the block reduction. Read past L1
+// (__ldcg): in the one-launch path other blocks wrote them moments ago.
+template <typename A>
+__device__ __forceinline__ A row_partials_sum(const A* __restrict__ p, int64_t chunks_per_row) {
+  A acc[4] = {0, 0, 0, 0};
+  int64_t i = threadIdx.x;
+  for (; i + 3 * kThreads < chunks_per_row; i += 4 * kThreads)
+#pragma unroll
+    for (int a = 0; a < 4; ++a) acc[a] += __ldcg(p + i + a * kThreads);
+#pragma unroll
+  for (int a = 0; a < 4; ++a)  // the last round, predicated (a dynamic acc[a] would live in local memory)
+    if (i + a * kThreads < chunks_per_row) acc[a] += __ldcg(p + i + a * kThreads);
+  return reduce_sum::block_sum<kThreads>((acc[0] + acc[1]) + (acc[2] + acc[3]));
+}
+
+// One launch for rows of several chunks (threadFenceReduction, CUDA samples): each chunk's block
+// writes its partial, and the block that finishes a row's last chunk adds the row's partials
+// (row_partials_sum, the same order as partials_kernel: the bits do not depend on which block is
+// last). A row's count of finished chunks lives in this module's device memory, zero at load and
+// put back to zero by the row's last block, so no launch clears it. A stream has a region of
+// kCountedRows counters of its own (calls on one stream run in turn; calls on two streams never
+// share a counter): counter_region() below.
+constexpr int kCounterRegions = 16;
+constexpr int64_t kCountedRows = 1024;
+__device__ unsigned int g_chunks_done[kCounterRegions * kCountedRows];
+
 // At least 3 blocks per SM (80 registers): a row of one chunk is one block's whole life, so
 // resident blocks, not loads per thread, keep the memory busy (at 16384 bf16 values a row, 128
 // registers and 2 blocks per SM ran 5% behind torch.compile; 64 registers spilled).
+// region: the counters of the one-launch path, or -1 (partials_kernel adds the partials).
 template <typename T, int V, int LOADS>
 __global__ void __launch_bounds__(kThreads, 3) chunk_kernel(const T* __restrict__ x, T* __restrict__ y,
                                                          wb_acc_t<T>* __restrict__ partial, int64_t n,
-                                                         int64_t chunks_per_row, int64_t chunks) {
+                                                         int64_t chunks_per_row, int64_t chunks, int region) {
+  __shared__ bool row_done;
   for (int64_t g = blockIdx.x; g < chunks; g += gridDim.x) {
     const int64_t row = g / chunks_per_row, c = g - row * chunks_per_row;
     const RowSplit<T, V> s(x + row * n, n);
     wb_acc_t<T> acc = chunk_sum<kThreads, LOADS>(s.body(), s.vecs, c, threadIdx.x);
     if (c == 0) acc += s.edges(threadIdx.x);
     acc = reduce_sum::block_sum<kThreads>(acc);
+    if (chunks_per_row == 1) {
+      if (threadIdx.x == 0) y[row] = wb_from_acc<T>(acc);
+      continue;
+    }
+    if (threadIdx.x == 0) partial[g] = acc;
+    if (region < 0) continue;
     if (threadIdx.x == 0) {
-      if (chunks_per_row == 1) y[row] = wb_from_acc<T>(acc);
-      else partial[g] = acc;
+      __threadfence();  // this partial is visible device-wide before it is counted
+      unsigned int* done = &g_chunks_done[region * kCountedRows + row];
+      row_done = atomicAdd(done, 1u) == static_cast<unsigned int>(chunks_per_row - 1);
+      if (row_done) atomicExch(done, 0u);  // ready for the next launch on this stream
+    }
+    __syncthreads();  // (the next write of row_done comes after block_sum's barriers)
+    if (row_done) {
+      __threadfence();
+      const wb_acc_t<T> sum = row_partials_sum(partial + row * chunks_per_row, chunks_per_row);
+      if (threadIdx.x == 0) y[row] = wb_from_acc<T>(sum);
     }
   }
 }
 
-// y[row] = the row's chunk partials added in a fixed order: four accumulators per thread (partial i
-// into i / kThreads % 4), added pairwise, then the block reduction.
+// The second launch where the one-launch path does not apply: y[row] = row_partials_sum.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) partials_kernel(const wb_acc_t<T>* __restrict__ partial,
                                                             T* __restrict__ y, int64_t chunks_per_row) {
-  const wb_acc_t<T>* p = partial + static_cast<int64_t>(blockIdx.x) * chunks_per_row;
-  wb_acc_t<T> acc[4] = {0, 0, 0, 0};
-  int64_t i = threadIdx.x;
-  for (; i + 3 * kThreads < chunks_per_row; i += 4 * kThreads)
-#pragma unroll
-    for (int a = 0; a < 4; ++a) acc[a] += p[i + a * kThreads];
-#pragma unroll
-  for (int a = 0; a < 4; ++a)  // the last round, predicated (a dynamic acc[a] would live in local memory)
-    if (i + a * kThreads < chunks_per_row) acc[a] += p[i + a * kThreads];
-  const wb_acc_t<T> sum = reduce_sum::block_sum<kThreads>((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  const wb_acc_t<T> sum = row_partials_sum(partial + static_cast<int64_t>(blockIdx.x) * chunks_per_row, chunks_per_row);
   if (threadIdx.x == 0) y[blockIdx.x] = wb_from_acc<T>(sum);
 }
 
@@ -193,11 +236,35 @@ int64_t chunks_per_row(int64_t n) {
   return wb_ceil_div(wb_ceil_div(n, kWidth<T>), int64_t{kThreads} * loads_per_thread<T>(n));
 }
 
+// The counter region of the calling stream, or -1 for two launches: while the stream is being
+// captured into a CUDA graph (a graph may be replayed on any stream beside other work: it keeps
+// no state between launches), past kCountedRows rows, or once kCounterRegions streams of this
+// device have taken the regions (streams are told apart by handle; a region is never given back).
+int counter_region(cudaStream_t stream, int64_t rows) {
+  constexpr int kDevices = 64;
+  static std::mutex mutex;
+  static cudaStream_t owner[kDevices][kCounterRegions];
+  static int taken[kDevices];
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  int device = 0;
+  if (rows > kCountedRows || cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone || cudaGetDevice(&device) != cudaSuccess || device >= kDevices) {
+    (void)cudaGetLastError();  // a refused query leaves nothing behind for the launch to report
+    return -1;
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  for (int r = 0; r < taken[device]; ++r)
+    if (owner[device][r] == stream) return r;
+  if (taken[device] == kCounterRegions) return -1;
+  owner[device][taken[device]] = stream;
+  return taken[device]++;
+}
+
 template <typename T, int LOADS>
-void launch_chunks(const T* x, T* y, wb_acc_t<T>* partial, int64_t n, int64_t per_row, int64_t chunks,
+void launch_chunks(const T* x, T* y, wb_acc_t<T>* partial, int64_t n, int64_t per_row, int64_t chunks, int region,
                    cudaStream_t s) {
   const unsigned grid = static_cast<unsigned>(chunks < kMaxGrid ? chunks : kMaxGrid);
-  chunk_kernel<T, kWidth<T>, LOADS><<<grid, kThreads, 0, s>>>(x, y, partial, n, per_row, chunks);
+  chunk_kernel<T, kWidth<T>, LOADS><<<grid, kThreads, 0, s>>>(x, y, partial, n, per_row, chunks, region);
 }
 
 template <typename T>
@@ -215,14 +282,15 @@ int forward_t(const T* x, T* y, void* workspace, int64_t rows, int64_t n, cudaSt
     return wb_launch_status();
   }
   const int64_t per_row = chunks_per_row<T>(n), chunks = rows * per_row;
+  const int region = per_row > 1 ? counter_region(s, rows) : -1;
   auto* partial = static_cast<wb_acc_t<T>*>(workspace);
   switch (loads_per_thread<T>(n)) {
-    case 4: launch_chunks<T, 4>(x, y, partial, n, per_row, chunks, s); break;
-    case 8: launch_chunks<T, 8>(x, y, partial, n, per_row, chunks, s); break;
-    default: launch_chunks<T, kBlockLoads<T>>(x, y, partial, n, per_row, chunks, s);
+    case 4: launch_chunks<T, 4>(x, y, partial, n, per_row, chunks, region, s); break;
+    case 8: launch_chunks<T, 8>(x, y, partial, n, per_row, chunks, region, s); break;
+    default: launch_chunks<T, kBlockLoads<T>>(x, y, partial, n, per_row, chunks, region, s);
   }
   const int status = wb_launch_status();
-  if (status != WB_OK || per_row == 1) return status;
+  if (status != WB_OK || per_row == 1 || region >= 0) return status;
   partials_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(partial, y, per_row);
   return wb_launch_status();
 }
