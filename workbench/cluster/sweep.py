@@ -1,0 +1,82 @@
+"""A benchmark sweep on a Ray cluster: wb.bench(..., cluster=ADDRESS) comes here. The plan's groups
+go to the pool's workers (one per GPU); each group's rows are appended to the results file as it
+arrives, so a worker that dies later loses nothing already measured; one progress bar covers the
+whole sweep; the merged result has the rows and notes, table and plots, of a one-process run."""
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+
+from .. import config
+from ..measure import results
+from ..measure.bench_result import BenchResult
+from . import plan as plan_
+from .pool import Job, Pool, connect
+
+
+def progress(done: int, total: int, what: str) -> None:
+    """One bar over the whole sweep: cells done of all planned, redrawn on a terminal, a line per
+    step in a log."""
+    if config.quiet():
+        return
+    width = 24
+    filled = width * done // max(total, 1)
+    line = f"[cluster] [{'#' * filled}{'.' * (width - filled)}] {done}/{total} cells  {what}"
+    if sys.stderr.isatty():
+        print("\r" + line.ljust(110), end="\n" if done >= total else "", file=sys.stderr, flush=True)
+    else:
+        print(line, file=sys.stderr, flush=True)
+
+
+def bench(bench_fn, op: str, variants="all", dtypes=("float32",), shapes=None, baselines=None, directions=("fwd",),
+          *, cluster: str, attrs=None, device=None, budget_s: float = 1.0, target_rse: float = 0.01,
+          save: bool = False, results_path=None, isolate: bool = False, gpu_types=None,
+          max_workers: int | None = None, on_submit=None) -> BenchResult:
+    """The sweep bench_fn (measure.benchmark.bench, the one-process sweep each worker runs per group)
+    would do here, on the cluster at `cluster` (pool.connect). device: "cuda" (a worker per GPU),
+    "cpu" (a worker per CPU: the CPU variants), default "cuda" where the cluster has a GPU.
+    gpu_types: run every group once on each of these GPU types (rows carry each one's GPU)."""
+    started = time.perf_counter()
+    ray = connect(cluster)
+    if device is None:
+        device = "cuda" if ray.cluster_resources().get("GPU", 0) else "cpu"
+    device = str(device).split(":")[0]
+    groups = plan_.plan(op, variants, dtypes, shapes, baselines, directions, device=device, gpu_types=gpu_types)
+    path = (results_path or config.RESULTS_DIR / "bench.jsonl") if save else None
+    run_id = uuid.uuid4().hex[:12]
+    total = sum(len(g.cells) for g in groups)
+    got: dict[int, dict] = {}
+    with Pool(ray, device, gpu_types, max_workers) as pool:
+        workers = pool.describe()
+        names = list(groups[0].variants) if groups else []
+        pool.broadcast(lambda h: h.prepare.remote(op, [n for n in names if _runs(op, n, device)]))
+
+        def arrived(job: Job, value: dict, member) -> None:
+            group = job.payload
+            for row in value["rows"]:  # one run: the sweep's id; each row keeps its own worker's provenance
+                row.update(run_id=run_id, worker=f"{value['worker']['host']}:{value['worker']['pid']}")
+            if path is not None:
+                results.append_rows(path, value["rows"])
+            got[group.index] = value
+            progress(sum(len(groups[i].cells) for i in got), total, group.label())
+
+        pool.run([Job(g.label(), g, g.gpu_type) for g in groups],
+                 lambda h, g: h.bench.remote(bench_fn, g.bench_kwargs(attrs, device, budget_s, target_rse, isolate)),
+                 arrived, on_submit)
+        retried, lost = pool.retried, pool.lost
+    ordered = [got[g.index] for g in groups if g.index in got]
+    out = BenchResult(rows=[r for v in ordered for r in v["rows"]])
+    out.notes = plan_.merged_notes([v["notes"] for v in ordered], out.rows, time.perf_counter() - started)
+    out.notes.append(f"ran on a Ray cluster: {workers}, {len(groups)} groups of {total} cells"
+                     + (f"; retried after a worker died: {', '.join(str(j.key) for j in retried)}" if retried else ""))
+    out.notes += [f"NOT MEASURED {j.key}: {'; '.join(j.errors)}" for j in lost]
+    if path is not None and not config.quiet():
+        print(f"[cluster] rows appended to {path} as they arrived", file=sys.stderr)
+    return out
+
+
+def _runs(op: str, name: str, device: str) -> bool:
+    from ..model import registry
+
+    return next(v for v in registry.variants(op) if v.name == name).runs_on(device)
