@@ -1,13 +1,14 @@
 """Drawing benchmark rows onto a given matplotlib Axes (plot.py makes the figures and files from
-these): speedup and rate curves against size, the ladder's bars, and the rows that are not drawn
-(wrong, impossible) named under the axes. Tests and notebooks inspect what was drawn."""
+these): speedup and rate curves against size, the ladder's bars, and, named under the axes, the
+rows that are not drawn (wrong, impossible) and the host-bound ones (marked in the legend too).
+Tests and notebooks inspect what was drawn."""
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..measure.bench_rows import BASELINES, row_status, trusted
+from ..measure.bench_rows import BASELINES, host_bound, row_status, trusted
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -39,15 +40,46 @@ def newest_run(rows: Iterable[Row], *, op: str, dtype: str, direction: str, untr
     return [r for r in sel if r.get("run_id") == newest and bool(_untrusted(r)) == untrusted]
 
 
-def _mark_untrusted(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direction: str) -> None:
-    """Name, in red under the axes, the rows of this panel that are not drawn and why."""
+# Appended to a host-bound provider's legend entry (or ladder bar): bench_rows.host_bound.
+HOST_MARK = "\u2020"
+
+
+def host_bound_shapes(sel: Iterable[Row]) -> dict[str, list[str]]:
+    """provider -> the shapes at which its row is host-bound (the host took longer to issue a call
+    than the GPU to run it), for the rows drawn."""
+    out: dict[str, list[str]] = {}
+    for r in sel:
+        if host_bound(r):
+            out.setdefault(str(r["variant"]), []).append(str(r["shape"]))
+    return out
+
+
+def _label(provider: str, hosts: dict[str, list[str]]) -> str:
+    return f"{provider} {HOST_MARK}" if provider in hosts else provider
+
+
+def _under_axes(ax: Axes, text: str, offset: float, color: str) -> None:
+    # below the x axis label, clear of the data and the legend (constrained layout makes room)
+    ax.annotate(text, xy=(0, 0), xycoords="axes fraction", xytext=(0, offset), textcoords="offset points",
+                color=color, fontsize="x-small", va="top", annotation_clip=False)
+
+
+def _listed(items: list[str]) -> str:
+    return "; ".join(items[:4]) + (f"; {len(items) - 4} more" if len(items) > 4 else "")
+
+
+def _mark_rows(ax: Axes, rows: Iterable[Row], sel: list[Row], *, op: str, dtype: str, direction: str) -> None:
+    """Name under the axes, in red, the rows of this panel that are not drawn and why; under that,
+    in grey, the host-bound rows drawn (their providers carry HOST_MARK in the legend)."""
     bad = newest_run(rows, op=op, dtype=dtype, direction=direction, untrusted=True)
     if bad:
-        text = "not drawn: " + "; ".join(f"{r['variant']} {r['shape']} {_untrusted(r)}" for r in bad[:4]) \
-            + (f"; {len(bad) - 4} more" if len(bad) > 4 else "")
-        # below the x axis label, clear of the data and the legend (constrained layout makes room)
-        ax.annotate(text, xy=(0, 0), xycoords="axes fraction", xytext=(0, -40), textcoords="offset points",
-                    color="red", fontsize="x-small", va="top", annotation_clip=False)
+        _under_axes(ax, "not drawn: " + _listed([f"{r['variant']} {r['shape']} {_untrusted(r)}" for r in bad]), -40,
+                    "red")
+    hosts = host_bound_shapes(sel)
+    if hosts:
+        _under_axes(ax, f"{HOST_MARK} host-bound (issuing a call took the host longer than the GPU's time per call): "
+                    + _listed([f"{p} at {', '.join(shapes)}" for p, shapes in hosts.items()]), -52 if bad else -40,
+                    "dimgray")
 
 
 def _median_by_provider(rows: list[Row]) -> dict[str, dict[str, tuple[int, float]]]:
@@ -84,6 +116,7 @@ def draw_speedup(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, directio
     base = medians.get(baseline)
     if not base:
         raise ValueError(f"no {baseline!r} rows for {op} {direction} {dtype}: cannot plot speedup over it")
+    hosts = host_bound_shapes(sel)
     for provider in _order(p for p in medians if p != baseline):
         pts = sorted(
             (numel, base[shape][1] / ms)
@@ -92,13 +125,14 @@ def draw_speedup(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, directio
         )
         if pts:
             xs, ys = zip(*pts)
-            ax.plot(xs, ys, label=provider, **_style(provider))
-    ax.axhline(1.0, color="gray", linestyle="--", linewidth=1.0, label=f"{baseline} (baseline)")
+            ax.plot(xs, ys, label=_label(provider, hosts), **_style(provider))
+    ax.axhline(1.0, color="gray", linestyle="--", linewidth=1.0,
+               label=f"{baseline} (baseline)" + (f" {HOST_MARK}" if baseline in hosts else ""))
     ax.set_xscale("log")
     ax.set_xlabel("size (elements)")
     ax.set_ylabel(f"speedup over {baseline} (x)")
     ax.set_title(f"{op} {direction} {dtype}: speedup over {baseline}")
-    _mark_untrusted(ax, rows, op=op, dtype=dtype, direction=direction)
+    _mark_rows(ax, rows, sel, op=op, dtype=dtype, direction=direction)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(title=_gpu_title(sel), fontsize="small")
 
@@ -150,16 +184,17 @@ def _draw_curves(ax: Axes, rows: Iterable[Row], sel: list[Row], points: dict[str
                  dtype: str, direction: str, legend_size: str) -> None:
     """One curve per provider through its (size, rate) points, the ceiling as a horizontal line,
     and the rows that are not drawn (wrong, impossible) named under the axes."""
+    hosts = host_bound_shapes(sel)
     for provider in _order(points):
         xs, ys = zip(*sorted(points[provider].values()))
-        ax.plot(xs, ys, label=provider, **_style(provider))
+        ax.plot(xs, ys, label=_label(provider, hosts), **_style(provider))
     if ceiling is not None:
         ax.axhline(ceiling, color="black", linestyle="--", linewidth=1.0, label=ceiling_label)
     ax.set_xscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(f"{op} {direction} {dtype}: {title}")
-    _mark_untrusted(ax, rows, op=op, dtype=dtype, direction=direction)
+    _mark_rows(ax, rows, sel, op=op, dtype=dtype, direction=direction)
     ax.set_ylim(bottom=0)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(title=_gpu_title(sel), fontsize=legend_size, loc="best")
@@ -268,10 +303,11 @@ def draw_ladder(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direction
     ax.text(0.02, 0.97, f"{rungs[0]} -> {rungs[-1]}: x{ms[rungs[0]] / ms[rungs[-1]]:.2f} overall",
             transform=ax.transAxes, ha="left", va="top", fontsize="small",
             bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.85})
-    ax.set_xticks(range(len(heights)), rungs + baselines, rotation=30, ha="right")
+    hosts = host_bound_shapes(at.values())
+    ax.set_xticks(range(len(heights)), [_label(v, hosts) for v in rungs + baselines], rotation=30, ha="right")
     ax.set_ylabel(ylabel)
     ax.set_ylim(0, top * 1.55)  # room above the bars for their labels, the text box and the legend
     ax.set_title(f"{op} {direction} {dtype} {shape}: the ladder")
-    _mark_untrusted(ax, rows, op=op, dtype=dtype, direction=direction)
+    _mark_rows(ax, rows, list(at.values()), op=op, dtype=dtype, direction=direction)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(title=_gpu_title(sel), fontsize="small", loc="upper right")

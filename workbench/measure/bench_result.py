@@ -7,7 +7,12 @@ from dataclasses import dataclass, field
 
 from .. import config
 from . import results
-from .bench_rows import TABLE_COLUMNS, clock_text, row_status
+from .bench_rows import TABLE_COLUMNS, bound_text, clock_text, row_status
+
+
+def _float(v) -> float:
+    """A row's number, NaN where it is missing or null (rows saved before the column existed)."""
+    return math.nan if v is None else float(v)
 
 
 @dataclass
@@ -16,16 +21,18 @@ class BenchResult:
     notes: list[str] = field(default_factory=list)
 
     def table(self) -> str:
-        """Medians, spread, GB/s, % of the copy ceiling and speedups, one line per row; then what the
-        output checks found ("check": ok, WRONG, IMPOSSIBLE) and the SM clock during the row (MHz,
-        min-max; "!" where the clocks moved or throttled); the notes say why."""
+        """Medians, spread, GB/s, % of the copy ceiling and speedups, one line per row; then the host's
+        time to issue a call and what bounds the row ("host" where that exceeds the GPU time, "gpu",
+        "-" where not measured: CPU rows), what the output checks found ("check": ok, WRONG,
+        IMPOSSIBLE) and the SM clock during the row (MHz, min-max; "!" where the clocks moved or
+        throttled); the notes say why."""
         w = max([10] + [len(str(r["variant"])) for r in self.rows])  # ladder rungs have long names
         # Compute-bound rows (matmul) show TFLOP/s and % of the matmul ceiling in those columns.
         compute = any("pct_of_matmul_ceiling" in r for r in self.rows)
         rate, pct = ("TFLOPs", "pct_of_matmul_ceiling") if compute else ("GBps", "pct_of_ceiling")
         head = (f"{'direction':9s} {'dtype':9s} {'shape':>12s} {'provider':{w}s} {'median ms':>10s} "
                 f"{'p20-p80 ms':>17s} {'TFLOP/s' if compute else 'GB/s':>8s} {'%peak' if compute else '%ceil':>6s} "
-                f"{'x eager':>8s} {'x compile':>9s} {'check':10s} {'SM MHz':>10s}")
+                f"{'x eager':>8s} {'x compile':>9s} {'host ms':>9s} {'bound':5s} {'check':10s} {'SM MHz':>10s}")
         lines = [head, "-" * len(head)]
         for r in self.rows:
             def f(v, spec):  # "-" in the column's width where nothing was measured
@@ -38,7 +45,7 @@ class BenchResult:
                 f"{f(r['p20_ms'], '8.4f') + '-' + f(r['p80_ms'], '<8.4f') if r['median_ms'] == r['median_ms'] else f(math.nan, '17')} "
                 f"{f(r.get(rate, math.nan), '8.1f')} {f(r.get(pct, math.nan), '6.1f')} "
                 f"{f(r['speedup_vs_eager'], '8.2f')} {f(r['speedup_vs_compile'], '9.2f')} "
-                f"{row_status(r):10s} {clock_text(r):>10s}")
+                f"{f(_float(r.get('host_ms')), '9.4f')} {bound_text(r):5s} {row_status(r):10s} {clock_text(r):>10s}")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 

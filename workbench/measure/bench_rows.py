@@ -18,7 +18,26 @@ def baselines_of(spec) -> tuple[str, ...]:
 
 # The columns of BenchResult.table(), as BenchResult.frame() returns them.
 TABLE_COLUMNS = ("direction", "dtype", "shape", "variant", "median_ms", "p20_ms", "p80_ms", "GBps",
-                 "pct_of_ceiling", "speedup_vs_eager", "speedup_vs_compile", "verified", "impossible", "clock_warning")
+                 "pct_of_ceiling", "speedup_vs_eager", "speedup_vs_compile", "host_ms", "host_bound", "verified",
+                 "impossible", "clock_warning")
+
+
+def host_bound(row: dict) -> bool | None:
+    """Whether the host's time to issue one call (host_ms: calls back to back, no sync) exceeds the
+    GPU's time per call (median_ms): a loop of such calls then runs at the host's rate, and the GPU
+    time is what a CUDA graph or a deeper queue would get. None where there is nothing to compare:
+    rows saved before host_ms was measured, and CPU rows (the host does the work there; its time is
+    the call's time, median_ms, and no device time runs beside it)."""
+    host, gpu = row.get("host_ms"), row.get("median_ms")
+    if host is None or gpu is None or math.isnan(host) or math.isnan(gpu):
+        return None
+    return host > gpu
+
+
+def bound_text(row: dict) -> str:
+    """The table's "bound" column: "host" (host-bound), "gpu", or "-" (host_bound is None)."""
+    b = host_bound(row)
+    return "-" if b is None else "host" if b else "gpu"
 
 
 def verdict_notes(rows: list[dict], rotated: set) -> list[str]:
@@ -34,6 +53,11 @@ def verdict_notes(rows: list[dict], rotated: set) -> list[str]:
     elif rotated:
         notes.append("the timed calls used one input set at some sizes (memory): an answer replayed by "
                      "pointer is caught there only by the checks before and after timing")
+    hosts = [r for r in rows if host_bound(r)]
+    if hosts:
+        notes.append(f"host-bound ('host' under bound): {len(hosts)} of {len(rows)} rows, where issuing one call "
+                     "(back to back, no sync) took the host longer than the GPU's time per call; such calls in a "
+                     "loop run at the host's rate, the GPU time is the kernels' own")
     for r in rows:
         where = f"{r['variant']} {r['direction']} {r['dtype']} {r['shape']}"
         if r.get("verified") == verify.WRONG:

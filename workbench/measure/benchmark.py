@@ -20,7 +20,7 @@ from ..model import registry
 from ..build import toolchain
 from .. import dtypes as dtypes_
 from .bench_result import BenchResult
-from .bench_rows import add_speedups, baselines_of, verdict_notes
+from .bench_rows import add_speedups, baselines_of, host_bound, verdict_notes
 from ..model.opspec import DIRECTIONS, as_tuple
 
 
@@ -179,7 +179,7 @@ class _Group:
 
 
 _NOT_TIMED = dict(median_ms=math.nan, p20_ms=math.nan, p80_ms=math.nan, n_samples=0, rel_std_err=math.nan,
-                  method="not timed", peak_mem_bytes=-1, unseen_ms=math.nan, synced_ms=math.nan)
+                  method="not timed", peak_mem_bytes=-1, unseen_ms=math.nan, synced_ms=math.nan, host_ms=math.nan)
 
 
 def _verdict_fields(v: verify.Verdict) -> dict:
@@ -225,6 +225,7 @@ def _measure_provider(kind_fn, group: _Group, attrs: dict, device: torch.device,
         verdict.max_abs_err = max(last.max_abs_err, after.max_abs_err)
     out = dict(median_ms=m.median_ms, p20_ms=m.p20_ms, p80_ms=m.p80_ms, n_samples=m.n_samples,
                rel_std_err=m.rel_std_err, method=m.method, unseen_ms=m.unseen_ms, synced_ms=m.synced_ms,
+               host_ms=m.host_ms,
                peak_mem_bytes=timing.peak_memory_bytes(timed, device) if device.type == "cuda" else -1,
                **_verdict_fields(verdict), clocks=clocks, clock_warning=conditions.warning(clocks),
                check_seconds=check_s)
@@ -343,6 +344,7 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
                                    numel=numel, direction=direction, attrs=dict(attrs),
                                    bytes=spec.bytes(shape, dname, direction), flops=spec.flop_count(shape, direction))
                         row.update(_measure_provider(kind_fn, group, attrs, device, stop))
+                        row.update(host_bound=host_bound(row))
                         seconds = row["median_ms"] * 1e-3
                         row.update(GBps=row["bytes"] / seconds / 1e9, TFLOPs=row["flops"] / seconds / 1e12)
                         if compute:

@@ -27,7 +27,7 @@ from .ceilings import driver_version
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["PROVENANCE_KEYS", "SCHEMA", "append_rows", "provenance", "read_rows", "to_dataframe"]
+__all__ = ["LATER_COLUMNS", "PROVENANCE_KEYS", "SCHEMA", "append_rows", "provenance", "read_rows", "to_dataframe"]
 
 # The documented columns. Values may be None where not applicable (e.g. speedup_vs_compile when
 # compile was not run); the types say what a present value is.
@@ -66,6 +66,13 @@ SCHEMA: dict[str, type] = {
     "workbench_version": str,
     "python": str,
     "host": str,
+}
+
+# Columns added after rows were first saved: bench writes them, append_rows does not require them
+# (older rows lack them and stay readable; readers take row.get(...) as "not measured").
+LATER_COLUMNS: dict[str, type] = {
+    "host_ms": float,             # the host's time to issue one call, back to back (NaN/null: not measured, CPU rows)
+    "host_bound": bool,           # host_ms > median_ms (null where host_ms is missing): bench_rows.host_bound
 }
 
 PROVENANCE_KEYS: tuple[str, ...] = (

@@ -73,6 +73,8 @@ class Measurement:
     # none, NaN where not measured (CPU timing).
     unseen_ms: float = math.nan
     synced_ms: float = math.nan  # per call, back to back, the whole device synchronised after them
+    # The host's time to issue one call, back to back, no sync (NaN in time_cpu: there it is median_ms)
+    host_ms: float = math.nan
 
     def to_dict(self, include_samples: bool = False) -> dict[str, Any]:
         """Plain-JSON dict; the raw samples are left out unless asked for (they can be large)."""
@@ -278,7 +280,7 @@ def time_cuda(
     ``use_graph=None`` (auto) captures K back-to-back calls into a CUDA graph when a warm call's GPU
     time (its launch hidden behind a spin) is under 6 us, K chosen so a replay runs ~1 ms (at most
     1000), and reports replay_time / K per sample with method "cuda-graph".
-    which is the same measurement the caller would get with use_graph=False: nothing is lost.
+    Then host_ms and synced_ms come from loops of calls back to back (loop_ms_per_call).
     ``stop_kwargs`` go to :func:`sample_until_stable`.
     """
     torch = _require_cuda("time_cuda")
@@ -287,8 +289,7 @@ def time_cuda(
     fn()  # first call may compile, autotune or allocate: never part of the estimate
     torch.cuda.synchronize()
     estimate_ms = max(_events_per_call_ms(torch, fn, 5), 1e-6)
-    n_warmup = min(max(1, math.ceil(warmup_ms / estimate_ms)), _MAX_WARMUP_CALLS)
-    for _ in range(n_warmup):
+    for _ in range(min(max(1, math.ceil(warmup_ms / estimate_ms)), _MAX_WARMUP_CALLS)):
         fn()
     torch.cuda.synchronize()
     # Back-to-back per-call time of a warm call: max(GPU time, host launch cost). Re-measured
@@ -361,18 +362,28 @@ def unseen_work_ms(median_ms: float, host_ms: float, synced_ms: float) -> float:
     return max(0.0, synced_ms - honest) if synced_ms > _UNSEEN_FACTOR * honest + _UNSEEN_SLACK_MS else 0.0
 
 
+def loop_ms_per_call(fn: Callable[[], object], gpu_ms: float, *, sync: Callable[[], object],
+                     clock: Callable[[], float] = time.perf_counter, loops: int = 3) -> tuple[float, float]:
+    """(host, synced) ms per call of calls back to back: the wall time to issue them and the time
+    until ``sync()`` (also run, untimed, before each loop) returned after them; medians of `loops`
+    loops of ~5 ms of GPU work (2 to 50 calls: the launch queue never fills and blocks the host)."""
+    calls = min(50, max(2, math.ceil(_SYNCED_TARGET_MS / max(gpu_ms, 1e-3))))
+    host, synced = [], []
+    for _ in range(loops):
+        sync()
+        t0 = clock()
+        for _ in range(calls):
+            fn()
+        t1 = clock()
+        sync()
+        host.append((t1 - t0) * 1e3 / calls)
+        synced.append((clock() - t0) * 1e3 / calls)
+    return float(np.median(host)), float(np.median(synced))
+
+
 def _with_unseen_work(torch: Any, fn: Callable[[], object], m: Measurement) -> Measurement:
-    calls = min(50, max(2, math.ceil(_SYNCED_TARGET_MS / max(m.median_ms, 1e-3))))
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()  # every stream of the device, not only the current one
-    t2 = time.perf_counter()
-    host_ms, synced_ms = (t1 - t0) * 1e3 / calls, (t2 - t0) * 1e3 / calls
-    m.synced_ms = synced_ms
-    m.unseen_ms = unseen_work_ms(m.median_ms, host_ms, synced_ms)
+    m.host_ms, m.synced_ms = loop_ms_per_call(fn, m.median_ms, sync=torch.cuda.synchronize)  # all streams
+    m.unseen_ms = unseen_work_ms(m.median_ms, m.host_ms, m.synced_ms)
     return m
 
 
