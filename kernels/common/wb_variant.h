@@ -58,6 +58,9 @@ typedef struct WbVariantInfo {
 
 // Defines the exported descriptor. The Python side also reads this call from the source text to
 // list variants without building them; a test keeps the two readings in agreement.
+#ifdef __CUDACC_RTC__  // NVRTC compiles the device code alone (workbench/build/nvrtc_split.py)
+#define WB_EXPORT_VARIANT(OP, DEVICE, DTYPES, DESCRIPTION, LAUNCHERS, STATUS_STRING)
+#else
 #define WB_EXPORT_VARIANT(OP, DEVICE, DTYPES, DESCRIPTION, LAUNCHERS, STATUS_STRING)            \
   WB_EXTERN_C __attribute__((visibility("default"))) const WbVariantInfo* workbench_variant_info( \
       void) {                                                                                  \
@@ -65,3 +68,4 @@ typedef struct WbVariantInfo {
                                        DESCRIPTION,    &LAUNCHERS, STATUS_STRING};             \
     return &info;                                                                              \
   }
+#endif

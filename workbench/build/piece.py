@@ -7,27 +7,40 @@ all make Pieces, and get_or_build (pipeline.py) takes them as they are.
 `compiler` says how it is compiled (compilers.py): "cpp_extension" (torch.utils.cpp_extension.load:
 PyTorch's own flags, include paths and link lines; `cflags` for the host compiler, `cuda_cflags` for
 nvcc) or "raw" (one compiler command: `command` + `cflags` + includes + the source + `link`, for
-builds that must not link torch). A new way to compile (NVRTC, issue 27) is a new value here and an
-entry in compilers.COMPILERS.
+builds that must not link torch) or "nvrtc" (a CUDA variant's device code by NVRTC, its host side by
+nvcc once per host key: nvrtc_tier.py; `command` is NVRTC's version and options, part of the key).
 """
 from __future__ import annotations
 
 import dataclasses
 import os
 import pathlib
+import re
 from dataclasses import dataclass, field
 
 from . import keys
 
-CPP_EXTENSION, RAW = "cpp_extension", "raw"
+CPP_EXTENSION, RAW, NVRTC = "cpp_extension", "raw", "nvrtc"
+COMPILER_CHOICES = ("nvcc", "nvrtc")  # BuildOptions.compiler: what a user names
 
 
 @dataclass(frozen=True)
 class BuildOptions:
     """How a torch-facing CUDA variant is built beyond its defaults, passed to the loader as an
     argument. line_info: nvcc -lineinfo (the machine code as it is, plus the line table a profiler's
-    source page needs; a build of its own, cached)."""
+    source page needs; a build of its own, cached). compiler: "nvcc" (the whole file) or "nvrtc" (the
+    NVRTC tier: device code by NVRTC for this device's exact arch, the host side by nvcc once while
+    it is unchanged; arch: that arch, e.g. "sm_90a", default the current GPU's, else the arch list's
+    newest)."""
     line_info: bool = False
+    compiler: str = "nvcc"
+    arch: str | None = None
+
+    def __post_init__(self):
+        if self.compiler not in COMPILER_CHOICES:
+            raise ValueError(f"compiler must be one of {COMPILER_CHOICES}; got {self.compiler!r}")
+        if self.arch is not None and not re.fullmatch(r"sm_\d+[a-z]?", self.arch):
+            raise ValueError(f"arch must look like sm_90a or sm_80; got {self.arch!r}")
 
     def nvcc_flags(self) -> list[str]:
         """The CUDA flags these options add, after the user's WORKBENCH_NVCC_FLAGS."""
@@ -69,8 +82,8 @@ class Piece:
     def __post_init__(self):
         for name in ("sources", "include_dirs", "cflags", "cuda_cflags", "command", "link"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
-        if self.compiler not in (CPP_EXTENSION, RAW):
-            raise ValueError(f"compiler must be {CPP_EXTENSION!r} or {RAW!r}; got {self.compiler!r}")
+        if self.compiler not in (CPP_EXTENSION, RAW, NVRTC):
+            raise ValueError(f"compiler must be {CPP_EXTENSION!r}, {RAW!r} or {NVRTC!r}; got {self.compiler!r}")
         if self.compiler == RAW and (not self.command or len(self.sources) != 1):
             raise ValueError(f"{self.label}: a raw build takes a compiler command and exactly one source")
 
@@ -79,6 +92,8 @@ class Piece:
         """The flags as the content key sees them (paths left out: the same text elsewhere is the same build)."""
         if self.compiler == RAW:
             return [*self.command[1:], *self.cflags, *self.link]
+        if self.compiler == NVRTC:
+            return [*self.command, *self.cflags, *self.cuda_cflags]
         return [*self.cflags, *(self.cuda_cflags if self.with_cuda else ()), *(["cuda"] if self.with_cuda else [])]
 
     def key(self, toolchain: dict, arch_list: str | None = None) -> str:

@@ -24,7 +24,7 @@ from . import toolchain
 from ..errors import BuildError
 from . import locks, prebuilt, records, shared, store
 from .compilers import COMPILERS
-from .piece import CPP_EXTENSION, Piece
+from .piece import CPP_EXTENSION, NVRTC, Piece
 
 
 class Built(NamedTuple):
@@ -99,6 +99,8 @@ def cached_build(piece: Piece, *, last_good: str | None = None, rename: dict[str
 
 
 def _tool(piece: Piece) -> str:
+    if piece.compiler == NVRTC:
+        return f"{piece.command[0]} {piece.command[1][len('-arch='):]}"
     if piece.command:
         return pathlib.Path(piece.command[-1]).name
     if piece.with_cuda and any(s.suffix == ".cu" for s in piece.sources):

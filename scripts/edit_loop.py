@@ -1,0 +1,175 @@
+"""The edit loop, timed per build tier (issue 27): nvrtc (device code by NVRTC, the host library
+reused) against nvcc (the whole file).
+
+For each variant, a copy of its file is edited N times: each edit changes a constant in device code
+(a `(void)N;` at the top of the first device function the file defines; a file without one, such
+as bias_gelu/vec4 whose kernels live in a shared header, gets a one-line device function returning
+N). With a GPU, each edit is timed from the edited file to a rebuilt, loaded variant whose first
+call has returned (wb.load_source + one call + synchronize); without one, the compile alone
+(the build pipeline's get_or_build, nothing loaded). The first build of each copy (the host side's,
+for nvrtc) is not timed: the loop is about the edits after it.
+
+--gpu-time (GPU only) also times every committed CUDA variant built both ways, side by side: the
+forward's GPU time at one size (workbench.measure.timing.time_cuda), and the ratio nvrtc / nvcc.
+
+Writes OUT/edit_loop.jsonl (one row per timed edit, per variant and tier, per GPU time) and
+OUT/edit_loop.txt (the tables).
+    python3 scripts/edit_loop.py --edits 5 --out results/edit_loop
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+VARIANTS = ("bias_gelu/vec4", "rmsnorm/vectorized", "matmul/warptile")
+TIERS = ("nvrtc", "nvcc")
+
+
+def edited(text: str, n: int) -> str:
+    """The file's text with device constant number n (see the module's docstring)."""
+    from workbench.build import nvrtc_split
+
+    macros = nvrtc_split.space_macros([text])
+    for f in nvrtc_split.functions(text, macros):
+        if f.space == "device":
+            return text[:f.body_open + 1] + f" (void){n};" + text[f.body_open + 1:]
+    return text + f"\n__device__ int wb_edit_loop_constant() {{ return {n}; }}\n"
+
+
+def first_call(op: str, kernel) -> None:
+    import torch
+
+    from workbench.model import registry
+
+    spec = registry.spec(op)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    inputs = spec.new_inputs(spec.sample_size(), kernel.dtypes[0], "cuda", gen)
+    kernel(*inputs)
+    torch.cuda.synchronize()
+
+
+def time_edits(op: str, variant: str, tier: str, edits: int, arch: str | None, gpu: bool, rows: list) -> list[float]:
+    from workbench.build import BuildOptions, get_or_build
+    from workbench.build.tree import variant_piece
+    from workbench.model import registry
+    from workbench.run import loader
+
+    r = registry.resolve(op)
+    original = r.variant_source(variant).read_text()
+    options = BuildOptions(compiler=tier, arch=arch)
+    seconds = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / f"{variant}_edit.cu"
+        for n in range(edits + 1):
+            path.write_text(edited(original, n))
+            start = time.perf_counter()
+            if gpu:
+                first_call(op, loader.load_source(op, path, f"{variant}_{tier}_edit", options=options))
+            else:
+                get_or_build(variant_piece(r, f"{variant}_{tier}_edit", path, options))
+            took = time.perf_counter() - start
+            if n == 0:
+                continue  # the copy's first build (its host side, for nvrtc): not an edit
+            seconds.append(took)
+            rows.append({"kind": "edit", "variant": f"{op}/{variant}", "tier": tier, "edit": n, "seconds": took,
+                         "measured": "rebuilt+loaded+first call" if gpu else "compile alone"})
+    return seconds
+
+
+def gpu_times(rows: list, lines: list) -> None:
+    """Every committed CUDA variant's forward, built by each tier, timed at the op's largest CUDA size."""
+    import torch
+
+    from workbench.build import BuildOptions
+    from workbench.measure.timing import time_cuda
+    from workbench.model import registry
+    from workbench.run import loader
+
+    lines += ["", f"{'variant':28s} {'nvcc ms':>10s} {'nvrtc ms':>10s} {'ratio':>7s}  size dtype"]
+    for op in registry.ops():
+        r = registry.resolve(op)
+        spec = r.spec
+        sizes = spec.bench_sizes.get("cuda") or [spec.sample_size()]
+        size = sizes[min(2, len(sizes) - 1)]
+        for name, source in sorted(r.variant_files.items()):
+            if source.suffix != ".cu":
+                continue
+            times, dtype = {}, None
+            try:
+                for tier in TIERS:
+                    k = loader.load_source(op, source, f"{name}_{tier}", options=BuildOptions(compiler=tier))
+                    dtype = k.dtypes[0]
+                    gen = torch.Generator(device="cuda").manual_seed(0)
+                    inputs = spec.new_inputs(size, dtype, "cuda", gen)
+                    times[tier] = time_cuda(lambda: k(*inputs)).median_ms
+            except Exception as e:  # noqa: BLE001 - a variant this GPU cannot run is listed as such
+                lines.append(f"{op + '/' + name:28s} skipped: {type(e).__name__}: {str(e).splitlines()[0][:80]}")
+                continue
+            ratio = times["nvrtc"] / times["nvcc"]
+            rows.append({"kind": "gpu_time", "variant": f"{op}/{name}", "size": list(size), "dtype": dtype,
+                         "nvcc_ms": times["nvcc"], "nvrtc_ms": times["nvrtc"], "ratio": ratio})
+            lines.append(f"{op + '/' + name:28s} {times['nvcc']:10.4f} {times['nvrtc']:10.4f} {ratio:7.3f}  "
+                         f"{'x'.join(map(str, size))} {dtype}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--edits", type=int, default=5, help="edits per variant and tier (default 5)")
+    ap.add_argument("--variants", nargs="*", default=list(VARIANTS), help="OP/VARIANT ... (default: %(default)s)")
+    ap.add_argument("--arch", help="the arch both tiers compile for without a GPU (default sm_90a)")
+    ap.add_argument("--gpu-time", action="store_true", help="also time every committed CUDA variant built both ways")
+    ap.add_argument("--out", default="artifacts/edit_loop", help="folder for edit_loop.jsonl and edit_loop.txt")
+    args = ap.parse_args()
+    if args.edits < 1:
+        ap.error(f"--edits must be at least 1; got {args.edits}")
+    from workbench.build import toolchain
+
+    gpu = toolchain.gpu_available()
+    if not gpu:
+        # The same one arch for both tiers (nvcc would otherwise build the whole JIT arch list).
+        from workbench.build.nvrtc_tier import _arch_list_entry
+
+        args.arch = args.arch or "sm_90a"
+        os.environ["TORCH_CUDA_ARCH_LIST"] = _arch_list_entry(args.arch).rstrip("a")
+    machine = torch_device() if gpu else f"{platform.node()} ({_cores()} cores, no GPU)"
+    rows: list = []
+    lines = [f"edit loop on {machine}: median seconds per edit over {args.edits} edits "
+             f"({'edit -> rebuilt, loaded, first call returned' if gpu else 'compile alone'})",
+             f"{'variant':24s} {'nvrtc s':>8s} {'nvcc s':>8s} {'speed-up':>9s}"]
+    for qualified in args.variants:
+        op, _, variant = qualified.partition("/")
+        medians = {tier: statistics.median(time_edits(op, variant, tier, args.edits, args.arch, gpu, rows))
+                   for tier in TIERS}
+        lines.append(f"{qualified:24s} {medians['nvrtc']:8.3f} {medians['nvcc']:8.3f} "
+                     f"{medians['nvcc'] / medians['nvrtc']:8.1f}x")
+        rows.append({"kind": "median", "variant": qualified, "machine": machine, **{f"{t}_s": medians[t] for t in TIERS}})
+    if args.gpu_time and gpu:
+        gpu_times(rows, lines)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "edit_loop.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (out / "edit_loop.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+def torch_device() -> str:
+    import torch
+    return torch.cuda.get_device_name()
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""NVRTC, the CUDA toolkit's runtime compiler, through ctypes: the library torch's CUDA wheels carry
+(nvidia/cu13/lib/libnvrtc.so.13 and its builtins), else CUDA_HOME's. Nothing is installed for it.
+
+compile_program takes every file as text (NVRTC's in-memory headers): the device views of a
+variant's closure (nvrtc_split.py) and a few system headers of our own below, since NVRTC has no C
+library headers and refuses host functions, even declared ones. Those headers carry only what
+device code of the kernel tree uses; the host-only ones (<atomic>, <algorithm>) declare what
+launchers use, which NVRTC parses in no function it compiles (the device view has none left).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import pathlib
+import sys
+
+from ..errors import WorkbenchError
+
+_STDINT = """#pragma once
+typedef signed char int8_t; typedef short int16_t; typedef int int32_t; typedef long int64_t;
+typedef unsigned char uint8_t; typedef unsigned short uint16_t; typedef unsigned int uint32_t;
+typedef unsigned long uint64_t; typedef long intptr_t; typedef unsigned long uintptr_t;
+#define INT32_MAX 2147483647
+#define INT64_MAX 9223372036854775807L
+#define UINT32_MAX 4294967295u
+"""
+_STDDEF = """#pragma once
+typedef unsigned long size_t; typedef long ptrdiff_t;
+#ifndef NULL
+#define NULL 0
+#endif
+#define offsetof(t, m) __builtin_offsetof(t, m)
+"""
+_TYPE_TRAITS = """#pragma once
+namespace std {
+template <class T, T v> struct integral_constant { static constexpr T value = v; typedef T value_type;
+  __host__ __device__ constexpr operator T() const { return v; } };
+template <bool b> using bool_constant = integral_constant<bool, b>;
+typedef bool_constant<true> true_type; typedef bool_constant<false> false_type;
+template <class A, class B> struct is_same : false_type {};
+template <class A> struct is_same<A, A> : true_type {};
+template <class A, class B> constexpr bool is_same_v = is_same<A, B>::value;
+template <bool c, class A, class B> struct conditional { typedef A type; };
+template <class A, class B> struct conditional<false, A, B> { typedef B type; };
+template <bool c, class A, class B> using conditional_t = typename conditional<c, A, B>::type;
+template <bool c, class T = void> struct enable_if {};
+template <class T> struct enable_if<true, T> { typedef T type; };
+template <bool c, class T = void> using enable_if_t = typename enable_if<c, T>::type;
+template <class T, class... A> constexpr bool is_constructible_v = __is_constructible(T, A...);
+template <class T> struct remove_cv { typedef T type; };
+template <class T> struct remove_cv<const T> { typedef T type; };
+template <class T> struct remove_cv<volatile T> { typedef T type; };
+template <class T> struct remove_cv<const volatile T> { typedef T type; };
+template <class T> using remove_cv_t = typename remove_cv<T>::type;
+template <class T> struct remove_reference { typedef T type; };
+template <class T> struct remove_reference<T&> { typedef T type; };
+template <class T> struct remove_reference<T&&> { typedef T type; };
+template <class T> using remove_reference_t = typename remove_reference<T>::type;
+template <class T> using decay_t = remove_cv_t<remove_reference_t<T>>;
+}
+"""
+_ATOMIC = """#pragma once
+namespace std {  // declarations for launchers' host code, which NVRTC never compiles
+enum memory_order { memory_order_relaxed, memory_order_consume, memory_order_acquire, memory_order_release,
+                    memory_order_acq_rel, memory_order_seq_cst };
+template <class T> struct atomic {
+  T v;
+  __host__ __device__ constexpr atomic(T x = T()) : v(x) {}
+};
+}
+"""
+_EMPTY = "#pragma once\n"
+# <name> -> text. <math.h>, <string.h>: NVRTC declares the device math functions and memcpy itself.
+SYSTEM_HEADERS = {"stdint.h": _STDINT, "cstdint": _STDINT, "stddef.h": _STDDEF, "cstddef": _STDDEF,
+                  "type_traits": _TYPE_TRAITS, "atomic": _ATOMIC, "math.h": _EMPTY, "cmath": _EMPTY,
+                  "string.h": _EMPTY, "cstring": _EMPTY, "initializer_list": _EMPTY, "algorithm": _EMPTY,
+                  "cuda_runtime.h": _EMPTY}
+
+_NVRTC_SUCCESS = 0
+
+
+class NvrtcError(Exception):
+    """NVRTC refused the program; args[0] is its log."""
+
+
+def _candidates() -> list[pathlib.Path]:
+    found = []
+    for entry in sys.path:
+        base = pathlib.Path(entry or ".") / "nvidia"
+        if base.is_dir():
+            found += sorted(base.glob("cu*/lib/libnvrtc.so.*")) + sorted(base.glob("cuda_nvrtc/lib/libnvrtc.so.*"))
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            found += sorted(pathlib.Path(os.environ[env]).glob("lib*/libnvrtc.so*"))
+    return [p for p in found if ".alt." not in p.name and "builtins" not in p.name]
+
+
+@functools.lru_cache(maxsize=1)
+def library() -> ctypes.CDLL:
+    """libnvrtc, its builtins library loaded first (NVRTC opens it by name, and the wheel's folder is
+    on no search path)."""
+    for path in _candidates():
+        for builtins in sorted(path.parent.glob("libnvrtc-builtins.so.*")):
+            if ".alt." not in builtins.name:
+                ctypes.CDLL(str(builtins), mode=ctypes.RTLD_GLOBAL)
+                break
+        try:
+            return ctypes.CDLL(str(path))
+        except OSError:
+            continue
+    raise WorkbenchError("NVRTC not found: no libnvrtc.so under site-packages/nvidia/*/lib (torch's CUDA "
+                         "wheels bring it) or $CUDA_HOME/lib64")
+
+
+def available() -> bool:
+    try:
+        library()
+        return True
+    except WorkbenchError:
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def version() -> str:
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    library().nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+    return f"{major.value}.{minor.value}"
+
+
+def _check(status: int, what: str) -> None:
+    if status != _NVRTC_SUCCESS:
+        lib = library()
+        lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+        raise WorkbenchError(f"NVRTC {what} failed: {lib.nvrtcGetErrorString(status).decode()}")
+
+
+def _strings(values) -> ctypes.Array:
+    return (ctypes.c_char_p * len(values))(*[v.encode() for v in values])
+
+
+def compile_program(main_name: str, texts: dict[str, str], options: list[str],
+                    name_expressions: list[str]) -> tuple[bytes, dict[str, str], str]:
+    """(cubin, {name expression: lowered name}, log) for texts[main_name] with every other text as a
+    header by its include name (and SYSTEM_HEADERS). Raises NvrtcError(log) when it does not compile."""
+    lib = library()
+    headers = {**SYSTEM_HEADERS, **{k: v for k, v in texts.items() if k != main_name}}
+    prog = ctypes.c_void_p()
+    _check(lib.nvrtcCreateProgram(ctypes.byref(prog), texts[main_name].encode(), main_name.encode(), len(headers),
+                                  _strings(list(headers.values())), _strings(list(headers))), "nvrtcCreateProgram")
+    try:
+        for expr in name_expressions:
+            _check(lib.nvrtcAddNameExpression(prog, expr.encode()), f"nvrtcAddNameExpression({expr})")
+        status = lib.nvrtcCompileProgram(prog, len(options), _strings(options))
+        size = ctypes.c_size_t()
+        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        buf = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetProgramLog(prog, buf)
+        log = buf.value.decode(errors="replace")
+        if status != _NVRTC_SUCCESS:
+            raise NvrtcError(log)
+        lowered = {}
+        for expr in name_expressions:
+            name = ctypes.c_char_p()
+            _check(lib.nvrtcGetLoweredName(prog, expr.encode(), ctypes.byref(name)), f"nvrtcGetLoweredName({expr})")
+            lowered[expr] = name.value.decode()
+        lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
+        if size.value == 0:
+            raise NvrtcError(f"{log}\nNVRTC made no cubin (is the arch a real one, sm_XX, not compute_XX?)")
+        cubin = ctypes.create_string_buffer(size.value)
+        _check(lib.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
+        return cubin.raw, lowered, log
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))

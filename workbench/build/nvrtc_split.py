@@ -1,0 +1,265 @@
+"""A CUDA variant file's two sides, told apart from the text alone (issue 27): no markers to write.
+
+Every function definition in the file and the headers it reaches by quoted #include is classed by
+its execution space: __global__ / __device__ (device), __host__ __device__ (both), or neither
+(host: the launchers, the export table). From that come two views of each file, with every line
+where it was (so a compiler's file:line still points at the real text):
+
+- the host view: device function bodies emptied. Its hash over the include closure is the *host
+  key*; nvcc builds the host library from these views once per host key (fast: the kernels are
+  empty), and the NVRTC module supplies the bodies.
+- the device view: host function definitions, and namespace-scope statements that name them,
+  blanked (NVRTC refuses host functions, even declarations). NVRTC compiles it; the launchers'
+  template kernels are instantiated by name (nvrtc.py, from the host build's ptxas report).
+
+The scanner knows C++ well enough for the kernel tree: comments, strings and preprocessor lines are
+skipped; a brace after `)` (with const/noexcept/-> trailing) opens a function body, one after `=` an
+initializer, any other a scope (namespace, struct, extern "C") it descends into. Macros that expand
+to execution spaces (wb_math.h's WB_HD) are read from #define lines.
+"""
+from __future__ import annotations
+
+import hashlib
+import pathlib
+import re
+from dataclasses import dataclass
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+_SPACE_MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+([^\n]*__(?:host|device|global)__[^\n]*)$", re.M)
+_FUNCTION_HEAD = re.compile(r"\)\s*(?:const\b|noexcept\b(?:\s*\([^)]*\))?|override\b|final\b|mutable\b|\s)*"
+                            r"(?:->\s*[\w:<>,\s*&]+)?$")
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+
+
+@dataclass(frozen=True)
+class Function:
+    """One function definition: where its declaration starts, its body's braces, its space, its name."""
+    head_start: int
+    body_open: int
+    body_close: int     # index of the closing brace
+    space: str          # "device" (also __global__), "both" or "host"
+    name: str
+
+
+def code_only(text: str) -> str:
+    """The text with comments, string and character literals and preprocessor lines blanked
+    (newlines kept, so every offset and line number is the original's)."""
+    out = list(text)
+    i, n = 0, len(text)
+    line_start = True
+    while i < n:
+        c = text[i]
+        if line_start and c in " \t":
+            i += 1
+            continue
+        if line_start and c == "#":  # a directive, with its continuation lines
+            j = i
+            while j < n and text[j] != "\n":
+                j += 2 if text[j] == "\\" and j + 1 < n else 1
+            _blank(out, i, j)
+            i, line_start = j, False
+            continue
+        line_start = c == "\n"
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            _blank(out, i, j)
+            i = j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            _blank(out, i, j)
+            i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            _blank(out, i + 1, j)
+            i = j + 1
+        else:
+            i += 1
+    return "".join(out)
+
+
+def _blank(chars: list[str], start: int, end: int) -> None:
+    for k in range(start, min(end, len(chars))):
+        if chars[k] != "\n":
+            chars[k] = " "
+
+
+_KEPT_DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|else|endif|define|undef|include)\b.*(?:\\\n.*)*",
+                             re.M)
+
+
+def _keep_directives(text: str, out: list[str]) -> str:
+    """The blanked text with its conditional, #define and #include lines put back: a blanked span
+    may hold some (between two functions), and the views must stay well-formed for the preprocessor."""
+    for m in _KEPT_DIRECTIVE.finditer(text):
+        out[m.start():m.end()] = text[m.start():m.end()]
+    return "".join(out)
+
+
+def space_macros(texts) -> dict[str, str]:
+    """{macro: its replacement} for #defines that expand to execution-space keywords."""
+    return {name: body for text in texts for name, body in _SPACE_MACRO.findall(text)}
+
+
+def functions(text: str, macros: dict[str, str] | None = None) -> list[Function]:
+    """Every function definition outside function bodies, in order."""
+    return [item for item in _walk(code_only(text), macros or {}) if isinstance(item, Function)]
+
+
+def _walk(code: str, macros: dict[str, str]):
+    """Function definitions (Function) and the other statements outside function bodies
+    ((start, end) spans, each ending with its ';'), in order."""
+    depth_start = [0]     # where the current statement began, per scope level
+    i, n = 0, len(code)
+    while i < n:
+        c = code[i]
+        if c == ";":
+            yield depth_start[-1], i + 1
+            depth_start[-1] = i + 1
+        elif c == "}":
+            if len(depth_start) > 1:
+                depth_start.pop()
+            depth_start[-1] = i + 1
+        elif c == "{":
+            head = code[depth_start[-1]:i]
+            close = _matching(code, i)
+            stripped = head.rstrip()
+            if (_FUNCTION_HEAD.search(stripped) and "(" in stripped
+                    and not re.match(r"\s*(?:namespace|struct|class|union|enum)\b", head)):
+                yield Function(depth_start[-1], i, close, _space(head, macros), _name(head))
+                i = close
+                depth_start[-1] = close + 1
+            elif stripped.endswith(("=", "return", ",", "(")) or not stripped or re.search(r"\w\s*$", stripped) and "(" not in stripped and "=" in stripped:
+                i = close  # an initializer (or a braced list): part of the statement
+            else:
+                depth_start.append(i + 1)  # namespace, class, extern "C": go in
+        i += 1
+
+
+def _matching(code: str, open_at: int) -> int:
+    depth = 0
+    for k in range(open_at, len(code)):
+        if code[k] == "{":
+            depth += 1
+        elif code[k] == "}":
+            depth -= 1
+            if depth == 0:
+                return k
+    return len(code) - 1
+
+
+def _space(head: str, macros: dict[str, str]) -> str:
+    words = set()
+    for word in _IDENT.findall(head):
+        words.add(word)
+        words.update(_IDENT.findall(macros.get(word, "")))
+    if "__global__" in words or ("__device__" in words and "__host__" not in words):
+        return "device"
+    return "both" if "__device__" in words else "host"
+
+
+def _name(head: str) -> str:
+    """The declared name: the identifier before the parameter list's opening parenthesis."""
+    depth = 0
+    for k in range(len(head) - 1, -1, -1):
+        if head[k] == ")":
+            depth += 1
+        elif head[k] == "(":
+            depth -= 1
+            if depth == 0:
+                before = _IDENT.findall(head[:k])
+                if before and before[-1] not in ("__launch_bounds__", "noexcept"):
+                    return before[-1]
+    return ""
+
+
+def host_view(text: str, macros: dict[str, str]) -> str:
+    """Device function bodies emptied (their braces kept)."""
+    out = list(text)
+    for f in functions(text, macros):
+        if f.space == "device":
+            _blank(out, f.body_open + 1, f.body_close)
+    return _keep_directives(text, out)
+
+
+def device_view(text: str, macros: dict[str, str]) -> str:
+    """Host function definitions blanked whole, and the statements outside functions that name one
+    of them (a launcher table) or declare a host function."""
+    code = code_only(text)
+    out = list(text)
+    items = list(_walk(code, macros))
+    host_names = {f.name for f in items if isinstance(f, Function) and f.space == "host" and f.name}
+    for item in items:
+        if isinstance(item, Function):
+            if item.space == "host":
+                _blank(out, item.head_start, item.body_close + 1)
+            continue
+        stmt = code[item[0]:item[1]]
+        words = set(_IDENT.findall(stmt))
+        declares_host = (re.search(r"\w\s*\([^=]*\)\s*(?:const\s*)?;$", stmt.strip()) is not None
+                         and not words & _DEVICE_WORDS and not _space_in(words, macros))
+        if words & host_names or declares_host:
+            _blank(out, item[0], item[1])
+    return _keep_directives(text, out)
+
+
+_DEVICE_WORDS = {"__device__", "__global__", "__constant__", "__shared__"}
+
+
+def _space_in(words: set[str], macros: dict[str, str]) -> bool:
+    return any("__device__" in macros.get(w, "") for w in words)
+
+
+@dataclass(frozen=True)
+class Closure:
+    """The source and the headers it reaches by quoted #include: (include name, path) in a stable
+    order, the source first under its own file name."""
+    files: tuple[tuple[str, pathlib.Path], ...]
+
+    @property
+    def source(self) -> pathlib.Path:
+        return self.files[0][1]
+
+
+def closure(source: pathlib.Path, include_dirs) -> Closure:
+    """The quoted-include closure as the compiler resolves it (the including file's folder first,
+    then include_dirs); a header not found is left out (the compile reports it)."""
+    seen: set[pathlib.Path] = set()
+    files: list[tuple[str, pathlib.Path]] = []
+
+    def visit(path: pathlib.Path, name: str) -> None:
+        path = path.resolve()
+        if path in seen:
+            return
+        seen.add(path)
+        files.append((name, path))
+        for inc in _INCLUDE.findall(path.read_text(errors="replace")):
+            for d in [path.parent, *include_dirs]:
+                if (d / inc).is_file():
+                    visit(d / inc, inc)
+                    break
+
+    visit(pathlib.Path(source), pathlib.Path(source).name)
+    return Closure(tuple(files))
+
+
+@dataclass(frozen=True)
+class Views:
+    """A closure's texts split: {include name: text} for each side, and the host key."""
+    host: dict[str, str]
+    device: dict[str, str]
+    host_key: str
+
+
+def split(c: Closure) -> Views:
+    texts = {name: path.read_text(errors="replace") for name, path in c.files}
+    macros = space_macros(texts.values())
+    host = {name: host_view(t, macros) for name, t in texts.items()}
+    device = {name: device_view(t, macros) for name, t in texts.items()}
+    h = hashlib.sha256()
+    for name, text in host.items():
+        h.update(name.encode() + b"\0" + " ".join(text.split()).encode() + b"\0")  # layout-blind
+    return Views(host, device, h.hexdigest())

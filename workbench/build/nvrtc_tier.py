@@ -1,0 +1,235 @@
+"""The NVRTC tier (issue 27): a CUDA variant whose device code changed is rebuilt by NVRTC alone.
+
+A piece with compiler "nvrtc" (tree.variant_piece, BuildOptions(compiler="nvrtc")) is compiled here,
+into the content-keyed cache like any other (pipeline.cached_build: its lock, staging, publish):
+
+1. The file and its headers are split into a host view and a device view (nvrtc_split.py). The host
+   view's hash is the host key.
+2. The host library: nvcc builds the host view (kernels empty) with -DWB_NVRTC_ROUTED, a piece of
+   its own in the cache (kind variant-host). While the host key is unchanged it is a warm hit; when
+   the launchers changed, nvcc rebuilds it and one line says so.
+3. The kernels the launchers instantiate are read from that build's ptxas report, and NVRTC compiles
+   the device view for this device's exact arch with each kernel as a name expression.
+4. The build folder holds a copy of the host library (its own path: dlopen gives each build its own
+   routing state), the cubin and the table of names beside it; the library's runtime calls route
+   its launches to that module (kernels/common/wb_nvrtc_route.h).
+
+An NVRTC error inside a device function is the user's: a BuildError naming file:line, as nvcc's
+are. One anywhere else (host code or a header NVRTC cannot take) falls back to nvcc's build of the
+whole file, with one line saying why.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import pathlib
+import re
+import shutil
+import time
+import uuid
+
+from . import nvrtc, nvrtc_split, store
+from .compilers import Compiled, first_error
+from .piece import CPP_EXTENSION, NVRTC, BuildOptions, Piece
+from ..errors import BuildError
+
+ROUTED_FLAG = "-DWB_NVRTC_ROUTED"
+TIER_FORMAT = 2  # bump when the split, the routing or the files a build holds change (it is in the key)
+_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+
+
+def exact_arch(options: BuildOptions) -> str:
+    """The one arch NVRTC compiles for: options.arch; else the current GPU's (sm_90a on an H100:
+    the arch-specific target, as exact as a cubin is); else the newest entry of the arch list."""
+    if options.arch:
+        return options.arch
+    from . import toolchain
+    from .arch import arch_list, entries
+
+    if toolchain.gpu_available():
+        import torch
+
+        major, minor = torch.cuda.get_device_capability()
+    else:
+        major, minor = max((a, b) for a, b, _, _ in entries(arch_list()))
+    return f"sm_{major}{minor}{'a' if major >= 9 else ''}"
+
+
+def _arch_list_entry(arch: str) -> str:
+    num = arch[3:]
+    return f"{num[:-2] if num[-1].isalpha() else num[:-1]}.{num[-2:] if num[-1].isalpha() else num[-1]}"
+
+
+def nvrtc_options(arch: str, cuda_cflags) -> list[str]:
+    """NVRTC's options: the arch, the C++ standard of torch's nvcc builds, the
+    ptxas report (the build log's registers and spills, as nvcc's), the user's -D, -I-free flags."""
+    own = [f"-arch={arch}", "-std=c++20", "--ptxas-options=-v"]
+    passed = [f for f in cuda_cflags if f.startswith(("-D", "-U")) or f == "-lineinfo"]
+    return own + passed
+
+
+def piece(*, label: str, source: pathlib.Path, include_dirs, cflags, cuda_cflags, options: BuildOptions) -> Piece:
+    """The NVRTC tier's piece for a .cu variant; its key covers NVRTC's version, options and arch."""
+    arch = exact_arch(options)
+    return Piece(label=label, kind="variant", sources=[source], include_dirs=include_dirs, with_cuda=True,
+                 cflags=cflags, cuda_cflags=cuda_cflags, compiler=NVRTC, arch_list=_arch_list_entry(arch),
+                 command=[f"nvrtc-{nvrtc.version()}", *nvrtc_options(arch, cuda_cflags), f"tier-{TIER_FORMAT}"])
+
+
+def host_piece(p: Piece, views: nvrtc_split.Views, main_name: str) -> Piece:
+    """nvcc's piece for the host view, its files written once per host key (content-named folder)."""
+    folder = store.subdir("nvrtc-host") / f"{p.label.replace('/', '-')}-{views.host_key[:20]}"
+    if not folder.is_dir():
+        tmp = folder.with_name(f".{folder.name}-{uuid.uuid4().hex[:8]}")
+        for name, text in views.host.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_text(text)
+        try:
+            os.rename(tmp, folder)
+        except OSError:  # another process wrote the same views first
+            shutil.rmtree(tmp, ignore_errors=True)
+    arch = p.command[1].split("=", 1)[1]
+    num = arch[3:]
+    return Piece(label=f"{p.label}@host", kind="variant-host", sources=[folder / main_name], include_dirs=[folder],
+                 with_cuda=True, cflags=p.cflags, compiler=CPP_EXTENSION, arch_list=p.arch_list,
+                 cuda_cflags=[*p.cuda_cflags, ROUTED_FLAG, f"-gencode=arch=compute_{num},code=sm_{num}"])
+
+
+@functools.lru_cache(maxsize=1)
+def _demangler():
+    lib = ctypes.CDLL("libstdc++.so.6")
+    fn = lib.__cxa_demangle
+    fn.restype = ctypes.c_void_p
+    return fn, ctypes.CDLL(None).free
+
+
+def demangle(name: str) -> str:
+    fn, free = _demangler()
+    status = ctypes.c_int()
+    ptr = fn(name.encode(), None, None, ctypes.byref(status))
+    if status.value != 0 or not ptr:
+        return name  # an extern "C" kernel is its own name
+    try:
+        return ctypes.string_at(ptr).decode()
+    finally:
+        free(ctypes.c_void_p(ptr))
+
+
+def name_expression(demangled: str) -> str:
+    """`&ns::kernel<args>` from `void ns::kernel<args>(params)`: what NVRTC instantiates and names.
+    An anonymous namespace is left out (the expression is read at the end of the same file)."""
+    text = demangled.replace("(anonymous namespace)::", "")
+    if text.endswith(")"):
+        depth = 0
+        for k in range(len(text) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(text[k], 0)
+            if depth == 0:
+                text = text[:k]
+                break
+    return "&" + re.sub(r"^void\s+", "", text.strip())
+
+
+def kernel_names(build_log: str) -> list[str]:
+    """The entry functions the host build's ptxas report lists (nvcc's mangled names), once each."""
+    return sorted(set(_ENTRY.findall(build_log)))
+
+
+def device_spans(views_text: str, macros) -> list[tuple[int, int]]:
+    """(first line, last line) of each device (or host-and-device) function of a file."""
+    spans = []
+    for f in nvrtc_split.functions(views_text, macros):
+        if f.space != "host":
+            spans.append((views_text.count("\n", 0, f.head_start) + 1, views_text.count("\n", 0, f.body_close) + 1))
+    return spans
+
+
+def _last_host_path(label: str) -> pathlib.Path:
+    return store.subdir("nvrtc-host") / f"{label.replace('/', '-')}.last"
+
+
+def host_change_reason(label: str, host_key: str) -> str | None:
+    """Why the host library must be built now (None: the last one built for this label is current)."""
+    path = _last_host_path(label)
+    last = path.read_text().strip() if path.exists() else None
+    if last == host_key:
+        return None
+    return "its host side changed (a launcher, a host declaration)" if last else "first build of its host side"
+
+
+def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | None = None,
+                  last_good: str | None = None) -> Compiled:
+    from .pipeline import get_or_build  # the host library and the fallback are pieces of their own
+
+    start = time.perf_counter()
+    (source,) = p.sources
+    closure = nvrtc_split.closure(source, p.include_dirs)
+    views = nvrtc_split.split(closure)
+    main_name = closure.files[0][0]
+    reason = host_change_reason(p.label, views.host_key)
+    if reason:
+        store.progress(f"{p.label}: nvcc rebuilds the host side ({reason}); NVRTC compiles the device code")
+    try:
+        host = get_or_build(host_piece(p, views, main_name), rename=rename, last_good=last_good)
+    except BuildError as e:
+        return _fallback(p, staging, key, f"nvcc could not build the host side alone ({e.file}:{e.line})",
+                         rename, last_good, start, closure)
+    _last_host_path(p.label).write_text(views.host_key)
+    kernels = kernel_names((host.build_dir / "build.log").read_text(errors="replace"))
+    expressions = {name: name_expression(demangle(name)) for name in kernels}
+    device_texts = dict(views.device)
+    device_texts[str(source)] = device_texts.pop(main_name)
+    options = list(p.command[1:-1])
+    log_path = staging / "build.log"
+    try:
+        cubin, lowered, log = nvrtc.compile_program(str(source), device_texts, options,
+                                                    sorted(set(expressions.values())))
+    except nvrtc.NvrtcError as e:
+        log = e.args[0]
+        log_path.write_text(f"NVRTC {nvrtc.version()} {' '.join(options)}\n{log}")
+        headers = {name: str(path) for name, path in closure.files}
+        file, line, message = first_error(log, {**headers, **(rename or {})})
+        if file is not None and _in_device_code(closure, views, file, line, rename):
+            raise BuildError(p.label, file, line, message, log_path, last_good) from None
+        first = (message.splitlines() or ["?"])[0]
+        return _fallback(p, staging, key, f"NVRTC cannot compile {file or 'it'}:{line or '?'} ({first})",
+                         rename, last_good, start, closure)
+    stem = f"{p.label.replace('/', '_')}-{key[:12]}-{uuid.uuid4().hex[:6]}"
+    library = staging / f"{stem}.so"
+    shutil.copyfile(host.library, library)
+    (staging / f"{stem}.cubin").write_bytes(cubin)
+    (staging / f"{stem}.routes").write_text("".join(f"{n} {lowered[e]}\n" for n, e in expressions.items()))
+    log_path.write_text(f"NVRTC {nvrtc.version()} {' '.join(options)}\n{log}\n"
+                        f"host library: {host.library} (nvcc, host key {views.host_key[:16]})\n")
+    deps = [str(path) for _, path in closure.files]
+    return Compiled(library, time.perf_counter() - start, deps,
+                    {"device_compiler": "nvrtc", "nvrtc_version": nvrtc.version(), "nvrtc_options": options,
+                     "host_key": views.host_key, "host_build": host.key, "host_rebuilt": reason, "kernels": len(kernels)},
+                    unique_name=True)
+
+
+def _in_device_code(closure, views, file: str, line: int | None, rename) -> bool:
+    """Whether an NVRTC error's file:line lies in a device function of the closure (the user's error)."""
+    labels = {v: k for k, v in (rename or {}).items()}
+    path = pathlib.Path(labels.get(file, file))
+    for name, real in closure.files:
+        if real == path.resolve() if path.is_absolute() else name == file:
+            text = real.read_text(errors="replace")
+            macros = nvrtc_split.space_macros(p.read_text(errors="replace") for _, p in closure.files)
+            return line is not None and any(a <= line <= b for a, b in device_spans(text, macros))
+    return False
+
+
+def _fallback(p: Piece, staging: pathlib.Path, key: str, why: str, rename, last_good, start: float,
+              closure: nvrtc_split.Closure) -> Compiled:
+    """nvcc's build of the whole file (the tree's nvcc piece, cached as usual), under this key too."""
+    from .pipeline import get_or_build
+    from .tree import nvcc_variant_piece
+
+    store.progress(f"{p.label}: nvcc builds it: {why}")
+    built = get_or_build(nvcc_variant_piece(p), rename=rename, last_good=last_good)
+    library = staging / f"{p.label.replace('/', '_')}-{key[:12]}-{uuid.uuid4().hex[:6]}.so"
+    shutil.copyfile(built.library, library)
+    shutil.copyfile(built.build_dir / "build.log", staging / "build.log")
+    return Compiled(library, time.perf_counter() - start, [str(path) for _, path in closure.files],
+                    {"device_compiler": "nvcc", "nvrtc_fallback": why, "nvcc_build": built.key}, unique_name=True)
