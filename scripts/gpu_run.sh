@@ -11,11 +11,13 @@
 #   [ncu/*.csv: Nsight Compute reports of rmsnorm's scalar and vectorized forward, test fixtures]
 #   [hopper_profile.log, ncu/hopper_profile.tar: the Hopper rungs' SASS counts and wb.profile at 8192^3 bf16]
 #   [wheel.tar export.tar ndarray.tar (+ .log): issue 14's GPU scripts, scripts/gpu_{wheel,export,ndarray}.sh]
+#   [small_sizes_{build,tests}.log small_sizes.{jsonl,log}: CUDA graph capture of every variant, reduce_sum at 2^20]
 # Usage (device tool):  bash scripts/gpu_run.sh            # everything but the notebooks
 #                       STEPS="tests" CHUNK=1 bash scripts/gpu_run.sh    # chunk 1 of 4 (CHUNKS=4); then 2, 3, 4
 #                       python3 scripts/gpu_summary.py OUT1 OUT2 ...     # adds up the chunks of several calls
 #                       STEPS="notebooks exercises" bash scripts/gpu_run.sh   # carry nbclient & co. as wheels in .whl/
 #                       OPS="scale_bias_relu" SHAPES="16384x16384" STEPS=bench bash scripts/gpu_run.sh
+#                       STEPS=small_sizes bash scripts/gpu_run.sh          # issue 26 items 5-6 (graphs, reduce_sum 2^20)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/artifacts/gpu}
@@ -195,6 +197,66 @@ for dtype in ("bfloat16", "float16"):
                            shape="8192x8192x8192"))
 PY
       ;;
+    small_sizes)  # issue 26, items 5-6: the CUDA variants built in parallel (a fresh machine builds ~40), every CUDA
+      # variant captured into a CUDA graph and replayed (tests/test_cuda_graphs.py; the host-bound mark's GPU test),
+      # then reduce_sum float32 at 2^20, 16384x16384 and 2^28 beside torch.sum: GPU time, host time per call and the
+      # ratios against the targets (2^20 >= 0.9x torch.sum; 16384x16384 and 2^28 within 2% of the newest committed
+      # H100 run's ratio in results/bench.jsonl). Parts: SMALL_SIZES_PARTS="build tests bench" (split them over two
+      # calls where a fresh machine's builds leave too little of the 10 minutes).
+      # $OUT/small_sizes_build.log small_sizes_tests.log small_sizes.jsonl small_sizes.log
+      for part in ${SMALL_SIZES_PARTS:-build tests bench}; do
+        case $part in
+          build)
+            python3 -c "from workbench.model import registry
+for op in registry.ops():
+    print(*[f'{op} {v.name}' for v in registry.variants(op) if v.runs_on('cuda') and not v.python], sep='\n')" \
+              | timeout 400 xargs -P "${JOBS:-12}" -n 2 python3 -m workbench build 2>&1 | tee "$OUT/small_sizes_build.log" ;;
+          tests)
+            WORKBENCH_TEST_CACHE="$WORKBENCH_CACHE" timeout 400 python3 -m pytest -q -m gpu -rfEs --durations=10 \
+              -p no:logging tests/test_cuda_graphs.py tests/test_host_bound.py 2>&1 | tee "$OUT/small_sizes_tests.log" ;;
+          bench)
+            timeout 300 python3 - "$OUT" <<'PY' 2>&1 | grep -v "^\[bench\]" | tee "$OUT/small_sizes.log"
+import pathlib, sys
+import workbench as wb
+from workbench.measure import results
+
+out = pathlib.Path(sys.argv[1])
+r = wb.bench("reduce_sum", variants=["fast", "vec_grid_stride"], dtypes=["float32"],
+             shapes=[(1 << 20,), (16384, 16384), (1 << 28,)], budget_s=1.0)
+r.save(out / "small_sizes.jsonl")
+print(r.table() + "\n")
+now = {(x["variant"], x["shape"]): x for x in r.rows}
+committed = [x for x in results.read_rows(pathlib.Path("results/bench.jsonl"))
+             if x.get("op") == "reduce_sum" and x.get("dtype") == "float32" and x.get("direction") == "fwd"
+             and str(x.get("gpu", "")).startswith("NVIDIA H100")]
+for shape in ("1048576", "16384x16384", "268435456"):
+    fast, eager = now[("fast", shape)], now[("eager", shape)]
+    ratio = eager["median_ms"] / fast["median_ms"]
+    print(f"reduce_sum float32 {shape}: fast {fast['median_ms'] * 1e3:.2f} us, torch.sum {eager['median_ms'] * 1e3:.2f} us"
+          f" of GPU time: {ratio:.3f}x torch.sum; host time per call fast {fast['host_ms'] * 1e3:.1f} us, torch.sum "
+          f"{eager['host_ms'] * 1e3:.1f} us (bound: fast {'host' if fast['host_bound'] else 'gpu'}, torch.sum "
+          f"{'host' if eager['host_bound'] else 'gpu'}); back to back, synchronised at the end: fast "
+          f"{fast['synced_ms'] * 1e3:.1f} us, torch.sum {eager['synced_ms'] * 1e3:.1f} us a call")
+    if shape == "1048576":
+        print(f"  target >= 0.90x torch.sum in GPU time: {'MET' if ratio >= 0.9 else 'MISSED'} ({ratio:.3f}x)")
+        continue
+    runs = {}
+    for x in committed:
+        if x["shape"] == shape and x["variant"] in ("fast", "eager"):
+            runs.setdefault((x["timestamp"], x["run_id"], x["commit"]), {})[x["variant"]] = x["median_ms"]
+    both = sorted(k for k, v in runs.items() if len(v) == 2)
+    if not both:
+        print("  no committed H100 run with fast and torch.sum at this size to compare with")
+        continue
+    before = runs[both[-1]]["eager"] / runs[both[-1]]["fast"]
+    change = ratio / before - 1
+    print(f"  committed run {both[-1][2]} ({both[-1][0]}): {before:.3f}x torch.sum; now {ratio:.3f}x ({100 * change:+.1f}%): "
+          f"no regression beyond 2%: {'MET' if change >= -0.02 else 'MISSED'}")
+PY
+            ;;
+          *) echo "unknown small_sizes part $part" ;;
+        esac
+      done ;;
     probe)  # scripts/probe_bandwidth.cu: access patterns for the memory-bound kernels, against a copy
       "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" -O3 -std=c++17 -arch=sm_90 -I kernels/common -I kernels/scale_bias_relu \
         scripts/probe_bandwidth.cu -o /tmp/probe_bandwidth && timeout 300 /tmp/probe_bandwidth 2>&1 | tee "$OUT/probe.log" ;;
