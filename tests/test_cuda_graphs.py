@@ -143,10 +143,13 @@ def test_forward_and_autograd_backward_capture_together(kernel):
 
 # ---------------------------------------------------------------- reduce_sum/fast's one launch
 
-# 2^20 (the issue's small size: one row of 256 chunks), a row just past one chunk (5 chunks), rows
-# at and past the counted rows (1024: one launch; 1025: two), 16-bit rows, float64 odd rows.
-ONE_LAUNCH_SIZES = [((1 << 20,), torch.float32), ((16385,), torch.float32), ((1024, 20000), torch.float32),
-                    ((1025, 20000), torch.float32), ((5, 1 << 17), torch.bfloat16), ((3, 70001), torch.float64)]
+# One launch eagerly (chunks within one wave of blocks, 3 an SM: 396 on an H100): 2^20 (the issue's
+# small size, one row of 256 chunks), a row just past one chunk (5), 64 rows of 5 chunks, 16-bit rows,
+# float64 odd rows. Two launches eagerly too: past one wave (2^22: 1024 chunks), past the 1024
+# counted rows.
+ONE_LAUNCH_SIZES = [((1 << 20,), torch.float32), ((16385,), torch.float32), ((64, 20000), torch.float32),
+                    ((5, 1 << 17), torch.bfloat16), ((3, 70001), torch.float64), ((1 << 22,), torch.float32),
+                    ((1025, 20000), torch.float32)]
 
 
 @pytest.mark.parametrize("size,dtype", ONE_LAUNCH_SIZES, ids=[f"{'x'.join(map(str, s))}-{d}" for s, d in ONE_LAUNCH_SIZES])
@@ -176,7 +179,7 @@ def test_reduce_sum_fast_on_two_streams_at_once():
     """Calls on two streams run side by side with counters of their own: every result right."""
     k = wb.load("reduce_sum", "fast")
     gen = torch.Generator("cuda").manual_seed(11)
-    xs = [torch.randn(64, 1 << 16, device="cuda", generator=gen) for _ in range(2)]
+    xs = [torch.randn(16, 1 << 16, device="cuda", generator=gen) for _ in range(2)]  # 256 chunks: one launch
     expected = [k(x) for x in xs]
     streams = [torch.cuda.Stream() for _ in xs]
     for s in streams:

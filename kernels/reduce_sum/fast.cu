@@ -8,8 +8,8 @@
 //    chunk (up to 16384 floats, 16384 16-bit values) is summed in one pass with no partials; longer
 //    rows write one float per chunk and the block that finishes a row's last chunk adds the row's
 //    partials in a fixed order (no float atomics): one launch, the last block found by a per-row
-//    counter that it puts back to zero (a second kernel does it under CUDA graph capture, past
-//    1024 rows, or beyond 16 streams a device).
+//    counter that it puts back to zero, where the chunks fit one wave of blocks (a second kernel
+//    does it beyond that, under CUDA graph capture, past 1024 rows or 16 streams a device).
 //  - rows of at most 512 vectors (2048 floats, 4096 16-bit values) get a warp each, 8 rows per
 //    block, summed by shuffles alone: no barrier and no shared memory per row.
 //  - any alignment at full width: a row's values before its first 16-byte boundary and after its
@@ -30,9 +30,9 @@
 // One launch for rows of several chunks (issue 26): at 2^20 float32 the two launches were 7.9-8.4
 // us against torch.sum's 10.0 (16771b9, 5d706d0); the partials kernel (one block reading 256
 // floats) cost a launch gap and a ramp. Predicted: 2^20 float32 about 6 us (>= 1.5x torch.sum,
-// the issue asks 0.9x), 2^28 within 1% of 0.348 ms, 16384 x 16384 (one chunk a row: the same
-// kernel) unchanged within 2%. Measured: pending the GPU run (scripts/gpu_run.sh small_sizes;
-// the line is filled from its results/gpu/<commit> folder).
+// the issue asks 0.9x); 2^28 (two launches still: 16384 chunks) and 16384 x 16384 (one chunk a
+// row) the same kernels as before, unchanged within 2%. Measured: pending the GPU run
+// (scripts/gpu_run.sh, STEPS=small_sizes; this line is filled from its results/gpu/<commit> folder).
 #include <mutex>
 
 #include "block_sum.cuh"
@@ -150,7 +150,7 @@ __device__ __forceinline__ A row_partials_sum(const A* __restrict__ p, int64_t c
 // last). A row's count of finished chunks lives in this module's device memory, zero at load and
 // put back to zero by the row's last block, so no launch clears it. A stream has a region of
 // kCountedRows counters of its own (calls on one stream run in turn; calls on two streams never
-// share a counter): counter_region() below.
+// share a counter): one_launch_region() below.
 constexpr int kCounterRegions = 16;
 constexpr int64_t kCountedRows = 1024;
 __device__ unsigned int g_chunks_done[kCounterRegions * kCountedRows];
@@ -159,8 +159,9 @@ __device__ unsigned int g_chunks_done[kCounterRegions * kCountedRows];
 // resident blocks, not loads per thread, keep the memory busy (at 16384 bf16 values a row, 128
 // registers and 2 blocks per SM ran 5% behind torch.compile; 64 registers spilled).
 // region: the counters of the one-launch path, or -1 (partials_kernel adds the partials).
+constexpr int kChunkMinBlocks = 3;
 template <typename T, int V, int LOADS>
-__global__ void __launch_bounds__(kThreads, 3) chunk_kernel(const T* __restrict__ x, T* __restrict__ y,
+__global__ void __launch_bounds__(kThreads, kChunkMinBlocks) chunk_kernel(const T* __restrict__ x, T* __restrict__ y,
                                                          wb_acc_t<T>* __restrict__ partial, int64_t n,
                                                          int64_t chunks_per_row, int64_t chunks, int region) {
   __shared__ bool row_done;
@@ -236,23 +237,32 @@ int64_t chunks_per_row(int64_t n) {
   return wb_ceil_div(wb_ceil_div(n, kWidth<T>), int64_t{kThreads} * loads_per_thread<T>(n));
 }
 
-// The counter region of the calling stream, or -1 for two launches: while the stream is being
-// captured into a CUDA graph (a graph may be replayed on any stream beside other work: it keeps
-// no state between launches), past kCountedRows rows, or once kCounterRegions streams of this
-// device have taken the regions (streams are told apart by handle; a region is never given back).
-int counter_region(cudaStream_t stream, int64_t rows) {
+// The counter region for a one-launch call on this stream, or -1 for two launches: while the stream
+// is being captured into a CUDA graph (a graph may be replayed on any stream beside other work: it
+// keeps no state between launches); beyond one wave of blocks (kChunkMinBlocks an SM: in later
+// waves a block's fence and count would hold its slot with no loads in flight, where a second
+// launch costs little beside that much data); past kCountedRows rows; or once kCounterRegions
+// streams of this device have taken the regions (told apart by handle; never given back).
+int one_launch_region(cudaStream_t stream, int64_t rows, int64_t chunks) {
   constexpr int kDevices = 64;
   static std::mutex mutex;
   static cudaStream_t owner[kDevices][kCounterRegions];
-  static int taken[kDevices];
+  static int taken[kDevices], sms[kDevices];
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   int device = 0;
-  if (rows > kCountedRows || cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
-      capture != cudaStreamCaptureStatusNone || cudaGetDevice(&device) != cudaSuccess || device >= kDevices) {
-    (void)cudaGetLastError();  // a refused query leaves nothing behind for the launch to report
+  if (rows > kCountedRows) return -1;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();  // the refused query's error: not left behind for the launch to report
     return -1;
   }
+  if (capture != cudaStreamCaptureStatusNone || device >= kDevices) return -1;
   std::lock_guard<std::mutex> lock(mutex);
+  if (sms[device] == 0 && cudaDeviceGetAttribute(&sms[device], cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    sms[device] = 0;
+    return -1;
+  }
+  if (chunks > int64_t{kChunkMinBlocks} * sms[device]) return -1;
   for (int r = 0; r < taken[device]; ++r)
     if (owner[device][r] == stream) return r;
   if (taken[device] == kCounterRegions) return -1;
@@ -282,7 +292,7 @@ int forward_t(const T* x, T* y, void* workspace, int64_t rows, int64_t n, cudaSt
     return wb_launch_status();
   }
   const int64_t per_row = chunks_per_row<T>(n), chunks = rows * per_row;
-  const int region = per_row > 1 ? counter_region(s, rows) : -1;
+  const int region = per_row > 1 ? one_launch_region(s, rows, chunks) : -1;
   auto* partial = static_cast<wb_acc_t<T>*>(workspace);
   switch (loads_per_thread<T>(n)) {
     case 4: launch_chunks<T, 4>(x, y, partial, n, per_row, chunks, region, s); break;
