@@ -448,7 +448,7 @@ def test_no_import_cycles_in_the_package():
             visit(m)
 
 
-ROOMS = ("model", "build", "run", "measure", "explain", "ship", "exercise", "specs")
+ROOMS = ("model", "build", "run", "measure", "explain", "ship", "exercise", "specs", "cluster")
 
 
 def test_the_package_is_rooms_by_concern_each_saying_what_it_owns_and_may_import():

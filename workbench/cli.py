@@ -126,7 +126,7 @@ def cmd_bench(args) -> int:
 
     result = bench(args.op, variants=args.variants or "all", dtypes=args.dtypes or ["float32"],
                    shapes=args.shapes or None, baselines=args.baselines, directions=args.directions,
-                   budget_s=args.budget, save=not args.no_save, results_path=args.results)
+                   budget_s=args.budget, save=not args.no_save, results_path=args.results, cluster=args.ray)
     print(result.table())
     if not args.no_save:
         print(f"rows appended to {args.results or config.RESULTS_DIR / 'bench.jsonl'}")
@@ -265,6 +265,16 @@ def cmd_exercise_check(args) -> int:
     return exercise.cli_check(args)
 
 
+def cmd_exercise_grade(args) -> int:
+    from .exercise import grade
+
+    spread = None
+    if args.ray is not None:  # Ray is imported on this path alone
+        from .cluster import grading
+        spread = grading.spread(args.ray)
+    return grade.cli(args, spread)
+
+
 def cmd_export(args) -> int:
     """Write the op and the named variants as a package of its own (workbench/ship/export.py)."""
     from .ship.export import export
@@ -318,6 +328,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--no-save", action="store_true", help="print only; append nothing")
     s.add_argument("--plot", action="store_true", help="also draw plots")
     s.add_argument("--plot-dir")
+    s.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS", help="spread the sweep over a Ray cluster, "
+                   "one worker per GPU: local, auto (the default), ray://HOST:PORT (needs Ray)")
     s.set_defaults(fn=cmd_bench)
 
     s = sub.add_parser("profile", help="why is it slow: Nsight Compute's counters for one call of each variant, "
@@ -387,6 +399,17 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, help="draw the same shapes and inputs as an earlier run")
     e.add_argument("--no-speed", action="store_true", help="skip the speed check")
     e.set_defaults(fn=cmd_exercise_check)
+    e = ex.add_parser("grade", help="every submission in a folder checked as `check` does: a CSV and a summary "
+                                    "(exit 0 when all pass, 1 otherwise, 2 bad usage)")
+    e.add_argument("exercise")
+    e.add_argument("folder", help="the submissions (.cu / .cpp files)")
+    e.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS", help="spread them over a Ray cluster "
+                   "(local, auto, ray://HOST:PORT); default: one after another here")
+    e.add_argument("--out", help="the CSV (default FOLDER/grades.csv)")
+    e.add_argument("--seed", type=int, help="the shapes and inputs every submission is checked on")
+    e.add_argument("--timeout", type=float, help="seconds per submission at most (default 1800)")
+    e.add_argument("--no-speed", action="store_true", help="skip the speed check")
+    e.set_defaults(fn=cmd_exercise_grade)
     return p
 
 

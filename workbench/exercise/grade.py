@@ -1,0 +1,166 @@
+"""Grading a folder of submissions: every file's verdict from the same checks as `exercise check`
+(build, load in a child, dtypes, SASS, then on a GPU correctness, gradcheck, speed), as a CSV and a
+printed summary.
+
+Each submission is checked in a process of its own (python -m workbench.exercise.grade), under a
+time limit: one that crashes or hangs the checker itself, or a build that never ends, costs its own
+slot (TIMEOUT or ERROR) and the others are graded. The submission travels as a job (its name and
+text, written into a folder of its own where it is graded), so the serial grader here and the
+cluster's workers (workbench/cluster/grading.py) grade the same thing the same way.
+
+    python -m workbench exercise grade EX SUBMISSIONS_DIR [--ray ADDRESS] [--out CSV]
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from .. import config
+from .registration import get
+from .sizes import new_seed
+
+SUFFIXES = (".cu", ".cpp")
+TIMEOUT_S = 1800.0   # one submission, every check included (the checks' own child limits are 600 s each)
+COLUMNS = ("submission", "status", "verdict", "first_failure", "detail", "checks", "seconds", "seed", "worker")
+_MARK = "[wb-grade] "   # the child's result line: what it prints before it may be the student's output
+
+
+def submissions(folder) -> list[pathlib.Path]:
+    """The submission files in `folder` (.cu, .cpp), by name."""
+    d = pathlib.Path(folder).expanduser()
+    if not d.is_dir():
+        raise ValueError(f"submissions: {str(folder)!r} is not a folder")
+    found = sorted(p for p in d.iterdir() if p.is_file() and p.suffix in SUFFIXES)
+    if not found:
+        raise ValueError(f"submissions: no {' or '.join(SUFFIXES)} files in {str(folder)!r}")
+    return found
+
+
+def jobs(exercise, folder, *, seed: int | None = None, speed: bool = True, timeout_s: float = TIMEOUT_S) -> list[dict]:
+    """One job per submission, all with the same seed (drawn once here where none is given), so every
+    submission is checked on the same shapes and inputs wherever it is graded."""
+    if not timeout_s or timeout_s <= 0:
+        raise ValueError(f"timeout_s must be a positive number of seconds; got {timeout_s!r}")
+    ex = get(exercise)
+    seed = new_seed() if seed is None else int(seed)
+    return [dict(exercise=ex.number, name=p.name, text=p.read_text(errors="replace"), seed=seed, speed=speed,
+                 timeout_s=float(timeout_s)) for p in submissions(folder)]
+
+
+def grade_job(job: dict) -> dict:
+    """A job's CSV row: its source written under its own name in a fresh folder, then checked there
+    (grade_one)."""
+    with tempfile.TemporaryDirectory(prefix="wb-grade-") as tmp:
+        path = pathlib.Path(tmp) / job["name"]
+        path.write_text(job["text"])
+        return grade_one(job["exercise"], path, seed=job["seed"], speed=job["speed"], timeout_s=job["timeout_s"])
+
+
+def grade_one(exercise, path, *, seed: int, speed: bool = True, timeout_s: float = TIMEOUT_S) -> dict:
+    """`exercise check` of one file in a child process, killed (with everything it started) past
+    timeout_s. Never raises for what the submission does: PASS, FAIL, TIMEOUT or ERROR."""
+    path = pathlib.Path(path)
+    row = dict(submission=path.name, status="ERROR", verdict="", first_failure="", detail="", checks="",
+               seconds=0.0, seed=seed, worker="")
+    cmd = [sys.executable, "-m", "workbench.exercise.grade", str(exercise), str(path), "--seed", str(seed)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(config.PACKAGE_DIR.parent)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    started = time.perf_counter()
+    # A session of its own: on a timeout the whole group goes (the checker's own children included).
+    proc = subprocess.Popen(cmd + ([] if speed else ["--no-speed"]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, text=True, env=env, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return dict(row, status="TIMEOUT", verdict=f"TIMEOUT: not graded within {timeout_s:g} s",
+                    detail=f"the check did not finish within {timeout_s:g} s", seconds=time.perf_counter() - started)
+    row["seconds"] = time.perf_counter() - started
+    result = next((json.loads(ln[len(_MARK):]) for ln in reversed(out.splitlines()) if ln.startswith(_MARK)), None)
+    if result is None:
+        tail = " | ".join(out.strip().splitlines()[-3:])
+        return dict(row, verdict=f"ERROR: the checker ended (status {proc.returncode}) without a verdict",
+                    detail=tail[-300:])
+    return dict(row, **result)
+
+
+def _report_fields(report) -> dict:
+    bad = report.first_failure
+    return dict(status="PASS" if report.ok else "FAIL", verdict=report.verdict(),
+                first_failure=bad.name if bad else "", detail=bad.detail if bad else "",
+                checks="; ".join(f"{c.name}={c.status}" for c in report.checks))
+
+
+def grade(exercise, folder, *, seed: int | None = None, speed: bool = True, timeout_s: float = TIMEOUT_S,
+          spread=None) -> list[dict]:
+    """Every submission's row, by name. spread(jobs) -> rows grades them elsewhere (a cluster's
+    workers: workbench/cluster/grading.py); None grades them here, one after another."""
+    todo = jobs(exercise, folder, seed=seed, speed=speed, timeout_s=timeout_s)
+    rows = spread(todo) if spread is not None else [grade_job(j) for j in todo]
+    return sorted(rows, key=lambda r: r["submission"])
+
+
+def write_csv(rows: list[dict], path) -> pathlib.Path:
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow(dict(r, seconds=f"{r['seconds']:.1f}"))
+    return path
+
+
+def summary(rows: list[dict]) -> str:
+    """One line per submission, then the counts."""
+    width = max(len(r["submission"]) for r in rows)
+    lines = [f"{r['submission']:{width}s}  {r['status']:7s}  {r['verdict']}" for r in rows]
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("PASS", "FAIL", "TIMEOUT", "ERROR")}
+    return "\n".join(lines + [f"{len(rows)} submissions: " + ", ".join(f"{n} {s}" for s, n in counts.items())])
+
+
+def cli(args, spread=None) -> int:
+    """exercise grade: the summary printed, the CSV written; exit 0 when every submission passed."""
+    try:
+        rows = grade(args.exercise, args.folder, seed=args.seed, speed=not args.no_speed,
+                     timeout_s=TIMEOUT_S if args.timeout is None else args.timeout,
+                     spread=spread)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(summary(rows))
+    out = write_csv(rows, args.out or pathlib.Path(args.folder) / "grades.csv")
+    print(f"verdicts: {out}")
+    return 0 if all(r["status"] == "PASS" for r in rows) else 1
+
+
+def _child(argv: list[str]) -> int:
+    """The process one submission is checked in: its verdict as one JSON line after _MARK."""
+    import argparse
+
+    from . import check_exercise
+
+    p = argparse.ArgumentParser(prog="python -m workbench.exercise.grade")
+    p.add_argument("exercise")
+    p.add_argument("path")
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--no-speed", action="store_true")
+    a = p.parse_args(argv)
+    try:
+        fields = _report_fields(check_exercise(a.exercise, a.path, seed=a.seed, speed=not a.no_speed))
+    except Exception as e:  # noqa: BLE001 - a submission the checker refuses (not a kernel file) is its verdict
+        fields = dict(status="ERROR", verdict=f"ERROR: {type(e).__name__}: {e}", detail=str(e)[:300])
+    print(_MARK + json.dumps(fields), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1:]))
