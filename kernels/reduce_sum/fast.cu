@@ -33,7 +33,7 @@
 // the issue asks 0.9x); 2^28 (two launches still: 16384 chunks) and 16384 x 16384 (one chunk a
 // row) the same kernels as before, unchanged within 2%. Measured: pending the GPU run
 // (scripts/gpu_run.sh, STEPS=small_sizes; this line is filled from its results/gpu/<commit> folder).
-#include <mutex>
+#include <atomic>
 
 #include "block_sum.cuh"
 #include "variant.cuh"
@@ -245,9 +245,10 @@ int64_t chunks_per_row(int64_t n) {
 // streams of this device have taken the regions (told apart by handle; never given back).
 int one_launch_region(cudaStream_t stream, int64_t rows, int64_t chunks) {
   constexpr int kDevices = 64;
-  static std::mutex mutex;
-  static cudaStream_t owner[kDevices][kCounterRegions];
-  static int taken[kDevices], sms[kDevices];
+  // A region's owner: its stream's handle + 1 (the legacy default stream's handle is 0), 0 while
+  // free; set once, by compare-and-swap, so two threads never take one region for two streams.
+  static std::atomic<uintptr_t> owner[kDevices][kCounterRegions];
+  static std::atomic<int> sms[kDevices];  // 0 until asked
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   int device = 0;
   if (rows > kCountedRows) return -1;
@@ -256,18 +257,21 @@ int one_launch_region(cudaStream_t stream, int64_t rows, int64_t chunks) {
     return -1;
   }
   if (capture != cudaStreamCaptureStatusNone || device >= kDevices) return -1;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (sms[device] == 0 && cudaDeviceGetAttribute(&sms[device], cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    sms[device] = 0;
-    return -1;
+  if (sms[device].load() == 0) {
+    int count = 0;
+    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return -1;
+    }
+    sms[device].store(count);
   }
-  if (chunks > int64_t{kChunkMinBlocks} * sms[device]) return -1;
-  for (int r = 0; r < taken[device]; ++r)
-    if (owner[device][r] == stream) return r;
-  if (taken[device] == kCounterRegions) return -1;
-  owner[device][taken[device]] = stream;
-  return taken[device]++;
+  if (chunks > int64_t{kChunkMinBlocks} * sms[device].load()) return -1;
+  const uintptr_t key = reinterpret_cast<uintptr_t>(stream) + 1;
+  for (int r = 0; r < kCounterRegions; ++r) {
+    uintptr_t seen = 0;
+    if (owner[device][r].compare_exchange_strong(seen, key) || seen == key) return r;
+  }
+  return -1;
 }
 
 template <typename T, int LOADS>
