@@ -4,6 +4,7 @@ arrives, so a worker that dies later loses nothing already measured; one progres
 whole sweep; the merged result has the rows and notes, table and plots, of a one-process run."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 import uuid
@@ -30,27 +31,47 @@ def progress(done: int, total: int, what: str) -> None:
 
 
 def bench(bench_fn, op: str, variants="all", dtypes=("float32",), shapes=None, baselines=None, directions=("fwd",),
-          *, cluster: str, attrs=None, device=None, budget_s: float = 1.0, target_rse: float = 0.01,
-          save: bool = False, results_path=None, isolate: bool = False, gpu_types=None,
-          max_workers: int | None = None, on_submit=None) -> BenchResult:
+          *, cluster: str, attrs=None, device=None, gpu_types=None, **run_kw) -> BenchResult:
     """The sweep bench_fn (measure.benchmark.bench, the one-process sweep each worker runs per group)
     would do here, on the cluster at `cluster` (pool.connect). device: "cuda" (a worker per GPU),
     "cpu" (a worker per CPU: the CPU variants), default "cuda" where the cluster has a GPU.
-    gpu_types: run every group once on each of these GPU types (rows carry each one's GPU)."""
+    gpu_types: run every group once on each of these GPU types (rows carry each one's GPU).
+    run_kw: run()'s (budget_s, target_rse, save, results_path, isolate, max_workers, on_submit)."""
     started = time.perf_counter()
     ray = connect(cluster)
-    if device is None:
-        device = "cuda" if ray.cluster_resources().get("GPU", 0) else "cpu"
-    device = str(device).split(":")[0]
+    device = cluster_device(ray, device)
     groups = plan_.plan(op, variants, dtypes, shapes, baselines, directions, device=device, gpu_types=gpu_types)
+    return run(bench_fn, groups, cluster=cluster, device=device, attrs=attrs, started=started, **run_kw)
+
+
+def cluster_device(ray, device) -> str:
+    """"cuda" or "cpu": the device asked for, else "cuda" where the cluster has a GPU."""
+    if device is None:
+        return "cuda" if ray.cluster_resources().get("GPU", 0) else "cpu"
+    return str(device).split(":")[0]
+
+
+def run(bench_fn, groups: list, *, cluster: str, device: str, attrs=None, budget_s: float = 1.0,
+        target_rse: float = 0.01, save: bool = False, results_path=None, isolate: bool = False,
+        max_workers: int | None = None, on_submit=None, started: float | None = None) -> BenchResult:
+    """Any plan's groups on the cluster's workers (a full sweep: several ops' plans, concatenated, all
+    sharing the workers): every variant built first on every node, then each group timed by one
+    worker, its rows appended to the results file (save) as they arrive. on_submit(member, job):
+    called as each group is handed over."""
+    started = time.perf_counter() if started is None else started
+    ray = connect(cluster)
+    groups = [dataclasses.replace(g, index=i) for i, g in enumerate(groups)]
+    gpu_types = sorted({g.gpu_type for g in groups if g.gpu_type}) or None
     path = (results_path or config.RESULTS_DIR / "bench.jsonl") if save else None
     run_id = uuid.uuid4().hex[:12]
     total = sum(len(g.cells) for g in groups)
     got: dict[int, dict] = {}
     with Pool(ray, device, gpu_types, max_workers) as pool:
         workers = pool.describe()
-        names = list(groups[0].variants) if groups else []
-        pool.broadcast(lambda h: h.prepare.remote(op, [n for n in names if _runs(op, n, device)]))
+        wanted = {}
+        for g in groups:
+            wanted.setdefault(g.op, [n for n in g.variants if _runs(g.op, n, device)])
+        pool.broadcast(lambda h: h.prepare.remote(wanted))
 
         def arrived(job: Job, value: dict, member) -> None:
             group = job.payload

@@ -26,13 +26,14 @@ class Worker:
         return {"host": socket.gethostname(), "pid": os.getpid(), "device": self.device, "gpu": gpu,
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
-    def prepare(self, op: str, names: list[str]) -> dict:
-        """Build (or find in this node's cache) every variant the sweep times, before any timing: the
-        workers of one node share its build cache, whose locks let one of them compile each piece
-        while the others wait for it, so a piece is compiled once per node. {name: built here}."""
+    def prepare(self, variants: dict) -> dict:
+        """Build (or find in this node's cache) every variant the sweep times ({op: [names]}), before
+        any timing: the workers of one node share its build cache, whose locks let one of them
+        compile each piece while the others wait for it, so a piece is compiled once per node.
+        {"op/name": built by this worker}."""
         from ..run import loader
 
-        return {name: bool(loader.load(op, name).built) for name in names}
+        return {f"{op}/{name}": bool(loader.load(op, name).built) for op, names in variants.items() for name in names}
 
     def bench(self, bench_fn, kwargs: dict) -> dict:
         """One group of the sweep, timed by the one-process bench (bench_fn: measure.benchmark.bench,
