@@ -81,7 +81,7 @@ def _replays_match(statics, fresh_values, graph, outs, eager, references, terms,
         expected = as_tuple(eager(values))
         for i, (o, e, r, t) in enumerate(zip(outs, expected, references(values), terms)):
             assert torch.equal(o, e), f"{what}, replay {round_}: output {i} differs from an eager call"
-            ok, rel, *_ , note = correctness.compare(o, r, dtype, terms=t)
+            ok, rel, *_, note = correctness.compare(o, r, dtype, terms=t)
             assert ok, f"{what}, replay {round_}: output {i} against the float64 reference: rel {rel} {note}"
 
 
