@@ -5,12 +5,15 @@
 // torch-free library per op, bindings/<op>.cpp, that fills the op's parameter struct) and variant
 // libraries (kernels/<op>/<variant>.*). One boxed kernel (op_kernel.cpp) serves every op: it checks
 // a call against the declaration (call_check.h), allocates outputs, and launches through binding
-// and variant.
+// and variant. Autograd is C++ too (op_autograd.cpp): a kernel at the Autograd key that records a
+// node calling <op>_backward, and only redispatches when nothing requires grad.
 // Adding an op never rebuilds this code.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
+
+#include <cstdint>
 
 #include <memory>
 #include <optional>
@@ -25,6 +28,10 @@
 #include "op_decl.h"
 #include "wb_op.h"
 #include "wb_variant.h"
+
+namespace torch {
+class Library;
+}
 
 namespace workbench {
 
@@ -49,11 +56,19 @@ std::shared_ptr<const Variant> find_variant(const std::string& op, const std::st
 // The op's newest binding; throws if none is loaded.
 std::shared_ptr<const Binding> find_binding(const std::string& op);
 
+// Changes whenever a variant or binding is registered: a look-up cached at an older value is stale.
+uint64_t registry_generation();
+
 // The op's declaration, or nullptr.
 std::shared_ptr<const OpDecl> find_decl(const std::string& op);
 
 // Registers the generic kernel for a newly declared op (op_kernel.cpp).
 void register_op_kernels(const OpDecl& decl);
+
+// The schema of <op>_backward_backward, the backward's own derivative (implemented in Python from
+// the spec), and the C++ Autograd-key kernels of <op> and <op>_backward (op_autograd.cpp).
+std::string double_backward_schema(const OpDecl& decl);
+void register_autograd_kernels(const OpDecl& decl, torch::Library& impls);
 
 // Launch context for tensors on t's device. Construct it after the device guard.
 WbLaunch launch_for(const at::Tensor& t);

@@ -110,7 +110,8 @@ std::string ShapeBinder::bind(const std::string& arg, const DimPattern& p, const
   const size_t nd = shape.size(), fixed = p.fixed();
   bool known = false;
   for (const auto& t : p.tokens) known = known || is_literal(t) || values_.count(t);
-  const std::string got = nd == 0 ? "a 0-dim tensor" : "shape " + shape_text(shape);
+  // Built only for a message: a call that fits builds no text.
+  auto got = [&]() { return nd == 0 ? std::string("a 0-dim tensor") : "shape " + shape_text(shape); };
 
   auto shape_error = [&]() {
     std::vector<std::string> expected, origins;
@@ -129,14 +130,14 @@ std::string ShapeBinder::bind(const std::string& arg, const DimPattern& p, const
       }
     }
     return arg + " must have shape [" + join(expected, ", ") + "] (" + p.display() +
-           (origins.empty() ? "" : " with " + join(origins, ", ")) + "); got " + got;
+           (origins.empty() ? "" : " with " + join(origins, ", ")) + "); got " + got();
   };
 
   const bool rank_ok = p.ellipsis >= 0 ? nd >= fixed : nd == fixed;
   if (!rank_ok) {
     if (known) return shape_error();
     return arg + " must have " + (p.ellipsis >= 0 ? "at least " : "") + std::to_string(fixed) + " dimension" +
-           (fixed == 1 ? "" : "s") + " (" + p.display() + "); got " + got;
+           (fixed == 1 ? "" : "s") + " (" + p.display() + "); got " + got();
   }
   std::map<std::string, std::vector<int64_t>> fresh;
   size_t d = 0;

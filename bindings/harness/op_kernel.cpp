@@ -1,5 +1,6 @@
-// The one kernel behind every torch.ops.workbench.<op> and <op>_backward: it checks a call against
-// the op's declaration, allocates the outputs, and runs the variant through the op's binding.
+// The one kernel behind every torch.ops.workbench.<op> and <op>_backward (at the CPU and CUDA keys;
+// their Autograd key is op_autograd.cpp's): it checks a call against the op's declaration,
+// allocates the outputs, and runs the variant through the op's binding.
 //
 // The call check (call_check.h: devices, dtypes, shapes, attributes) is the one the Python fake
 // implementations mirror (workbench/model/shapes.py), same order, same words. Then the variant's own
@@ -8,7 +9,6 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
-#include <map>
 #include <mutex>
 
 #include "harness.h"
@@ -16,13 +16,7 @@
 namespace workbench {
 namespace {
 
-struct Step {
-  std::shared_ptr<const OpDecl> decl;
-  int step;
-};
-
-std::mutex steps_mutex;
-std::map<std::string, Step> steps;                       // "workbench::bias_gelu_backward" -> its step
+std::mutex libraries_mutex;
 std::vector<std::unique_ptr<torch::Library>> libraries;  // registrations live as long as the process
 
 const char* step_name(int step) { return step == WB_STEP_FORWARD ? "forward" : "backward"; }
@@ -47,19 +41,28 @@ std::vector<WbAttr> attr_values(const OpDecl& d, const std::vector<c10::IValue>&
   return out;
 }
 
-std::vector<at::Tensor> run_step(const OpDecl& d, int step, const std::vector<at::Tensor>& tensors,
-                                 const std::vector<c10::IValue>& attrs, const std::string& variant) {
+// What a variant's name resolves to: the variant and the op's binding (found once, see StepKernel).
+struct Resolved {
+  std::shared_ptr<const Variant> variant;
+  std::shared_ptr<const Binding> binding;
+};
+
+template <typename Resolve>
+std::vector<at::Tensor> run_step(const OpDecl& d, int step, const std::string& prefix,
+                                 const std::vector<at::Tensor>& tensors, const std::vector<c10::IValue>& attrs,
+                                 Resolve&& resolve) {
   const char* op = d.op.c_str();
   size_t first_input = 0;
   const std::vector<CallArg> args = call_args(d, step, tensors, &first_input);
   const CallArg& ref = args[first_input];
   const at::Tensor& x = ref.tensor;
   const std::vector<WbAttr> attr_vals = attr_values(d, attrs);
-  const ShapeBinder binder = check_call("workbench::" + d.op + ": ", d, args, first_input, attr_vals);
+  const ShapeBinder binder = check_call(prefix, d, args, first_input, attr_vals);
   WbCall call{};
   for (size_t i = 0; i < attr_vals.size(); ++i) call.attrs[i] = attr_vals[i];
 
-  const auto v = find_variant(d.op, variant);
+  const Resolved found = resolve();
+  const auto& v = found.variant;
   const bool wants_cuda = v->info->device == WB_DEVICE_CUDA;
   TORCH_CHECK(wants_cuda ? x.is_cuda() : x.is_cpu(), "workbench::", op, ": variant '", v->name, "' runs on ",
               wants_cuda ? "CUDA" : "CPU", " tensors; ", ref.name, " is on ", x.device(),
@@ -67,7 +70,7 @@ std::vector<at::Tensor> run_step(const OpDecl& d, int step, const std::vector<at
   const int dtype = wb_dtype(x.scalar_type());
   TORCH_CHECK_TYPE(v->info->dtypes & (1u << dtype), "workbench::", op, ": variant '", v->name, "' supports dtypes ",
                    dtype_list(v->info->dtypes), "; ", ref.name, " is ", dtype_name(x.scalar_type()));
-  const auto b = find_binding(d.op);
+  const auto& b = found.binding;
   TORCH_CHECK(v->contract == b->contract, "workbench::", op, ": variant '", v->qualified(), "' was built against another ",
               op, ".h than the loaded binding of ", op, "; workbench.load('", op, "', '", v->name, "') rebuilds it");
   TORCH_CHECK_NOT_IMPLEMENTED(wb_launcher_for_step(v->info->launchers, step) != nullptr, op, "/", v->name, " has no ",
@@ -119,38 +122,64 @@ std::vector<at::Tensor> run_step(const OpDecl& d, int step, const std::vector<at
   return outs;
 }
 
-// The boxed entry point the dispatcher calls for every declared op: the stack holds the schema's
-// arguments (tensors, attributes, the variant's name) and receives the outputs.
-void boxed_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
-  Step s;
-  {
-    std::lock_guard<std::mutex> lock(steps_mutex);
-    s = steps.at(handle.schema().name());
+// The dispatcher's CPU and CUDA kernel of one step of one op: it knows its declaration and message
+// prefix from its registration, and resolves a variant's name once (while no library is registered
+// since), not per call.
+struct StepKernel : c10::OperatorKernel {
+  StepKernel(std::shared_ptr<const OpDecl> decl, int step)
+      : decl(std::move(decl)), step(step), prefix("workbench::" + this->decl->op + ": "),
+        n_tensors(this->decl->inputs.size() + (step == WB_STEP_BACKWARD ? this->decl->outputs.size() : 0)) {}
+
+  // The stack holds the schema's arguments (tensors, attributes, the variant's name) and receives
+  // the outputs.
+  void operator()(const c10::OperatorHandle&, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    const OpDecl& d = *decl;
+    const size_t n_args = n_tensors + d.attrs.size() + 1;
+    auto args = torch::jit::last(*stack, n_args);
+    std::vector<at::Tensor> tensors;
+    tensors.reserve(n_tensors);
+    for (size_t i = 0; i < n_tensors; ++i) tensors.push_back(args[i].toTensor());
+    const std::vector<c10::IValue> attrs(args.begin() + n_tensors, args.begin() + n_tensors + d.attrs.size());
+    const c10::IValue variant = args[n_args - 1];
+    auto outs = run_step(d, step, prefix, tensors, attrs, [&] { return resolve(variant.toStringRef()); });
+    torch::jit::drop(*stack, n_args);
+    for (auto& t : outs) torch::jit::push(*stack, std::move(t));
   }
-  const OpDecl& d = *s.decl;
-  const size_t n_tensors = d.inputs.size() + (s.step == WB_STEP_BACKWARD ? d.outputs.size() : 0);
-  const size_t n_args = n_tensors + d.attrs.size() + 1;
-  auto args = torch::jit::last(*stack, n_args);
-  std::vector<at::Tensor> tensors;
-  for (size_t i = 0; i < n_tensors; ++i) tensors.push_back(args[i].toTensor());
-  const std::vector<c10::IValue> attrs(args.begin() + n_tensors, args.begin() + n_tensors + d.attrs.size());
-  const std::string variant = args[n_args - 1].toStringRef();
-  auto outs = run_step(d, s.step, tensors, attrs, variant);
-  torch::jit::drop(*stack, n_args);
-  for (auto& t : outs) torch::jit::push(*stack, std::move(t));
-}
+
+  Resolved resolve(const std::string& name) {
+    const uint64_t generation = registry_generation();
+    std::lock_guard<std::mutex> lock(mutex);
+    if (generation != cached_generation || name != cached_name) {
+      cached = {find_variant(decl->op, name), nullptr};
+      cached_name = name;
+      cached_generation = generation;
+    }
+    // The binding after the variant, as the checks read: a variant that is not loaded is named first.
+    if (!cached.binding) cached.binding = find_binding(decl->op);
+    return cached;
+  }
+
+  const std::shared_ptr<const OpDecl> decl;
+  const int step;
+  const std::string prefix;  // "workbench::<op>: ", the start of the call check's messages
+  const size_t n_tensors;
+  std::mutex mutex;
+  std::string cached_name;
+  uint64_t cached_generation = 0;
+  Resolved cached;
+};
 
 }  // namespace
 
 void register_op_kernels(const OpDecl& decl) {
   auto shared = find_decl(decl.op);
-  std::lock_guard<std::mutex> lock(steps_mutex);
+  const bool differentiable = !decl.backward_schema.empty();
+  std::lock_guard<std::mutex> lock(libraries_mutex);
   auto schemas = std::make_unique<torch::Library>(torch::Library::FRAGMENT, "workbench", std::nullopt, __FILE__, __LINE__);
   schemas->def(decl.forward_schema.c_str());
-  steps["workbench::" + decl.op] = {shared, WB_STEP_FORWARD};
-  if (!decl.backward_schema.empty()) {
+  if (differentiable) {
     schemas->def(decl.backward_schema.c_str());
-    steps["workbench::" + decl.op + "_backward"] = {shared, WB_STEP_BACKWARD};
+    schemas->def(double_backward_schema(decl).c_str());
   }
   libraries.push_back(std::move(schemas));
   std::vector<c10::DispatchKey> keys = {c10::DispatchKey::CPU};
@@ -159,11 +188,17 @@ void register_op_kernels(const OpDecl& decl) {
 #endif
   for (auto key : keys) {
     auto impls = std::make_unique<torch::Library>(torch::Library::IMPL, "workbench", key, __FILE__, __LINE__);
-    impls->impl(decl.op.c_str(), torch::CppFunction::makeFromBoxedFunction<&boxed_kernel>());
-    if (!decl.backward_schema.empty())
-      impls->impl((decl.op + "_backward").c_str(), torch::CppFunction::makeFromBoxedFunction<&boxed_kernel>());
+    impls->impl(decl.op.c_str(),
+                torch::CppFunction::makeFromBoxedFunctor(std::make_unique<StepKernel>(shared, WB_STEP_FORWARD)));
+    if (differentiable)
+      impls->impl((decl.op + "_backward").c_str(),
+                  torch::CppFunction::makeFromBoxedFunctor(std::make_unique<StepKernel>(shared, WB_STEP_BACKWARD)));
     libraries.push_back(std::move(impls));
   }
+  auto autograd = std::make_unique<torch::Library>(torch::Library::IMPL, "workbench", c10::DispatchKey::Autograd,
+                                                   __FILE__, __LINE__);
+  register_autograd_kernels(decl, *autograd);
+  libraries.push_back(std::move(autograd));
 }
 
 }  // namespace workbench

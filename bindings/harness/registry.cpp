@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -24,6 +25,9 @@ namespace workbench {
 namespace {
 
 std::mutex registry_mutex;
+// Bumped by every registration: a kernel's cached look-up of a variant and binding (op_kernel.cpp)
+// holds while it is unchanged.
+std::atomic<uint64_t> generation{1};
 // "op/name" -> newest build, and "op/name@build" -> that build.
 std::map<std::string, std::shared_ptr<const Variant>> variants;
 std::map<std::string, std::shared_ptr<const Binding>> bindings;  // op -> newest binding
@@ -98,6 +102,7 @@ std::string register_variant(const std::string& op, const std::string& name, con
   std::lock_guard<std::mutex> lock(registry_mutex);
   variants[op + "/" + v->qualified()] = v;
   variants[op + "/" + name] = v;
+  ++generation;
   return describe(*v);
 }
 
@@ -116,6 +121,7 @@ std::string register_binding(const std::string& op, const std::string& path, con
   TORCH_CHECK_VALUE(table->run, "workbench: ", path, " has no run function");
   std::lock_guard<std::mutex> lock(registry_mutex);
   bindings[op] = std::make_shared<const Binding>(Binding{op, path, contract, table});
+  ++generation;
   return "{}";
 }
 
@@ -181,6 +187,8 @@ int multiprocessor_count(int device) {
 #endif
 
 }  // namespace
+
+uint64_t registry_generation() { return generation.load(std::memory_order_acquire); }
 
 std::shared_ptr<const Variant> find_variant(const std::string& op, const std::string& name) {
   const std::string key = op + "/" + name;

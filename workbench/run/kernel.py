@@ -64,14 +64,36 @@ class Kernel:
         ns = torch.ops.workbench
         self._ops = (getattr(ns, self.op).default,
                      getattr(ns, f"{self.op}_backward").default if self.spec.differentiable else None)
+        self._qualified = self.qualified
+        # The forward overload's own C++ callable (OpOverload.__call__ is one more Python frame),
+        # and the spec whose attribute defaults _defaults holds (see __call__).
+        self._direct = self._ops[0]._op
+        self._defaults_spec, self._defaults = None, None
+        self._compiling = torch.compiler.is_compiling
+
+    def _set_defaults(self, spec) -> None:
+        """The attribute values of a call that gives none (None where an attribute has no default),
+        for `spec`, kept until the op's spec is defined again."""
+        attrs = spec.attrs
+        self._defaults = None if any(a.required for a in attrs) else tuple(a.value(a.default, spec.name) for a in attrs)
+        self._defaults_spec = spec
 
     @property
     def op_overload(self):
         return self._ops[0]
 
     def __call__(self, *args, **attrs):
-        tensors, values = self.spec.call_args(args, attrs)
-        return self._ops[0](*tensors, *values, self.qualified)
+        spec = registry.spec(self.op)
+        # The fast path: the op's tensors alone, every attribute at its default, run by the overload's
+        # C++ callable (no normalisation in Python; the harness checks the call either way). Under
+        # torch.compile, the overload itself, which dynamo puts in the graph.
+        if not attrs and len(args) == len(spec.inputs) and not self._compiling():
+            if spec is not self._defaults_spec:
+                self._set_defaults(spec)
+            if self._defaults is not None:
+                return self._direct(*args, *self._defaults, self._qualified)
+        tensors, values = spec.call_args(args, attrs)
+        return self._ops[0](*tensors, *values, self._qualified)
 
     def backward(self, *args, **attrs):
         """The backward step: gradients of the outputs, then the inputs (and attributes); returns

@@ -1,19 +1,23 @@
-"""torch.ops.workbench.<op>: the fake implementations and autograd formulas, derived from the spec.
+"""torch.ops.workbench.<op>: the fake implementations and the backward's derivative, from the spec.
 
-The C++ harness defines the schemas and serves real calls; this module registers, once per op and
-process, what PyTorch needs besides: a fake (meta) implementation that checks a call as the
-harness would and returns outputs of the declared shapes (torch.compile, opcheck), and the autograd
-formula, which calls <op>_backward with the same variant. Both look the spec up at call time in
-the registry (the process's one store of specs), so declaring an op again with an edited spec (same
-schema) takes effect without a restart. A Triton
-variant's own ops (pyvariant.py) take the same fake (fake_outputs) and autograd (register_autograd).
+The C++ harness defines the schemas, serves real calls and records autograd (its Autograd-key
+kernels, bindings/harness/op_autograd.cpp: <op>'s backward calls <op>_backward with the same
+variant, no Python per call); this module registers, once per op and process, what PyTorch needs
+besides: a fake (meta) implementation that checks a call as the harness would and returns outputs
+of the declared shapes (torch.compile, opcheck), and <op>_backward_backward, the backward's own
+derivative for create_graph=True (the spec's double_backward, else autograd through the eager
+math). Both look the spec up at call time in the registry (the process's one store of specs), so
+declaring an op again with an edited spec (same schema) takes effect without a restart. A Triton
+variant's own ops (pyvariant.py) take the same fake (fake_outputs) and, in Python, the same
+autograd (register_autograd).
 """
 from __future__ import annotations
 
 from ..model import registry
 from ..model.opspec import OpSpec, as_tuple
 
-_registered: set[str] = set()  # ops whose fake and autograd are registered in this process
+_registered: set[str] = set()  # ops whose fake and double backward are registered in this process
+_library = None                # the torch.library fragment holding the <op>_backward_backward kernels
 
 
 def current_spec(op: str) -> OpSpec | None:
@@ -79,15 +83,38 @@ def register(spec: OpSpec) -> None:
     if not spec.differentiable:
         return
     torch.library.register_fake(f"workbench::{op}_backward")(lambda *a: _fake(op, "bwd", *a))
-    register_autograd(op, lambda: registry.spec(op))
+    global _library
+    if _library is None:
+        _library = torch.library.Library("workbench", "FRAGMENT")
+    # CompositeImplicitAutograd: its tensor ops are recorded in turn (a third derivative).
+    _library.impl(f"{op}_backward_backward", lambda upstream, saved, *rest: _double_backward(op, upstream, saved, *rest),
+                  "CompositeImplicitAutograd")
 
 
-def register_autograd(name: str, spec_of, namespace: str = "workbench") -> None:
-    """Autograd for <namespace>::<name>, an op of the spec spec_of() returns (looked up at call
-    time): its backward calls <namespace>::<name>_backward with the saved inputs, the same attributes and
-    whatever follows them (the harness's ops: the variant's name). The backward op is
-    differentiable too (create_graph=True): by the spec's double_backward, or else by autograd
-    through the eager math."""
+def backward_derivative(spec: OpSpec, upstream, grads, inputs, attrs: dict) -> tuple:
+    """Gradients for (grads of outputs..., inputs...) of <op>_backward given `upstream`, the
+    gradients of its outputs (None: unused): the spec's double_backward, else the eager math's."""
+    if spec.double_backward:
+        return spec.double_backward(upstream, grads, inputs, attrs)
+    return eager_double_backward(spec, upstream, grads, inputs, attrs)
+
+
+def _double_backward(op: str, upstream, saved, *attr_values) -> list:
+    """<op>_backward_backward(upstream, saved = grads + inputs, attrs..., variant): a list, zeros for
+    what does not depend on the saved tensors (the schema returns Tensor[])."""
+    import torch
+
+    s = registry.spec(op)
+    grads, inputs = tuple(saved[:len(s.outputs)]), tuple(saved[len(s.outputs):])
+    got = backward_derivative(s, tuple(upstream), grads, inputs, s.attr_dict(attr_values[:len(s.attrs)]))
+    return [torch.zeros_like(t) if g is None else g for g, t in zip(got, saved)]
+
+
+def register_autograd(name: str, spec_of, namespace: str = "workbench_py") -> None:
+    """Autograd in Python for <namespace>::<name>, an op of the spec spec_of() returns (looked up
+    at call time): a Triton variant's own ops (the harness's ops have theirs in C++). Its backward
+    calls <namespace>::<name>_backward with the saved inputs, the same attributes and whatever
+    follows them. The backward op is differentiable too (create_graph=True): backward_derivative."""
     import torch
 
     backward_op = getattr(getattr(torch.ops, namespace), f"{name}_backward").default
@@ -128,8 +155,7 @@ def register_autograd(name: str, spec_of, namespace: str = "workbench") -> None:
         saved = ctx.saved_tensors
         grads, inputs = saved[:len(s.outputs)], saved[len(s.outputs):]
         attrs = s.attr_dict(ctx.attrs)
-        got = s.double_backward(upstream, grads, inputs, attrs) if s.double_backward else \
-            eager_double_backward(s, upstream, grads, inputs, attrs)
+        got = backward_derivative(s, upstream, grads, inputs, attrs)
         return (*got, *([None] * (len(s.attrs) + ctx.n_rest)))
 
     torch.library.register_autograd(f"{namespace}::{name}_backward", backward_of_backward,

@@ -1,0 +1,176 @@
+// Autograd for every declared op, in C++ at the dispatcher's Autograd key: one boxed kernel for
+// <op> and one for <op>_backward, so that no Python runs per call.
+//
+// With no input requiring grad (or grad mode off) the kernel only redispatches below autograd:
+// that is the whole cost of a forward call here (a torch::autograd::Function kernel would build
+// its node, saved variables and edges every time). Otherwise it records one StepNode for the call:
+//   <op>:           saves the inputs; its apply calls <op>_backward(grads, inputs, attrs, variant)
+//                   through the dispatcher, so the same variant's backward runs and torch.compile
+//                   traces that op;
+//   <op>_backward:  saves the gradients and inputs; its apply calls
+//                   <op>_backward_backward(upstream, saved, attrs, variant), the backward's own
+//                   derivative, which the Python side implements from the spec
+//                   (workbench/run/torchops.py: spec.double_backward, else the eager math).
+// An output nobody used gets a zero gradient of its shape before <op>_backward sees it.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
+#include <torch/library.h>
+
+#include <mutex>
+
+#include "harness.h"
+
+namespace workbench {
+namespace {
+
+using torch::autograd::variable_list;
+
+// What a recorded call's backward needs: the op to call, the saved tensors and what follows
+// them in the schema (attributes, the variant's name).
+struct StepNode : torch::autograd::Node {
+  StepNode(c10::OperatorHandle next, std::string name, bool list_args, std::vector<int> result_of_edge)
+      : next_(std::move(next)), name_(std::move(name)), list_args_(list_args),
+        result_of_edge_(std::move(result_of_edge)) {}
+
+  std::string name() const override { return name_; }
+
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& s : saved_) s.reset_data();
+  }
+
+  variable_list apply(variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    torch::jit::Stack stack;
+    if (list_args_) {  // <op>_backward_backward(Tensor?[] upstream, Tensor[] saved, ...)
+      c10::List<std::optional<at::Tensor>> upstream;
+      for (auto& g : grads) upstream.push_back(g.defined() ? std::optional<at::Tensor>(g) : std::nullopt);
+      c10::List<at::Tensor> saved;
+      for (const auto& s : saved_) saved.push_back(s.unpack());
+      stack.emplace_back(std::move(upstream));
+      stack.emplace_back(std::move(saved));
+    } else {  // <op>_backward(grad_<output>..., <input>..., ...)
+      for (size_t i = 0; i < grads.size(); ++i)
+        stack.emplace_back(grads[i].defined() ? grads[i] : input_metadata(i).zeros_like());
+      for (const auto& s : saved_) stack.emplace_back(s.unpack());
+    }
+    for (const auto& v : tail_) stack.push_back(v);
+    next_.callBoxed(&stack);
+    std::vector<at::Tensor> results;
+    for (auto& v : stack) {
+      if (v.isTensorList()) {
+        for (const at::Tensor& t : v.toTensorList()) results.push_back(t);
+      } else {
+        results.push_back(v.toTensor());
+      }
+    }
+    variable_list out(num_outputs());
+    for (size_t e = 0; e < out.size(); ++e) {
+      const int r = result_of_edge_[e];
+      if (r >= 0 && should_compute_output(e)) out[e] = results.at(r);
+    }
+    return out;
+  }
+
+  std::vector<torch::autograd::SavedVariable> saved_;
+  std::vector<c10::IValue> tail_;
+
+ private:
+  std::mutex mutex_;
+  c10::OperatorHandle next_;
+  std::string name_;
+  bool list_args_;
+  std::vector<int> result_of_edge_;  // per input edge: the index of its gradient in what next_ returns, or -1
+};
+
+// The Autograd-key kernel of one step (see the top of this file).
+struct AutogradKernel : c10::OperatorKernel {
+  AutogradKernel(size_t n_tensors, size_t n_tail, c10::OperatorHandle next, std::string node_name, bool list_args,
+                 std::vector<int> result_of_edge)
+      : n_tensors(n_tensors), n_tail(n_tail), next(std::move(next)), node_name(std::move(node_name)),
+        list_args(list_args), result_of_edge(std::move(result_of_edge)) {}
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+    const size_t n_args = n_tensors + n_tail;
+    auto args = torch::jit::last(*stack, n_args);
+    bool record = false;
+    if (at::GradMode::is_enabled())
+      for (size_t i = 0; i < n_tensors && !record; ++i) {
+        const c10::IValue& a = args[i];
+        record = a.isTensor() && a.toTensor().requires_grad();
+      }
+    if (!record) {
+      op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
+      return;
+    }
+    std::vector<at::Tensor> tensors;
+    tensors.reserve(n_tensors);
+    for (size_t i = 0; i < n_tensors; ++i) tensors.push_back(args[i].toTensor());
+    auto node = c10::make_intrusive<StepNode>(next, node_name, list_args, result_of_edge);
+    node->set_next_edges(torch::autograd::collect_next_edges(at::ArrayRef<at::Tensor>(tensors)));
+    for (const auto& t : tensors) node->saved_.emplace_back(t, false);
+    node->tail_.assign(args.begin() + n_tensors, args.end());
+    {
+      at::AutoDispatchBelowAutograd below;
+      op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
+    }
+    const size_t n_returns = op.schema().returns().size();
+    for (auto& v : torch::jit::last(*stack, n_returns)) torch::autograd::set_history(v.toTensor(), node);
+  }
+
+  size_t n_tensors, n_tail;
+  c10::OperatorHandle next;
+  std::string node_name;
+  bool list_args;
+  std::vector<int> result_of_edge;
+};
+
+std::string camel(const std::string& op) {  // bias_gelu -> BiasGelu
+  std::string out;
+  bool up = true;
+  for (char ch : op) {
+    if (ch == '_') {
+      up = true;
+      continue;
+    }
+    out += up ? static_cast<char>(std::toupper(static_cast<unsigned char>(ch))) : ch;
+    up = false;
+  }
+  return out;
+}
+
+c10::OperatorHandle handle_of(const std::string& name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(("workbench::" + name).c_str(), "");
+}
+
+}  // namespace
+
+std::string double_backward_schema(const OpDecl& d) {
+  std::string attrs;
+  for (const auto& a : d.attrs) attrs += a.kind + " " + a.name + ", ";
+  return d.op + "_backward_backward(Tensor?[] upstream, Tensor[] saved, " + attrs + "str variant) -> Tensor[]";
+}
+
+void register_autograd_kernels(const OpDecl& d, torch::Library& impls) {
+  if (d.backward_schema.empty()) return;  // nothing differentiable: the dispatcher's default applies
+  const size_t n_in = d.inputs.size(), n_out = d.outputs.size(), n_tail = d.attrs.size() + 1;
+  // <op>: an edge per input; the differentiable ones' gradients come back from <op>_backward in order.
+  std::vector<int> forward_edges(n_in, -1);
+  for (size_t k = 0; k < d.differentiable.size(); ++k) forward_edges[d.differentiable[k]] = static_cast<int>(k);
+  // <op>_backward: an edge per gradient and per input, each answered by <op>_backward_backward.
+  std::vector<int> backward_edges(n_out + n_in);
+  for (size_t e = 0; e < backward_edges.size(); ++e) backward_edges[e] = static_cast<int>(e);
+  const std::string name = "Workbench" + camel(d.op);
+  impls.impl(d.op.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<AutogradKernel>(
+                               n_in, n_tail, handle_of(d.op + "_backward"), name + "Backward", false, forward_edges)));
+  impls.impl((d.op + "_backward").c_str(),
+             torch::CppFunction::makeFromBoxedFunctor(std::make_unique<AutogradKernel>(
+                 n_out + n_in, n_tail, handle_of(d.op + "_backward_backward"), name + "BackwardBackward", true,
+                 backward_edges)));
+}
+
+}  // namespace workbench

@@ -1,0 +1,172 @@
+"""The call path (issue 26): autograd of the harness's ops is C++ at the Autograd key, so a call
+runs no Python beyond the Kernel handle's own __call__; a forward with nothing requiring grad
+records no graph; backward, double backward, torch.compile and opcheck still hold. Timings are not
+tested here: scripts/call_overhead.py measures them."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import workbench as wb  # noqa: E402
+
+# Python frames that may run for a call through a Kernel handle: its __call__, the registry's spec
+# look-up and torch.compiler.is_compiling (which asks torch.jit.is_scripting).
+HANDLE_FRAMES = {"__call__", "spec", "is_compiling", "is_scripting"}
+# Where a Python autograd formula would run: torch.library's autograd, autograd.Function, ours.
+PYTHON_AUTOGRAD = ("/torch/_library/", "/torch/library.py", "/torch/autograd/function.py", "/workbench/")
+
+
+@pytest.fixture(scope="module")
+def mul():
+    return wb.load("elementwise_mul", "cpu")
+
+
+@pytest.fixture(scope="module")
+def gelu():
+    return wb.load("bias_gelu", "cpu")
+
+
+def python_frames(fn) -> list[str]:
+    """The Python functions fn() enters (not C functions; not this file's own), as 'file:function'."""
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            seen.append(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return [s for s in seen if not s.startswith(__file__ + ":")]
+
+
+def test_autograd_kernel_is_the_harness_one(mul):
+    """The Autograd key of an op and of its backward is served by the C++ harness, not by a Python
+    registration (torch.library.register_autograd)."""
+    for name in ("elementwise_mul", "elementwise_mul_backward"):
+        dump = torch._C._dispatch_dump(f"workbench::{name}")
+        line = next(ln for ln in dump.splitlines() if ln.startswith("Autograd"))
+        assert "bindings/harness/" in line, line
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_op_call_runs_no_python(mul, requires_grad):
+    """torch.ops.workbench.<op> through its C++ callable: no Python frame, with or without a graph
+    to record."""
+    a, b = torch.randn(8, requires_grad=requires_grad), torch.randn(8)
+    call, variant = torch.ops.workbench.elementwise_mul.default._op, mul.qualified
+    call(a, b, variant)  # first call: nothing left to set up
+    assert python_frames(lambda: call(a, b, variant)) == []
+
+
+def test_handle_call_runs_only_the_handle(mul, gelu):
+    """k(a, b) with the op's tensors alone (attributes at their defaults): no spec normalisation,
+    no Python check, no Python autograd; only the handle's own frames."""
+    a, b = torch.randn(4, 8), torch.randn(4, 8)
+    for k, args in ((mul, (a, b)), (gelu, (a, b[0]))):
+        k(*args)
+        frames = python_frames(lambda: k(*args))
+        assert {f.rsplit(":", 1)[1] for f in frames} <= HANDLE_FRAMES, frames
+    rms = wb.load("rmsnorm", "cpu")
+    rms(a, b[0])
+    assert {f.rsplit(":", 1)[1] for f in python_frames(lambda: rms(a, b[0]))} <= HANDLE_FRAMES
+
+
+def test_fast_and_normalised_calls_agree():
+    """An attribute left to its default (the fast path) and the same attribute given, by position
+    or by name (the spec's normalisation), run the same op."""
+    rms = wb.load("rmsnorm", "cpu")
+    x, w = torch.randn(3, 16), torch.randn(16)
+    eps = rms.spec.attrs[0].default
+    torch.testing.assert_close(rms(x, w), rms(x, w, eps))
+    torch.testing.assert_close(rms(x, w), rms(x, w, eps=eps))
+    assert not torch.equal(rms(x, w), rms(x, w, eps=0.5))
+
+
+def test_wrong_calls_keep_their_messages(mul):
+    """The fast path takes only exactly the op's tensors; other calls fail as before."""
+    a = torch.randn(8)
+    with pytest.raises(TypeError, match="expected tensors a, b; got 1 argument"):
+        mul(a)
+    with pytest.raises(ValueError, match=r"b must have shape \[8\]"):
+        mul(a, torch.randn(7))
+
+
+def test_no_graph_without_grad(mul):
+    """Nothing requires grad, or grad mode is off: the output has no grad_fn."""
+    a, b = torch.randn(8), torch.randn(8)
+    assert mul(a, b).grad_fn is None and not mul(a, b).requires_grad
+    a.requires_grad_()
+    with torch.no_grad():
+        y = mul(a, b)
+    assert y.grad_fn is None and not y.requires_grad
+
+
+def test_backward_is_the_variants_and_runs_no_python(mul):
+    """A recorded call's node is the harness's; its backward runs <op>_backward with the same
+    variant, and no Python frame runs for it."""
+    a, b = torch.randn(8, dtype=torch.float64, requires_grad=True), torch.randn(8, dtype=torch.float64)
+    y = mul(a, b)
+    assert y.grad_fn.name() == "WorkbenchElementwiseMulBackward"
+    g = torch.randn(8, dtype=torch.float64)
+    # y.backward itself is Python (torch/_tensor.py, torch/autograd/); the node's apply is not.
+    frames = python_frames(lambda: y.backward(g))
+    assert [f for f in frames if any(p in f for p in PYTHON_AUTOGRAD)] == [], frames
+    torch.testing.assert_close(a.grad, g * b)
+    assert b.grad is None
+
+
+def test_non_differentiable_input_requiring_grad():
+    """vector_add's inputs are differentiable; reduce_sum's backward needs only x's shape: both
+    give the right gradients through the C++ node."""
+    k = wb.load("reduce_sum", "cpu")
+    x = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    k(x).sum().backward()
+    torch.testing.assert_close(x.grad, torch.ones_like(x))
+
+
+def test_gradcheck_and_double_backward(gelu):
+    """gradcheck and gradgradcheck through the C++ nodes (bias_gelu's double backward is the
+    spec's; elementwise_mul's, autograd through the eager math)."""
+    x = torch.randn(3, 6, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(6, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, b: gelu(x, b), (x, bias))
+    assert torch.autograd.gradgradcheck(lambda x, b: gelu(x, b), (x, bias))
+    (gx, _) = torch.autograd.grad(gelu(x, bias).sum(), (x, bias), create_graph=True)
+    assert gx.grad_fn.name() == "WorkbenchBiasGeluBackwardBackward"
+    mul = wb.load("elementwise_mul", "cpu")
+    a, b = (torch.randn(5, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    assert torch.autograd.gradgradcheck(lambda a, b: mul(a, b), (a, b))
+
+
+def test_unused_gradient_is_zero(gelu):
+    """A backward that gets no gradient for an output (nobody used it) runs on zeros of its shape."""
+    x = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    gx, gbias = gelu(x, bias).grad_fn(None)
+    torch.testing.assert_close(gx, torch.zeros_like(x))
+    torch.testing.assert_close(gbias, torch.zeros_like(bias))
+
+
+def test_compile_fullgraph_forward_and_backward(gelu):
+    """torch.compile(fullgraph=True) through AOTAutograd: the forward and the backward op in the
+    graph, the same gradients as eager."""
+    x = torch.randn(4, 8, requires_grad=True)
+    bias = torch.randn(8, requires_grad=True)
+    compiled = torch.compile(lambda x, b: gelu(x, b).square().sum(), fullgraph=True, backend="aot_eager")
+    compiled(x, bias).backward()
+    gx, gb = x.grad.clone(), bias.grad.clone()
+    x.grad = bias.grad = None
+    gelu(x, bias).square().sum().backward()
+    torch.testing.assert_close(gx, x.grad)
+    torch.testing.assert_close(gb, bias.grad)
+
+
+def test_opcheck(gelu):
+    x, bias = torch.randn(3, 8, requires_grad=True), torch.randn(8, requires_grad=True)
+    torch.library.opcheck(torch.ops.workbench.bias_gelu.default, (x, bias, gelu.qualified))
