@@ -85,8 +85,9 @@ def time_edits(op: str, variant: str, tier: str, edits: int, arch: str | None, g
     return seconds
 
 
-def gpu_times(rows: list, lines: list) -> None:
-    """Every committed CUDA variant's forward, built by each tier, timed at the op's largest CUDA size."""
+def gpu_times(rows: list, lines: list, only: list[str] | None = None) -> None:
+    """Every committed CUDA variant's forward (or those in `only`, OP/VARIANT), built by each tier,
+    timed at the op's third CUDA bench size."""
     import torch
 
     from workbench.build import BuildOptions
@@ -101,7 +102,7 @@ def gpu_times(rows: list, lines: list) -> None:
         sizes = spec.bench_sizes.get("cuda") or [spec.sample_size()]
         size = sizes[min(2, len(sizes) - 1)]
         for name, source in sorted(r.variant_files.items()):
-            if source.suffix != ".cu":
+            if source.suffix != ".cu" or only and f"{op}/{name}" not in only:
                 continue
             times, dtype = {}, None
             try:
@@ -127,6 +128,7 @@ def main() -> int:
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS), help="OP/VARIANT ... (default: %(default)s)")
     ap.add_argument("--arch", help="the arch both tiers compile for without a GPU (default sm_90a)")
     ap.add_argument("--gpu-time", action="store_true", help="also time every committed CUDA variant built both ways")
+    ap.add_argument("--gpu-time-only", nargs="*", metavar="OP/VARIANT", help="--gpu-time for these variants alone")
     ap.add_argument("--out", default="artifacts/edit_loop", help="folder for edit_loop.jsonl and edit_loop.txt")
     args = ap.parse_args()
     if args.edits < 1:
@@ -153,7 +155,7 @@ def main() -> int:
                      f"{medians['nvcc'] / medians['nvrtc']:8.1f}x")
         rows.append({"kind": "median", "variant": qualified, "machine": machine, **{f"{t}_s": medians[t] for t in TIERS}})
     if args.gpu_time and gpu:
-        gpu_times(rows, lines)
+        gpu_times(rows, lines, args.gpu_time_only)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "edit_loop.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -260,6 +260,12 @@ PY
     probe)  # scripts/probe_bandwidth.cu: access patterns for the memory-bound kernels, against a copy
       "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" -O3 -std=c++17 -arch=sm_90 -I kernels/common -I kernels/scale_bias_relu \
         scripts/probe_bandwidth.cu -o /tmp/probe_bandwidth && timeout 300 /tmp/probe_bandwidth 2>&1 | tee "$OUT/probe.log" ;;
+    nvrtc)  # issue 27: the NVRTC tier's GPU tests, then the edit loop per tier (bias_gelu/vec4, rmsnorm/vectorized,
+      # matmul/warptile: edit -> rebuilt, loaded, first call) and every committed CUDA variant's GPU time both ways
+      WORKBENCH_TEST_CACHE="$WORKBENCH_CACHE" timeout 300 python3 -m pytest -q -m gpu -rfEs -p no:logging \
+        tests/test_nvrtc.py 2>&1 | tee "$OUT/nvrtc_tests.log"
+      timeout 540 python3 scripts/edit_loop.py --edits "${EDITS:-5}" ${GPU_TIME:---gpu-time} --out "$OUT/edit_loop" 2>&1 \
+        | grep -v "^\[workbench\]" | tee "$OUT/edit_loop.log" ;;
     *) echo "unknown step $step" ;;
   esac
 done

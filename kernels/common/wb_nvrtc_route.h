@@ -4,8 +4,8 @@
 //
 // That library is nvcc's build of the file's host view: its kernels are empty. The device code is
 // a cubin NVRTC compiled, lying next to the library (<library minus .so>.cubin) with a table of
-// names (<...>.routes: one "nvcc-name nvrtc-name" pair a line; nvcc and NVRTC name an anonymous
-// namespace differently). The CUDA runtime calls that take a kernel are defined here again, with
+// names (<...>.routes: one "nvcc-name nvrtc-name" pair a line, nvcc's name canonical_name'd below;
+// nvcc and NVRTC name an anonymous namespace differently). The CUDA runtime calls that take a kernel are defined here again, with
 // hidden visibility: every call in this library (the <<<>>> stubs nvcc generates included) binds to
 // them, and no other library sees them. Each finds the kernel's name (cudaGetFuncBySymbol +
 // cuFuncGetName), the same-named function in the module (loaded per device on first use,
@@ -18,7 +18,9 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
+#include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <mutex>
 #include <string>
@@ -32,6 +34,9 @@
   extern "C" __attribute__((visibility("hidden"))) cudaError_t wb_routed_##name
 #define WB_ROUTED_LABEL(name) __asm__(#name)
 
+// An anonymous namespace around it all: each library's state is its own (an inline function's static
+// would be one weak symbol that the dynamic linker shares between every library loaded).
+namespace {
 namespace wb_route {
 
 constexpr int kMaxDevices = 64;
@@ -40,6 +45,7 @@ struct Driver {
   CUresult (*module_load_data)(CUmodule*, const void*);
   CUresult (*module_get_function)(CUfunction*, CUmodule, const char*);
   CUresult (*func_get_name)(const char**, CUfunction);
+  CUresult (*kernel_get_name)(const char**, CUkernel);
   CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                             CUstream, void**, void**);
   CUresult (*launch_kernel_ex)(const CUlaunchConfig*, CUfunction, void**, void**);
@@ -72,6 +78,25 @@ inline Fn real(const char* name) {
 }
 
 inline thread_local cudaError_t pending = cudaSuccess;  // a routed launch's error, for cudaGetLastError
+
+// A kernel's name with its anonymous namespace spelled as GCC does (12_GLOBAL__N_1): nvcc names
+// one after the file and a hash that differ between its ptxas report and the library, NVRTC its own
+// way. The routes table is keyed the same way (nvrtc_tier.canonical_name).
+inline std::string canonical_name(const std::string& name) {
+  static const std::string anon = "_GLOBAL__N_";
+  std::string out;
+  size_t at = 0;
+  for (size_t hit = name.find(anon); hit != std::string::npos; hit = name.find(anon, hit + 1)) {
+    size_t digits = hit;
+    while (digits > at && isdigit(static_cast<unsigned char>(name[digits - 1]))) --digits;
+    if (digits == hit) continue;
+    const size_t length = strtoul(name.substr(digits, hit - digits).c_str(), nullptr, 10);
+    out += name.substr(at, digits - at) + "12_GLOBAL__N_1";
+    at = hit + length;
+    hit = at - 1;
+  }
+  return out + name.substr(at < name.size() ? at : name.size());
+}
 
 inline bool read_file(const std::string& path, std::vector<char>* out) {
   FILE* f = fopen(path.c_str(), "rb");
@@ -116,7 +141,7 @@ inline void init(State& s) {
   }
   Driver& d = s.drv;
   if (!(entry("cuModuleLoadData", &d.module_load_data) && entry("cuModuleGetFunction", &d.module_get_function) &&
-        entry("cuFuncGetName", &d.func_get_name) && entry("cuLaunchKernel", &d.launch_kernel) &&
+        entry("cuFuncGetName", &d.func_get_name) && entry("cuKernelGetName", &d.kernel_get_name) && entry("cuLaunchKernel", &d.launch_kernel) &&
         entry("cuLaunchKernelEx", &d.launch_kernel_ex) && entry("cuFuncSetAttribute", &d.func_set_attribute) &&
         entry("cuFuncGetAttribute", &d.func_get_attribute) &&
         entry("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", &d.occupancy) &&
@@ -124,8 +149,9 @@ inline void init(State& s) {
     s.init_error = cudaErrorCallRequiresNewerDriver;
 }
 
-// The module's function for the host stub `kernel` on the current device.
-inline cudaError_t find(const void* kernel, CUfunction* out) {
+// The module's function for a kernel on the current device: `kernel` is its host stub, or (handle)
+// the runtime's cudaKernel_t for it, which CUDA 13's <<<>>> stubs launch through __cudaLaunchKernel.
+inline cudaError_t find(const void* kernel, CUfunction* out, bool handle = false) {
   State& s = state();
   std::call_once(s.once, init, s);
   if (s.init_error != cudaSuccess) return s.init_error;
@@ -141,12 +167,13 @@ inline cudaError_t find(const void* kernel, CUfunction* out) {
     cudaFree(nullptr);  // the runtime's context is current before the module joins it
     if (s.drv.module_load_data(&s.modules[device], s.cubin.data()) != CUDA_SUCCESS) return cudaErrorInvalidKernelImage;
   }
-  cudaFunction_t own;
   const char* name = nullptr;
-  if (cudaGetFuncBySymbol(&own, kernel) != cudaSuccess ||
-      s.drv.func_get_name(&name, reinterpret_cast<CUfunction>(own)) != CUDA_SUCCESS || !name)
-    return cudaErrorInvalidDeviceFunction;
-  auto mapped = s.names.find(name);
+  cudaFunction_t own;
+  const bool named = handle ? s.drv.kernel_get_name(&name, static_cast<CUkernel>(const_cast<void*>(kernel))) == CUDA_SUCCESS
+                            : cudaGetFuncBySymbol(&own, kernel) == cudaSuccess &&
+                                  s.drv.func_get_name(&name, reinterpret_cast<CUfunction>(own)) == CUDA_SUCCESS;
+  if (!named || !name) return cudaErrorInvalidDeviceFunction;
+  auto mapped = s.names.find(canonical_name(name));
   if (mapped == s.names.end() ||
       s.drv.module_get_function(out, s.modules[device], mapped->second.c_str()) != CUDA_SUCCESS) {
     fprintf(stderr, "workbench: kernel %s is not in this library's NVRTC module\n", name);
@@ -174,11 +201,14 @@ inline CUlaunchConfig driver_config(const cudaLaunchConfig_t* c) {
 }
 
 }  // namespace wb_route
+}  // namespace
 
 #ifndef __CUDA_ARCH__  // host code; the device pass needs none of it
 
 // Declarations carrying the asm labels (GCC takes a label on a declaration only).
 WB_ROUTED(cudaLaunchKernel)(const void*, dim3, dim3, void**, size_t, cudaStream_t) WB_ROUTED_LABEL(cudaLaunchKernel);
+WB_ROUTED(__cudaLaunchKernel)(cudaKernel_t, dim3, dim3, void**, size_t, cudaStream_t)
+    WB_ROUTED_LABEL(__cudaLaunchKernel);
 WB_ROUTED(cudaLaunchKernelExC)(const cudaLaunchConfig_t*, const void*, void**) WB_ROUTED_LABEL(cudaLaunchKernelExC);
 WB_ROUTED(cudaFuncSetAttribute)(const void*, cudaFuncAttribute, int) WB_ROUTED_LABEL(cudaFuncSetAttribute);
 WB_ROUTED(cudaFuncGetAttributes)(cudaFuncAttributes*, const void*) WB_ROUTED_LABEL(cudaFuncGetAttributes);
@@ -195,6 +225,16 @@ WB_ROUTED(cudaLaunchKernel)(const void* func, dim3 grid, dim3 block, void** args
                                              cudaStream_t stream) {
   CUfunction f;
   if (cudaError_t e = wb_route::find(func, &f)) return wb_route::pending = e;
+  return wb_route::launched(wb_route::state().drv.launch_kernel(f, grid.x, grid.y, grid.z, block.x, block.y,
+                                                                block.z, static_cast<unsigned>(smem),
+                                                                reinterpret_cast<CUstream>(stream), args, nullptr));
+}
+
+// What CUDA 13's <<<>>> stubs call (crt/host_runtime.h), with the runtime's handle for the kernel.
+WB_ROUTED(__cudaLaunchKernel)(cudaKernel_t kernel, dim3 grid, dim3 block, void** args, size_t smem,
+                              cudaStream_t stream) {
+  CUfunction f;
+  if (cudaError_t e = wb_route::find(kernel, &f, true)) return wb_route::pending = e;
   return wb_route::launched(wb_route::state().drv.launch_kernel(f, grid.x, grid.y, grid.z, block.x, block.y,
                                                                 block.z, static_cast<unsigned>(smem),
                                                                 reinterpret_cast<CUstream>(stream), args, nullptr));

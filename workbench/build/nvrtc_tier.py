@@ -35,7 +35,7 @@ from .piece import CPP_EXTENSION, NVRTC, BuildOptions, Piece
 from ..errors import BuildError
 
 ROUTED_FLAG = "-DWB_NVRTC_ROUTED"
-TIER_FORMAT = 2  # bump when the split, the routing or the files a build holds change (it is in the key)
+TIER_FORMAT = 5  # bump when the split, the routing or the files a build holds change (it is in the key)
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 
 
@@ -130,6 +130,22 @@ def name_expression(demangled: str) -> str:
     return "&" + re.sub(r"^void\s+", "", text.strip())
 
 
+_ANON = re.compile(r"(\d+)_GLOBAL__N_")
+
+
+def canonical_name(name: str) -> str:
+    """A mangled name with its anonymous namespace spelled as GCC does (12_GLOBAL__N_1): nvcc's ptxas
+    report and its library name one after the file and a hash that differ (wb_nvrtc_route.h keys
+    the routes table the same way)."""
+    out, at = [], 0
+    for m in _ANON.finditer(name):
+        if m.start() < at:
+            continue
+        out.append(name[at:m.start()] + "12_GLOBAL__N_1")
+        at = m.start(1) + len(m.group(1)) + int(m.group(1))
+    return "".join(out) + name[at:]
+
+
 def kernel_names(build_log: str) -> list[str]:
     """The entry functions the host build's ptxas report lists (nvcc's mangled names), once each."""
     return sorted(set(_ENTRY.findall(build_log)))
@@ -198,7 +214,7 @@ def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | N
     library = staging / f"{stem}.so"
     shutil.copyfile(host.library, library)
     (staging / f"{stem}.cubin").write_bytes(cubin)
-    (staging / f"{stem}.routes").write_text("".join(f"{n} {lowered[e]}\n" for n, e in expressions.items()))
+    (staging / f"{stem}.routes").write_text("".join(f"{canonical_name(n)} {lowered[e]}\n" for n, e in expressions.items()))
     log_path.write_text(f"NVRTC {nvrtc.version()} {' '.join(options)}\n{log}\n"
                         f"host library: {host.library} (nvcc, host key {views.host_key[:16]})\n")
     deps = [str(path) for _, path in closure.files]

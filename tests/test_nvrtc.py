@@ -1,0 +1,240 @@
+"""The NVRTC build tier (issue 27): a device-code edit rebuilt by NVRTC while nvcc's host library is
+reused; a launcher edit rebuilds the host side and says so; code NVRTC cannot take falls back to
+nvcc in one line; a device compile error is a BuildError naming file:line; the cache key carries
+NVRTC's version and options; the cache's lock and publish hold for this tier too.
+
+NVRTC compiles without a GPU, so everything but running the result is tested on the CPU."""
+from __future__ import annotations
+
+import pathlib
+import threading
+
+import pytest
+
+from conftest import HAS_GPU, REPO_ROOT
+from workbench.build import BuildOptions, get_or_build, nvrtc, nvrtc_split, nvrtc_tier, toolchain
+from workbench.build import store
+from workbench.build.piece import NVRTC
+from workbench.build.tree import variant_piece
+from workbench.errors import BuildError
+from workbench.model import registry
+
+SCALAR = REPO_ROOT / "kernels" / "vector_add" / "scalar.cu"
+KERNEL_SUM = "c[i] = wb_from_acc<T>(wb_to_acc(a[i]) + wb_to_acc(b[i]));"
+LAUNCHER_GRID = "const int64_t need = wb_ceil_div(n, kThreads);"
+OPTIONS = BuildOptions(compiler="nvrtc", arch="sm_90a")
+
+can_compile = pytest.mark.skipif(not (toolchain.can_build_cuda() and nvrtc.available()),
+                                 reason="needs nvcc and NVRTC (torch's CUDA wheels)")
+
+
+def _copy(tmp_path, text=None, name="scalar_edit.cu") -> pathlib.Path:
+    path = tmp_path / name
+    path.write_text(SCALAR.read_text() if text is None else text)
+    return path
+
+
+def _build(path, name="scalar_edit", options=OPTIONS):
+    r = registry.resolve("vector_add")
+    return get_or_build(variant_piece(r, name, path, options))
+
+
+# ------------------------------------------------------------------ the split (text alone)
+
+def test_the_split_tells_device_code_from_host_code():
+    text = SCALAR.read_text()
+    macros = nvrtc_split.space_macros([text])
+    spaces = {f.name: f.space for f in nvrtc_split.functions(text, macros)}
+    assert spaces["forward_kernel"] == spaces["backward_kernel"] == "device"
+    assert spaces["grid_for"] == spaces["forward"] == spaces["backward"] == "host"
+    host, device = nvrtc_split.host_view(text, macros), nvrtc_split.device_view(text, macros)
+    assert KERNEL_SUM not in host and LAUNCHER_GRID in host          # kernels emptied for nvcc
+    assert KERNEL_SUM in device and LAUNCHER_GRID not in device      # launchers gone for NVRTC
+    assert "launchers = {forward, backward}" not in device           # the table naming them too
+    assert host.count("\n") == device.count("\n") == text.count("\n")  # every line where it was
+
+
+def test_host_key_moves_with_the_launchers_not_the_kernels(tmp_path):
+    def key(text):
+        path = _copy(tmp_path, text)
+        return nvrtc_split.split(nvrtc_split.closure(path, [REPO_ROOT / "kernels" / "common", SCALAR.parent])).host_key
+
+    text = SCALAR.read_text()
+    base = key(text)
+    assert key(text.replace(KERNEL_SUM, KERNEL_SUM.replace("+ wb_to_acc(b[i])", "+ 2.0f * wb_to_acc(b[i])"))) == base
+    assert key(text.replace(KERNEL_SUM, KERNEL_SUM + "\n    // a line more in the kernel")) == base
+    assert key(text.replace(LAUNCHER_GRID, LAUNCHER_GRID.replace("kThreads)", "2 * kThreads)"))) != base
+
+
+def test_host_macros_count_as_execution_spaces():
+    text = "#define HD __host__ __device__\nHD inline float f(float x) { return x; }\n"
+    (f,) = nvrtc_split.functions(text, nvrtc_split.space_macros([text]))
+    assert f.space == "both"
+
+
+def test_kernel_names_become_name_expressions():
+    assert nvrtc_tier.name_expression(
+        "void (anonymous namespace)::k<(anonymous namespace)::Plan<1, 2>, float, true>(matmul::Gemm<float>, long)"
+    ) == "&k<Plan<1, 2>, float, true>"
+    assert nvrtc_tier.demangle("_ZN12wb_row_tiles17sum_slices_kernelIffEEvPKT0_PT_ll") == \
+        "void wb_row_tiles::sum_slices_kernel<float, float>(float const*, float*, long, long)"
+
+
+# ------------------------------------------------------------------ the key
+
+def test_the_key_carries_nvrtc_version_options_and_arch(tmp_path):
+    path = _copy(tmp_path)
+    r = registry.resolve("vector_add")
+    piece = variant_piece(r, "scalar_edit", path, OPTIONS)
+    assert piece.compiler == NVRTC and piece.command[0] == f"nvrtc-{nvrtc.version()}"
+    assert "-arch=sm_90a" in piece.flags and "-std=c++20" in piece.flags
+    tc = {"fixed": "toolchain"}
+    other_arch = variant_piece(r, "scalar_edit", path, BuildOptions(compiler="nvrtc", arch="sm_80"))
+    line_info = variant_piece(r, "scalar_edit", path, BuildOptions(compiler="nvrtc", arch="sm_90a", line_info=True))
+    nvcc = variant_piece(r, "scalar_edit", path, BuildOptions(compiler="nvcc"))
+    keys = {piece.key(tc), other_arch.key(tc), line_info.key(tc), nvcc.key(tc)}
+    assert len(keys) == 4
+    newer = type(piece)(**{**piece.__dict__, "command": ("nvrtc-99.9", *piece.command[1:])})
+    assert newer.key(tc) != piece.key(tc)
+
+
+def test_build_options_name_a_bad_compiler_or_arch():
+    with pytest.raises(ValueError, match="compiler must be one of"):
+        BuildOptions(compiler="clang")
+    with pytest.raises(ValueError, match="arch must look like sm_90a"):
+        BuildOptions(compiler="nvrtc", arch="9.0")
+
+
+# ------------------------------------------------------------------ builds (nvcc + NVRTC, no GPU needed)
+
+@can_compile
+def test_a_device_edit_is_rebuilt_by_nvrtc_with_the_host_library_reused(tmp_path):
+    path = _copy(tmp_path)
+    first = _build(path)
+    assert first.record["device_compiler"] == "nvrtc" and first.record["kernels"] >= 8
+    cubin = pathlib.Path(str(first.library)[:-3] + ".cubin")
+    routes = pathlib.Path(str(first.library)[:-3] + ".routes").read_text().splitlines()
+    assert cubin.stat().st_size > 0 and len(routes) == first.record["kernels"]
+    path.write_text(path.read_text().replace(KERNEL_SUM, KERNEL_SUM.replace("+ wb_to_acc", "- wb_to_acc")))
+    second = _build(path)
+    assert second.built and second.key != first.key
+    assert second.record["host_build"] == first.record["host_build"]     # nvcc did not run again
+    assert second.record["host_rebuilt"] is None
+    assert pathlib.Path(str(second.library)[:-3] + ".cubin").read_bytes() != cubin.read_bytes()
+    assert not _build(path).built                                        # a warm hit, as any piece
+
+
+@can_compile
+def test_a_launcher_edit_rebuilds_the_host_side_and_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    path = _copy(tmp_path)
+    first = _build(path)
+    path.write_text(path.read_text().replace(LAUNCHER_GRID, LAUNCHER_GRID.replace("kThreads)", "2 * kThreads)")))
+    monkeypatch.setenv("WORKBENCH_QUIET", "0")
+    second = _build(path)
+    said = [ln for ln in capsys.readouterr().err.splitlines() if "host side changed" in ln]
+    assert len(said) == 1 and "nvcc rebuilds the host side" in said[0], said
+    assert second.record["host_build"] != first.record["host_build"]
+    assert second.record["device_compiler"] == "nvrtc"
+
+
+@can_compile
+def test_what_nvrtc_cannot_compile_falls_back_to_nvcc_in_one_line(tmp_path, monkeypatch, capsys):
+    # <vector> is a host header NVRTC does not have; nvcc takes the file as it is.
+    path = _copy(tmp_path, "#include <vector>\n" + SCALAR.read_text())
+    monkeypatch.setenv("WORKBENCH_QUIET", "0")
+    built = _build(path)
+    said = [ln for ln in capsys.readouterr().err.splitlines() if "nvcc builds it" in ln]
+    assert len(said) == 1 and "NVRTC cannot compile" in said[0] and "vector" in said[0], said
+    assert built.record["device_compiler"] == "nvcc" and "vector" in built.record["nvrtc_fallback"]
+    assert not pathlib.Path(str(built.library)[:-3] + ".cubin").exists()
+
+
+@can_compile
+def test_a_device_compile_error_names_file_and_line(tmp_path):
+    text = SCALAR.read_text().replace(KERNEL_SUM, KERNEL_SUM + "\n    undefined_in_the_kernel(i);")
+    path = _copy(tmp_path, text)
+    line = text.splitlines().index("    undefined_in_the_kernel(i);") + 1
+    with pytest.raises(BuildError) as e:
+        _build(path)
+    assert pathlib.Path(e.value.file).name == path.name and e.value.line == line
+    assert "undefined_in_the_kernel" in e.value.first_error
+    assert e.value.log_path.parent == store.subdir("logs")                # kept where the message says
+    assert not list(store.builds_root().glob(".staging-*"))               # no staging folder left
+
+
+@can_compile
+def test_concurrent_builds_of_one_nvrtc_piece_compile_once(tmp_path):
+    """Two threads ask for the same piece: the key's lock lets one compile; the other finds its build."""
+    path = _copy(tmp_path, SCALAR.read_text() + "\n// concurrent\n")
+    _build(path)  # the host side first, so the race is over the NVRTC piece itself
+    path.write_text(path.read_text().replace(KERNEL_SUM, KERNEL_SUM.replace("+ wb_to_acc", "* wb_to_acc")))
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(_build(path))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(b.built for b in results) == [False, True]
+    assert results[0].library == results[1].library
+
+
+# ------------------------------------------------------------------ on the GPU
+
+def _sum_kernel(op_text_edit, tmp_path, name):
+    from workbench.run import loader
+
+    path = _copy(tmp_path, SCALAR.read_text().replace(KERNEL_SUM, op_text_edit), name=f"{name}.cu")
+    return loader.load_source("vector_add", path, name, options=BuildOptions(compiler="nvrtc"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+def test_a_device_edit_changes_the_result(tmp_path):
+    import torch
+
+    a = torch.randn(1 << 20, device="cuda")
+    b = torch.randn(1 << 20, device="cuda")
+    plain = _sum_kernel(KERNEL_SUM, tmp_path, "nvrtc_edit")
+    assert plain.built and plain.info["device"] == "cuda"
+    torch.testing.assert_close(plain(a, b), a + b)
+    tripled = _sum_kernel(KERNEL_SUM.replace("+ wb_to_acc(b[i])", "+ 3.0f * wb_to_acc(b[i])"), tmp_path, "nvrtc_edit")
+    torch.testing.assert_close(tripled(a, b), a + 3 * b)
+    torch.testing.assert_close(plain(a, b), a + b)   # the older handle keeps its own module
+    for dtype in (torch.float16, torch.bfloat16, torch.float64):   # every instantiation routed
+        x, y = a.to(dtype), b.to(dtype)
+        torch.testing.assert_close(tripled(x, y), (x.double() + 3 * y.double()).to(dtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("qualified", ["bias_gelu/vec4", "rmsnorm/vectorized", "matmul/warptile"])
+def test_nvrtc_builds_pass_the_checks_nvcc_builds_pass(qualified):
+    import workbench as wb
+    from workbench.run import loader
+
+    op, _, variant = qualified.partition("/")
+    source = registry.resolve(op).variant_source(variant)
+    k = loader.load_source(op, source, f"{variant}_nvrtc", options=BuildOptions(compiler="nvrtc"))
+    assert k.library.with_suffix(".cubin").exists()
+    report = wb.check(op, k)
+    assert report.ok, report
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+def test_a_routed_launch_error_reaches_the_launcher(tmp_path):
+    """A launch the driver refuses (too many threads per block) is the variant's error, as with nvcc."""
+    import torch
+
+    from workbench.errors import WorkbenchError
+
+    path = _copy(tmp_path, SCALAR.read_text().replace("constexpr int kThreads = 256;", "constexpr int kThreads = 4096;"),
+                 name="too_wide.cu")
+    from workbench.run import loader
+
+    k = loader.load_source("vector_add", path, "too_wide", options=BuildOptions(compiler="nvrtc"))
+    a = torch.ones(1024, device="cuda")
+    with pytest.raises((WorkbenchError, RuntimeError), match="invalid|configuration|argument"):
+        k(a, a)
+    torch.cuda.synchronize()
+
