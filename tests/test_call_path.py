@@ -170,3 +170,38 @@ def test_compile_fullgraph_forward_and_backward(gelu):
 def test_opcheck(gelu):
     x, bias = torch.randn(3, 8, requires_grad=True), torch.randn(8, requires_grad=True)
     torch.library.opcheck(torch.ops.workbench.bias_gelu.default, (x, bias, gelu.qualified))
+
+
+def test_python_variant_checks_a_call_shape_once(monkeypatch):
+    """A Python variant's call is checked as the harness checks it, once per call shape (spec,
+    step, attributes, each tensor's shape, dtype and device); a bad call fails every time alike."""
+    k = wb.load("rmsnorm", "pytorch")
+    checks = []
+    real = type(k.build)._check
+    monkeypatch.setattr(type(k.build), "_check", lambda self, *a: (checks.append(a[1]), real(self, *a)))
+    x, w = torch.randn(3, 16), torch.randn(16)
+    k(x, w)
+    k(x + 1, w)
+    assert checks == ["fwd"]
+    k(torch.randn(2, 16), w)
+    k(x, w, eps=0.5)
+    assert checks == ["fwd"] * 3
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"weight must have shape \[16\]"):
+            k(x, torch.randn(15))
+    assert len(checks) == 5
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (a Triton variant)")
+def test_triton_variant_runs_direct_only_without_a_graph():
+    """A kind triton forward with nothing for the dispatcher to do runs its checked body directly;
+    with an input requiring grad it goes through its custom op (autograd recorded)."""
+    k = wb.load("rmsnorm", "triton")
+    x, w = torch.randn(4, 64, device="cuda"), torch.randn(64, device="cuda")
+    assert k.build.runs_direct((x, w))
+    torch.testing.assert_close(k(x, w), k.build.forward(x, w, k.spec.attrs[0].default))
+    w.requires_grad_()
+    assert not k.build.runs_direct((x, w))
+    assert k(x, w).grad_fn is not None
+    with torch.no_grad():
+        assert k.build.runs_direct((x, w))

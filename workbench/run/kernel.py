@@ -121,7 +121,7 @@ class PythonKernel(Kernel):
     build: pyvariant.Build | None = None
 
     def __post_init__(self):
-        pass  # no harness ops: the build's own entry points
+        self._defaults_spec, self._defaults = None, None  # no harness ops: the build's own entry points
 
     @property
     def spec(self):
@@ -133,7 +133,14 @@ class PythonKernel(Kernel):
         return self.build.forward if self.kind == "triton" else None
 
     def __call__(self, *args, **attrs):
-        tensors, values = self.spec.call_args(args, attrs)
+        spec = self.build.spec_of()
+        if not attrs and len(args) == len(spec.inputs):  # the op's tensors alone (see Kernel.__call__)
+            if spec is not self._defaults_spec:
+                self._set_defaults(spec)
+            if self._defaults is not None:
+                run = self.build.run_forward if self.build.runs_direct(args) else self.build.forward
+                return run(*args, *self._defaults)
+        tensors, values = spec.call_args(args, attrs)
         return self.build.forward(*tensors, *values)
 
     def backward(self, *args, **attrs):
