@@ -1,6 +1,7 @@
 // See call_check.h.
 #include "call_check.h"
 
+#include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@ std::vector<CallArg> call_args(const OpDecl& d, int step, const std::vector<at::
   const size_t expected = d.inputs.size() + (step == WB_STEP_BACKWARD ? d.outputs.size() : 0);
   TORCH_CHECK(tensors.size() == expected, d.op, ": expected ", expected, " tensors; got ", tensors.size());
   std::vector<CallArg> args;
+  args.reserve(expected);
   size_t k = 0;
   if (step == WB_STEP_BACKWARD)
     for (const auto& o : d.outputs) args.push_back({"grad_" + o.name, tensors[k++], &o.dims, true});
@@ -59,6 +61,63 @@ ShapeBinder check_call(const std::string& p, const OpDecl& d, const std::vector<
     }
   }
   return binder;
+}
+
+namespace {
+WbTensor view_of(const at::Tensor& t, bool writable, bool with_data) {
+  WbTensor v{};
+  if (with_data) v.data = writable ? t.mutable_data_ptr() : const_cast<void*>(t.const_data_ptr());
+  v.ndim = static_cast<int>(t.dim());
+  for (int d = 0; d < v.ndim; ++d) v.sizes[d] = t.size(d);
+  v.numel = t.numel();
+  return v;
+}
+}  // namespace
+
+std::vector<at::Tensor> run_call(const OpDecl& d, int step, const std::vector<CallArg>& args, size_t first_input,
+                                 const ShapeBinder& binder, const std::vector<WbAttr>& attrs,
+                                 const WbOpBinding& binding, const WbVariantInfo& variant, const WbLaunch& launch,
+                                 const std::string& prefix, const std::string& label) {
+  const at::Tensor& x = args[first_input].tensor;
+  std::vector<at::Tensor> outs;
+  if (step == WB_STEP_FORWARD) {
+    for (const auto& o : d.outputs) outs.push_back(at::empty(binder.shape_of(o.dims), x.options()));
+  } else {
+    for (int i : d.differentiable) outs.push_back(at::empty(args[first_input + i].tensor.sizes(), x.options()));
+  }
+  bool skip = true;
+  for (const auto& o : outs) skip = skip && o.numel() == 0;
+  for (const CallArg& a : args) skip = skip || (a.read && a.tensor.numel() == 0);
+  if (skip) {
+    for (auto& o : outs) o.zero_();
+    return outs;
+  }
+
+  WbCall call{};
+  call.dtype = wb_dtype(x.scalar_type());
+  call.n_inputs = static_cast<int>(args.size());
+  call.n_outputs = static_cast<int>(outs.size());
+  call.n_attrs = static_cast<int>(attrs.size());
+  std::vector<at::Tensor> held;  // contiguous copies live until the run returns
+  held.reserve(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    held.push_back(args[i].read ? args[i].tensor.contiguous() : args[i].tensor);
+    call.inputs[i] = view_of(held.back(), false, args[i].read);
+  }
+  for (size_t i = 0; i < outs.size(); ++i) call.outputs[i] = view_of(outs[i], true, true);
+  for (size_t i = 0; i < attrs.size(); ++i) call.attrs[i] = attrs[i];
+
+  const size_t ws_bytes =
+      binding.workspace_bytes ? binding.workspace_bytes(step, &call, variant.launchers, &launch) : 0;
+  at::Tensor workspace;
+  if (ws_bytes) {
+    workspace = at::empty({static_cast<int64_t>(ws_bytes)}, x.options().dtype(at::kByte));
+    call.workspace = workspace.mutable_data_ptr();
+  }
+  const int status = binding.run(step, &call, variant.launchers, &launch);
+  TORCH_CHECK(status == WB_OK, prefix, "variant '", label, "' ", step == WB_STEP_FORWARD ? "forward" : "backward",
+              " failed: ", variant.status_string(status), " (status ", status, ")");
+  return outs;
 }
 
 std::string dtype_name(at::ScalarType s) {

@@ -1,4 +1,4 @@
-// The call check: what every torch front end checks before it looks at a variant, in one order and
+// The call contract: what every torch front end checks before it looks at a variant, in one order and
 // with the same words: each tensor given, on the first input's device, of its dtype, that dtype one
 // the kernels take, at most WB_MAX_DIMS dims, shapes fitting the declaration's dims patterns
 // (op_decl.h's rule), then the attributes' bounds. The workbench's harness (op_kernel.cpp) and an
@@ -14,6 +14,7 @@
 
 #include "op_decl.h"
 #include "wb_op.h"
+#include "wb_variant.h"
 
 namespace workbench {
 
@@ -34,6 +35,20 @@ std::vector<CallArg> call_args(const OpDecl& d, int step, const std::vector<at::
 // TypeError or Error (a device); returns the binder, which gives the outputs' shapes.
 ShapeBinder check_call(const std::string& prefix, const OpDecl& d, const std::vector<CallArg>& args,
                        size_t first_input, const std::vector<WbAttr>& attrs);
+
+// The run of a call that passed check_call: the one contract of every torch front end (the
+// workbench's harness, an exported package's). The outputs are allocated on the first input's
+// device (forward: the declared shapes; backward: a gradient per differentiable input, of its
+// shape); where a tensor the step reads is empty, or every output is, nothing is launched (an
+// output that is not empty is then a sum over nothing: zeros); strided inputs become contiguous
+// copies (views with a storage offset stay: each variant handles their alignment); an input the
+// step does not read carries its shape alone; then the binding's workspace and the run. The
+// caller has made the tensors' device current (launch is for it). A failure throws
+// "<prefix>variant '<label>' <step> failed: <the variant's words> (status N)".
+std::vector<at::Tensor> run_call(const OpDecl& d, int step, const std::vector<CallArg>& args, size_t first_input,
+                                 const ShapeBinder& binder, const std::vector<WbAttr>& attrs,
+                                 const WbOpBinding& binding, const WbVariantInfo& variant, const WbLaunch& launch,
+                                 const std::string& prefix, const std::string& label);
 
 // "float32", "int64", ... as Python spells them, so that messages read the same from C++ and from
 // the Python fake implementations.

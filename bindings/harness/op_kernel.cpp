@@ -6,7 +6,6 @@
 // implementations mirror (workbench/model/shapes.py), same order, same words. Then the variant's own
 // limits: its device, its dtypes, the op header it was built against, and whether it has this step.
 #include <ATen/core/stack.h>
-#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <mutex>
@@ -20,15 +19,6 @@ std::mutex libraries_mutex;
 std::vector<std::unique_ptr<torch::Library>> libraries;  // registrations live as long as the process
 
 const char* step_name(int step) { return step == WB_STEP_FORWARD ? "forward" : "backward"; }
-
-WbTensor view_of(const at::Tensor& t, bool writable) {
-  WbTensor v{};
-  v.data = writable ? t.mutable_data_ptr() : const_cast<void*>(t.const_data_ptr());
-  v.ndim = static_cast<int>(t.dim());
-  for (int d = 0; d < v.ndim; ++d) v.sizes[d] = t.size(d);
-  v.numel = t.numel();
-  return v;
-}
 
 // The attribute values as the binding takes them: float ones in .f, int and bool ones in .i.
 std::vector<WbAttr> attr_values(const OpDecl& d, const std::vector<c10::IValue>& values) {
@@ -58,8 +48,6 @@ std::vector<at::Tensor> run_step(const OpDecl& d, int step, const std::string& p
   const at::Tensor& x = ref.tensor;
   const std::vector<WbAttr> attr_vals = attr_values(d, attrs);
   const ShapeBinder binder = check_call(prefix, d, args, first_input, attr_vals);
-  WbCall call{};
-  for (size_t i = 0; i < attr_vals.size(); ++i) call.attrs[i] = attr_vals[i];
 
   const Resolved found = resolve();
   const auto& v = found.variant;
@@ -77,49 +65,9 @@ std::vector<at::Tensor> run_step(const OpDecl& d, int step, const std::string& p
                               step_name(step), step == WB_STEP_BACKWARD ? "; gradients need a variant with one"
                                                                         : "; use a variant that has one");
 
-  std::vector<at::Tensor> outs;
-  if (step == WB_STEP_FORWARD) {
-    for (const auto& o : d.outputs) outs.push_back(at::empty(binder.shape_of(o.dims), x.options()));
-  } else {
-    for (int i : d.differentiable) outs.push_back(at::empty(args[first_input + i].tensor.sizes(), x.options()));
-  }
-  // Any empty tensor the step reads: nothing to launch; outputs that are not empty are sums over
-  // nothing (a column sum of zero rows, a product with an inner dimension of 0), so zeros.
-  bool empty = false, all_outputs_empty = true;
-  for (const CallArg& a : args) empty = empty || (a.read && a.tensor.numel() == 0);
-  for (const auto& o : outs) all_outputs_empty = all_outputs_empty && o.numel() == 0;
-  if (empty || all_outputs_empty) {
-    for (auto& o : outs) o.zero_();
-    return outs;
-  }
-
-  // Strided inputs become contiguous copies (correct, at the cost of a copy); views with a storage
-  // offset stay as they are and each variant handles their alignment itself.
-  std::vector<at::Tensor> keep;
-  call.dtype = dtype;
-  call.n_inputs = static_cast<int>(args.size());
-  call.n_outputs = static_cast<int>(outs.size());
-  call.n_attrs = static_cast<int>(d.attrs.size());
-  for (size_t i = 0; i < args.size(); ++i) {
-    keep.push_back(args[i].read ? args[i].tensor.contiguous() : args[i].tensor);
-    call.inputs[i] = view_of(keep.back(), false);
-    if (!args[i].read) call.inputs[i].data = nullptr;  // only the shape: a binding must not read it
-  }
-  for (size_t i = 0; i < outs.size(); ++i) call.outputs[i] = view_of(outs[i], true);
-
   DeviceScope scope(x);
-  const WbLaunch launch = launch_for(x);
-  const size_t ws_bytes = b->table->workspace_bytes
-                              ? b->table->workspace_bytes(step, &call, v->info->launchers, &launch) : 0;
-  at::Tensor ws;
-  if (ws_bytes) {
-    ws = at::empty({static_cast<int64_t>(ws_bytes)}, x.options().dtype(at::kByte));
-    call.workspace = ws.mutable_data_ptr();
-  }
-  const int status = b->table->run(step, &call, v->info->launchers, &launch);
-  TORCH_CHECK(status == WB_OK, "workbench::", op, ": variant '", v->qualified(), "' ", step_name(step), " failed: ",
-              v->info->status_string(status), " (status ", status, ")");
-  return outs;
+  return run_call(d, step, args, first_input, binder, attr_vals, *b->table, *v->info, launch_for(x), prefix,
+                  v->qualified());
 }
 
 // The dispatcher's CPU and CUDA kernel of one step of one op: it knows its declaration and message

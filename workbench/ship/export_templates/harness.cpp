@@ -1,10 +1,10 @@
-// See harness.h. The call check is the workbench's (call_check.h, copied from bindings/harness/),
+// See harness.h. The call check and the run of a checked call are the workbench's (call_check.h,
+// copied from bindings/harness/: check_call, run_call),
 // which the Python fake implementation in __init__.py mirrors (_shapes.py), with the same words, so
 // a bad call fails the same way eagerly and under torch.compile.
 #include "harness.h"
 
 #include <ATen/Parallel.h>
-#include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
 #include <map>
@@ -28,15 +28,6 @@ void run_range(int64_t begin, int64_t end, int64_t grain, WbRangeBody body, void
   at::parallel_for(begin, end, grain, [&](int64_t b, int64_t e) { body(ctx, b, e); });
 }
 const WbHost kHost = {run_range};
-
-WbTensor view(const at::Tensor& t, bool writable, bool with_data) {
-  WbTensor v{};
-  if (with_data) v.data = writable ? t.mutable_data_ptr() : const_cast<void*>(t.const_data_ptr());
-  v.ndim = static_cast<int>(t.dim());
-  for (int d = 0; d < v.ndim; ++d) v.sizes[d] = t.size(d);
-  v.numel = t.numel();
-  return v;
-}
 
 #ifdef WB_EXPORT_WITH_CUDA
 int sm_count(int device) {
@@ -106,36 +97,7 @@ std::vector<at::Tensor> Op::run(int step, const std::vector<at::Tensor>& tensors
   const std::vector<workbench::CallArg> args = workbench::call_args(decl_, step, tensors, &first);
   const at::Tensor& x = args[first].tensor;
   const workbench::ShapeBinder shapes = workbench::check_call(prefix_, decl_, args, first, attrs);
-  const std::string& p = prefix_;
   const Entry& chosen = pick(step, variant, x, args[first].name);
-
-  std::vector<at::Tensor> outs;
-  if (step == WB_STEP_FORWARD)
-    for (const auto& o : decl_.outputs) outs.push_back(at::empty(shapes.shape_of(o.dims), x.options()));
-  else
-    for (int i : decl_.differentiable) outs.push_back(at::empty(args[first + i].tensor.sizes(), x.options()));
-  // An empty tensor that the step reads, or nothing to write: the kernels are not called; an
-  // output that is not empty is then a sum over nothing.
-  bool skip = true;
-  for (const auto& o : outs) skip = skip && o.numel() == 0;
-  for (const auto& a : args) skip = skip || (a.read && a.tensor.numel() == 0);
-  if (skip) {
-    for (auto& o : outs) o.zero_();
-    return outs;
-  }
-
-  WbCall call{};
-  call.dtype = wb_dtype(x.scalar_type());
-  call.n_inputs = static_cast<int>(args.size());
-  call.n_outputs = static_cast<int>(outs.size());
-  call.n_attrs = static_cast<int>(attrs.size());
-  std::vector<at::Tensor> held;  // contiguous copies of strided inputs live until the launch returns
-  for (size_t i = 0; i < args.size(); ++i) {
-    held.push_back(args[i].read ? args[i].tensor.contiguous() : args[i].tensor);
-    call.inputs[i] = view(held.back(), false, args[i].read);  // a shape-only input carries no data pointer
-  }
-  for (size_t i = 0; i < outs.size(); ++i) call.outputs[i] = view(outs[i], true, true);
-  for (size_t i = 0; i < attrs.size(); ++i) call.attrs[i] = attrs[i];
 
   WbLaunch launch{};
   launch.host = &kHost;
@@ -148,17 +110,8 @@ std::vector<at::Tensor> Op::run(int step, const std::vector<at::Tensor>& tensors
     launch.num_sms = sm_count(launch.device);
   }
 #endif
-  const void* table = chosen.info->launchers;
-  const size_t ws = binding_->workspace_bytes ? binding_->workspace_bytes(step, &call, table, &launch) : 0;
-  at::Tensor workspace;
-  if (ws) {
-    workspace = at::empty({static_cast<int64_t>(ws)}, x.options().dtype(at::kByte));
-    call.workspace = workspace.mutable_data_ptr();
-  }
-  const int status = binding_->run(step, &call, table, &launch);
-  TORCH_CHECK(status == WB_OK, p, "variant '", chosen.name, "' ", step == WB_STEP_FORWARD ? "forward" : "backward",
-              " failed: ", chosen.info->status_string(status), " (status ", status, ")");
-  return outs;
+  return workbench::run_call(decl_, step, args, first, shapes, attrs, *binding_, *chosen.info, launch, prefix_,
+                             chosen.name);
 }
 
 }  // namespace wb_export
