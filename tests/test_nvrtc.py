@@ -7,6 +7,7 @@ NVRTC compiles without a GPU, so everything but running the result is tested on 
 from __future__ import annotations
 
 import pathlib
+import re
 import threading
 
 import pytest
@@ -238,3 +239,43 @@ def test_a_routed_launch_error_reaches_the_launcher(tmp_path):
         k(a, a)
     torch.cuda.synchronize()
 
+
+
+# ------------------------------------------------------------------ where the tier is chosen
+
+@can_compile
+def test_the_cli_builds_with_a_tier_and_prints_the_build_time():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "workbench", "build", "vector_add", "scalar", "--compiler", "nvrtc",
+                          "--arch", "sm_90a"], capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"vector_add/scalar\s+(built|cached)\s+\d+\.\d\d s\s+device code: nvrtc", out.stdout), out.stdout
+
+
+def test_load_inline_and_the_magic_use_the_nvrtc_tier_by_default():
+    import inspect
+
+    from workbench.run import loader
+
+    assert inspect.signature(loader.load_inline).parameters["options"].default.compiler == "nvrtc"
+
+
+def test_without_nvrtc_the_tier_is_nvcc_with_one_line(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(nvrtc, "available", lambda: False)
+    monkeypatch.setenv("WORKBENCH_QUIET", "0")
+    piece = variant_piece(registry.resolve("vector_add"), "scalar_edit", _copy(tmp_path), OPTIONS)
+    assert piece.compiler != NVRTC
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and "no NVRTC library" in said[0], said
+
+
+def test_the_fallback_shares_the_nvcc_tiers_cache_entry(tmp_path):
+    path = _copy(tmp_path)
+    r = registry.resolve("vector_add")
+    tc = {"fixed": "toolchain"}
+    for line_info in (False, True):
+        tiered = variant_piece(r, "scalar_edit", path, BuildOptions(compiler="nvrtc", arch="sm_90a", line_info=line_info))
+        nvcc = variant_piece(r, "scalar_edit", path, BuildOptions(compiler="nvcc", line_info=line_info))
+        assert nvrtc_tier.nvcc_piece(tiered).key(tc) == nvcc.key(tc)

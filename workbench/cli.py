@@ -53,6 +53,9 @@ def cmd_build(args) -> int:
 
     failed = []
     for name in _variants_for(args.op, args.variants, runnable_only=False):
+        if args.compiler:
+            failed += _build_only(args.op, name, args.compiler, args.arch)
+            continue
         try:
             k = loader.load(args.op, name)
         except Exception as e:  # noqa: BLE001 - reported, and the exit status says so
@@ -63,6 +66,26 @@ def cmd_build(args) -> int:
     if failed:
         print(f"{len(failed)} variant(s) of {args.op} failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _build_only(op: str, name: str, compiler: str, arch: str | None) -> list[str]:
+    """Build one variant with the tier asked for, loading nothing (no GPU needed); print its build
+    time. Returns [name] where it failed."""
+    import time
+
+    from .build import BuildOptions, get_or_build, tree
+    from .model import registry
+
+    try:
+        r, start = registry.resolve(op), time.perf_counter()
+        b = get_or_build(tree.variant_piece(r, name, r.variant_source(name), BuildOptions(compiler=compiler, arch=arch)))
+    except Exception as e:  # noqa: BLE001 - reported, and the exit status says so
+        print(f"{op}/{name}: FAILED: {type(e).__name__}: {e}", file=sys.stderr)
+        return [name]
+    why = f" (nvcc fallback: {b.record['nvrtc_fallback']})" if b.record.get("nvrtc_fallback") else ""
+    print(f"{op}/{name:22s} {'built' if b.built else 'cached':6s} {time.perf_counter() - start:6.2f} s  "
+          f"device code: {b.record.get('device_compiler', 'nvcc')}{why}  {b.library}")
+    return []
 
 
 def _as_variant(op: str, name: str):
@@ -300,6 +323,9 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("build", help="build (or fetch from the cache) variants of an op")
     s.add_argument("op")
     s.add_argument("variants", nargs="*", help="default: every variant this machine can build")
+    s.add_argument("--compiler", choices=["nvrtc", "nvcc"], help="build with this tier, loading nothing (no GPU needed); "
+                   "nvrtc: device code by NVRTC, nvcc's host library reused while unchanged")
+    s.add_argument("--arch", help="--compiler nvrtc's arch, e.g. sm_90a (default: this GPU's, else the arch list's newest)")
     s.set_defaults(fn=cmd_build)
 
     for name, fn, helptext in (("check", cmd_check, "correctness matrix against the float64 reference"),

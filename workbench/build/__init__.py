@@ -8,7 +8,10 @@ extension-style sources) and the NumPy front end's torch-free builds alike:
 - arch.py       the CUDA arch list, written once (JIT and shipped), and its -gencode flags
 - pipeline.py   get_or_build: the tiers in front of the cache (prebuilt.py: a wheel's libraries),
                 then the cache: look-up, lock, shared import, staging, compile, publish, log
-- compilers.py  the compiler kinds: cpp_extension (torch-facing) and raw (one command, no torch)
+- compilers.py  the compiler kinds: cpp_extension (torch-facing), raw (one command, no torch) and nvrtc
+- nvrtc_tier.py the NVRTC tier (issue 27): a .cu variant's device code by NVRTC (nvrtc.py, ctypes on
+                torch's libnvrtc), its host side by nvcc once per host key (nvrtc_split.py: the file's
+                host and device views); launches routed to the module (kernels/common/wb_nvrtc_route.h)
 - guard.py      a build's processes in a session a watchdog kills with it; its output into build.log
 - the cache, by concern: keys.py (content keys), store.py (folders and trust), locks.py (flocks,
                 in-use marks), records.py (a build's record, the checks a hit passes, publication),
@@ -19,15 +22,16 @@ extension-style sources) and the NumPy front end's torch-free builds alike:
 
 May import: config, errors (and model.registry, in tree.py alone). Nothing here loads or
 calls a library: the loader, byo and the NumPy front end do, with what get_or_build returns.
-The NVRTC tier (issue 27) plugs in at pipeline.TIERS and compilers.COMPILERS (see pipeline.py).
+The NVRTC tier is Piece.compiler "nvrtc" (BuildOptions(compiler="nvrtc"); EDIT_LOOP_OPTIONS, the
+edit loop's default) in compilers.COMPILERS.
 """
 from __future__ import annotations
 
 from .arch import arch_list
 from .compilers import built_not_loaded, first_error
 from .guard import kill_session, run_guarded
-from .piece import DEFAULT_OPTIONS, BuildOptions, Piece, user_nvcc_flags
+from .piece import DEFAULT_OPTIONS, EDIT_LOOP_OPTIONS, BuildOptions, Piece, user_nvcc_flags
 from .pipeline import Built, get_or_build
 
-__all__ = ["BuildOptions", "Built", "DEFAULT_OPTIONS", "Piece", "arch_list", "built_not_loaded", "first_error",
+__all__ = ["BuildOptions", "Built", "DEFAULT_OPTIONS", "EDIT_LOOP_OPTIONS", "Piece", "arch_list", "built_not_loaded", "first_error",
            "get_or_build", "kill_session", "run_guarded", "user_nvcc_flags"]

@@ -8,8 +8,9 @@
 
 Either way the compiler's output (ptxas's register and spill report included) is the build's
 build.log, and a failure is a BuildError naming the first compiler error's file and line.
-- "nvrtc": the NVRTC tier (nvrtc_tier.py): device code by NVRTC, the host side by nvcc per host key.
-COMPILERS maps Piece.compiler to its function.
+COMPILERS maps Piece.compiler to its function; the third kind, "nvrtc" (nvrtc_tier.py: device code by
+NVRTC, the host side by nvcc per host key), builds pieces of its own, so pipeline.py adds it with
+get_or_build at hand.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from . import toolchain
 from ..errors import BuildError, WorkbenchError
 from . import records
 from .guard import capture_output, environment, guarded_cpp_extension, run_guarded
-from .piece import CPP_EXTENSION, NVRTC, RAW, Piece
+from .piece import CPP_EXTENSION, RAW, Piece
 
 # nvcc:  kernels/x.cu(12): error: identifier "foo" is undefined
 _NVCC_ERROR = re.compile(r"^(?P<file>[^\s(:][^(:\n]*)\((?P<line>\d+)\): (?:catastrophic )?error:?\s*(?P<msg>.*)$", re.M)
@@ -143,15 +144,7 @@ def compile_raw(piece: Piece, staging: pathlib.Path, key: str, *, rename: dict |
                     {"compiler_version": _version_line(piece.command[-1]), "command": cmd})
 
 
-def compile_nvrtc(piece: Piece, staging: pathlib.Path, key: str, *, rename: dict | None = None,
-                  last_good: str | None = None) -> Compiled:
-    """The NVRTC tier (nvrtc_tier.py; imported here when used: it builds pieces of its own)."""
-    from . import nvrtc_tier
-
-    return nvrtc_tier.compile_nvrtc(piece, staging, key, rename=rename, last_good=last_good)
-
-
-COMPILERS = {CPP_EXTENSION: compile_cpp_extension, RAW: compile_raw, NVRTC: compile_nvrtc}
+COMPILERS = {CPP_EXTENSION: compile_cpp_extension, RAW: compile_raw}
 
 
 @contextlib.contextmanager

@@ -30,6 +30,7 @@ import time
 import uuid
 
 from . import nvrtc, nvrtc_split, store
+from .arch import arch_list, entries, variant_arch_flags
 from .compilers import Compiled, first_error
 from .piece import CPP_EXTENSION, NVRTC, BuildOptions, Piece
 from ..errors import BuildError
@@ -45,7 +46,6 @@ def exact_arch(options: BuildOptions) -> str:
     if options.arch:
         return options.arch
     from . import toolchain
-    from .arch import arch_list, entries
 
     if toolchain.gpu_available():
         import torch
@@ -69,8 +69,13 @@ def nvrtc_options(arch: str, cuda_cflags) -> list[str]:
     return own + passed
 
 
-def piece(*, label: str, source: pathlib.Path, include_dirs, cflags, cuda_cflags, options: BuildOptions) -> Piece:
-    """The NVRTC tier's piece for a .cu variant; its key covers NVRTC's version, options and arch."""
+def piece(*, label: str, source: pathlib.Path, include_dirs, cflags, cuda_cflags,
+          options: BuildOptions) -> Piece | None:
+    """The NVRTC tier's piece for a .cu variant; its key covers NVRTC's version, options and arch.
+    None where no NVRTC library is found (nvcc builds it, and one line says why)."""
+    if not nvrtc.available():
+        store.progress(f"{label}: nvcc builds it: no NVRTC library here (torch's CUDA wheels bring libnvrtc)")
+        return None
     arch = exact_arch(options)
     return Piece(label=label, kind="variant", sources=[source], include_dirs=include_dirs, with_cuda=True,
                  cflags=cflags, cuda_cflags=cuda_cflags, compiler=NVRTC, arch_list=_arch_list_entry(arch),
@@ -174,9 +179,9 @@ def host_change_reason(label: str, host_key: str) -> str | None:
 
 
 def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | None = None,
-                  last_good: str | None = None) -> Compiled:
-    from .pipeline import get_or_build  # the host library and the fallback are pieces of their own
-
+                  last_good: str | None = None, build) -> Compiled:
+    """The piece compiled into `staging` (see the module's docstring); `build` is pipeline.get_or_build,
+    for the host library and the fallback, pieces of their own."""
     start = time.perf_counter()
     (source,) = p.sources
     closure = nvrtc_split.closure(source, p.include_dirs)
@@ -186,10 +191,10 @@ def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | N
     if reason:
         store.progress(f"{p.label}: nvcc rebuilds the host side ({reason}); NVRTC compiles the device code")
     try:
-        host = get_or_build(host_piece(p, views, main_name), rename=rename, last_good=last_good)
+        host = build(host_piece(p, views, main_name), rename=rename, last_good=last_good)
     except BuildError as e:
         return _fallback(p, staging, key, f"nvcc could not build the host side alone ({e.file}:{e.line})",
-                         rename, last_good, start, closure)
+                         rename, last_good, start, closure, build)
     _last_host_path(p.label).write_text(views.host_key)
     kernels = kernel_names((host.build_dir / "build.log").read_text(errors="replace"))
     expressions = {name: name_expression(demangle(name)) for name in kernels}
@@ -209,7 +214,7 @@ def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | N
             raise BuildError(p.label, file, line, message, log_path, last_good) from None
         first = (message.splitlines() or ["?"])[0]
         return _fallback(p, staging, key, f"NVRTC cannot compile {file or 'it'}:{line or '?'} ({first})",
-                         rename, last_good, start, closure)
+                         rename, last_good, start, closure, build)
     stem = f"{p.label.replace('/', '_')}-{key[:12]}-{uuid.uuid4().hex[:6]}"
     library = staging / f"{stem}.so"
     shutil.copyfile(host.library, library)
@@ -236,14 +241,20 @@ def _in_device_code(closure, views, file: str, line: int | None, rename) -> bool
     return False
 
 
-def _fallback(p: Piece, staging: pathlib.Path, key: str, why: str, rename, last_good, start: float,
-              closure: nvrtc_split.Closure) -> Compiled:
-    """nvcc's build of the whole file (the tree's nvcc piece, cached as usual), under this key too."""
-    from .pipeline import get_or_build
-    from .tree import nvcc_variant_piece
+def nvcc_piece(p: Piece) -> Piece:
+    """nvcc's piece for the same variant, as tree.variant_piece makes it with the nvcc tier (the same
+    key: its cache entry is shared)."""
+    (source,) = p.sources
+    archs = arch_list()
+    return Piece(label=p.label, kind=p.kind, sources=p.sources, include_dirs=p.include_dirs, with_cuda=True,
+                 cflags=p.cflags, arch_list=archs, cuda_cflags=[*p.cuda_cflags, *variant_arch_flags(source, archs)])
 
+
+def _fallback(p: Piece, staging: pathlib.Path, key: str, why: str, rename, last_good, start: float,
+              closure: nvrtc_split.Closure, build) -> Compiled:
+    """nvcc's build of the whole file (nvcc_piece, cached as usual), under this key too."""
     store.progress(f"{p.label}: nvcc builds it: {why}")
-    built = get_or_build(nvcc_variant_piece(p), rename=rename, last_good=last_good)
+    built = build(nvcc_piece(p), rename=rename, last_good=last_good)
     library = staging / f"{p.label.replace('/', '_')}-{key[:12]}-{uuid.uuid4().hex[:6]}.so"
     shutil.copyfile(built.library, library)
     shutil.copyfile(built.build_dir / "build.log", staging / "build.log")

@@ -53,6 +53,8 @@ class BuildOptions:
 
 
 DEFAULT_OPTIONS = BuildOptions()
+# The edit loop's tier (wb.load_inline, the %%workbench magic): device edits rebuilt by NVRTC alone.
+EDIT_LOOP_OPTIONS = BuildOptions(compiler="nvrtc")
 
 
 def user_nvcc_flags() -> list[str]:

@@ -10,10 +10,12 @@ staging folder behind.
 
 The seam for NVRTC (issue 27): a tier in front of the cache is a function Piece -> Built | None
 appended to TIERS (None: not mine, go on); a new way to compile into the cache is a Piece.compiler
-value with its function in compilers.COMPILERS. Neither needs a change here.
+value with its function in compilers.COMPILERS. The NVRTC tier is such a kind, added below with
+get_or_build at hand (it builds the host library and its fallback as pieces of their own).
 """
 from __future__ import annotations
 
+import functools
 import json
 import pathlib
 import time
@@ -22,7 +24,7 @@ from typing import Callable, NamedTuple
 from .. import config
 from . import toolchain
 from ..errors import BuildError
-from . import locks, prebuilt, records, shared, store
+from . import locks, nvrtc_tier, prebuilt, records, shared, store
 from .compilers import COMPILERS
 from .piece import CPP_EXTENSION, NVRTC, Piece
 
@@ -83,7 +85,7 @@ def cached_build(piece: Piece, *, last_good: str | None = None, rename: dict[str
         staging = store.new_staging_dir(label, key)
         store.progress(f"{label}: compiling {piece.file_names} ({_tool(piece)}) ...")
         try:
-            compiled = COMPILERS[piece.compiler](piece, staging, key, rename=rename, last_good=last_good)
+            compiled = _COMPILERS[piece.compiler](piece, staging, key, rename=rename, last_good=last_good)
         except BuildError as e:
             raise _kept_log(e, piece, key, staging) from None
         except BaseException:
@@ -96,6 +98,9 @@ def cached_build(piece: Piece, *, last_good: str | None = None, rename: dict[str
                               records.dependency_record(compiled.deps, staging), rename=not compiled.unique_name)
         store.progress(f"{label}: built in {compiled.seconds:.1f} s")
         return Built(lib, final, True, key, json.loads((final / "meta.json").read_text()))
+
+
+_COMPILERS = {**COMPILERS, NVRTC: functools.partial(nvrtc_tier.compile_nvrtc, build=get_or_build)}
 
 
 def _tool(piece: Piece) -> str:

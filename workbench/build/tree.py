@@ -39,20 +39,15 @@ def cuda_source_piece(*, label: str, kind: str, source: pathlib.Path, include_di
     options.compiler says so: nvrtc_tier.py), the host compiler for a .cpp."""
     with_cuda = source.suffix == ".cu"
     if with_cuda and options.compiler == "nvrtc" and kind == "variant":
-        return nvrtc_tier.piece(label=label, source=source, include_dirs=include_dirs, cflags=CPU_FLAGS,
-                                cuda_cflags=[*CUDA_FLAGS, *options.nvcc_flags()], options=options)
+        tiered = nvrtc_tier.piece(label=label, source=source, include_dirs=include_dirs, cflags=CPU_FLAGS,
+                                  cuda_cflags=[*CUDA_FLAGS, *options.nvcc_flags()], options=options)
+        if tiered is not None:
+            return tiered
     archs = arch_list() if with_cuda else None  # asked once: it may ask torch about every device
     return Piece(label=label, kind=kind, sources=[source], include_dirs=include_dirs, with_cuda=with_cuda,
                  cflags=CPU_FLAGS, arch_list=archs,
                  cuda_cflags=[*CUDA_FLAGS, *options.nvcc_flags(), *variant_arch_flags(source, archs)]
                  if with_cuda else [])
-
-
-def nvcc_variant_piece(p: Piece) -> Piece:
-    """The nvcc piece of the same variant as an NVRTC tier piece (the tier's fallback)."""
-    (source,) = p.sources
-    return cuda_source_piece(label=p.label, kind=p.kind, source=source, include_dirs=p.include_dirs,
-                             options=BuildOptions(line_info="-lineinfo" in p.cuda_cflags))
 
 
 def variant_piece(r: registry.ResolvedOp, name: str, source: pathlib.Path,

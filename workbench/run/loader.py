@@ -35,7 +35,7 @@ from .kernel import Kernel, PythonKernel
 from .loaded import STATE
 from ..model import registry
 from ..model.registry import ResolvedOp
-from ..build import DEFAULT_OPTIONS, BuildOptions, built_not_loaded, get_or_build, prebuilt
+from ..build import DEFAULT_OPTIONS, EDIT_LOOP_OPTIONS, BuildOptions, built_not_loaded, get_or_build, prebuilt
 from ..build.tree import binding_piece, harness_piece, variant_piece
 from ..errors import WorkbenchError
 
@@ -256,12 +256,14 @@ def build_source(op: str, path, name: str | None = None) -> BuiltVariant:
                         description=static.description)
 
 
-def load_inline(op: str, source: str, name: str, *, replace: bool = False) -> Kernel:
+def load_inline(op: str, source: str, name: str, *, replace: bool = False,
+                options: BuildOptions = EDIT_LOOP_OPTIONS) -> Kernel:
     """Build a variant of `op` from a source string (a notebook cell). The text is written to the
     cache under a name derived from its hash; errors point at lines of the string. A name of one of
     the tree's variants (kernels/<op>/<name>.*) is refused unless replace=True, which makes this
     build that name in this process (wb.variants then describes it, not the file). (wb.load_inline
-    also takes style="extension": byo.py.)"""
+    also takes style="extension": byo.py.) options: the NVRTC tier by default (a device edit is
+    rebuilt by NVRTC alone; build/nvrtc_tier.py)."""
     r = registry.resolve(op)
     if not isinstance(source, str) or not source.strip():
         raise ValueError("load_inline: source must be a non-empty string of CUDA C++ (or C++ for a CPU variant)")
@@ -269,7 +271,7 @@ def load_inline(op: str, source: str, name: str, *, replace: bool = False) -> Ke
     registry.check_not_shadowing(op, name, None, replace, f"load_inline({op!r}, ..., name={name!r})")
     is_cuda = "__global__" in source or "WB_DEVICE_CUDA" in source
     path = cache.write_source(op, source, ".cu" if is_cuda else ".cpp", name)
-    return _register(r, name, path, inline_label=f"<inline {op}/{name}>")
+    return _register(r, name, path, inline_label=f"<inline {op}/{name}>", options=_checked(options))
 
 
 def define_op(spec, header: str, binding: str) -> None:

@@ -13,7 +13,9 @@ earlier builds keep running their own build.
 
 --only gpu / --only cpu: build the cell only on a machine with / without a visible GPU, else print
 why it was skipped. A CUDA cell and its C++ twin under the same NAME let the cells below use NAME
-on either machine. --quiet: no line after a successful build.
+on either machine. --quiet: no line after a successful build. A CUDA cell is built by load_inline's
+default tier, NVRTC's (an edit of device code only is compiled by NVRTC, the host side built once by
+nvcc: workbench/build/nvrtc_tier.py); the line after the build names the tier.
 
 A compile error raises workbench.BuildError, shown in the cell as the compiler's first error and
 the full log's path. Line numbers in it are the cell's own (the %%workbench line is line 1). NAME
@@ -84,7 +86,8 @@ def _bound(namespace: dict, name: str) -> str:
 
 def _status(k: loader.Kernel, previous: loader.Kernel | None) -> str:
     how = "built" if k.built else "loaded from the cache"
-    line = f"{k.name} = {k.op}/{k.qualified}: {how} in {k.seconds:.2f} s ({k.device}: {', '.join(k.dtypes)})"
+    tier = f", {k.options.compiler}" if k.device == "cuda" else ""
+    line = f"{k.name} = {k.op}/{k.qualified}: {how} in {k.seconds:.2f} s ({k.device}: {', '.join(k.dtypes)}{tier})"
     if k.device == "cuda" and not toolchain.gpu_available():
         line += "; no GPU is visible, so it cannot run here"
     if previous is not None and previous.build_id != k.build_id:
