@@ -216,3 +216,19 @@ def test_without_ray_the_error_says_how_to_install_it_and_the_one_process_path_n
                           text=True, timeout=120)
     assert proc.returncode == 0, describe(proc)
     assert 'pip install "ray[default]"' in proc.stdout and "kernel-workbench[ray]" in proc.stdout, describe(proc)
+
+
+@pytest.mark.gpu
+def test_on_one_gpu_the_sweep_through_ray_matches_the_direct_run_within_noise(ray):
+    """One GPU worker (num_gpus=1, its own CUDA context): the same cells and verdicts as the direct
+    run, each median within a quarter of the direct one's, each row naming this GPU."""
+    import torch
+
+    kw = dict(variants=["scalar", "vec4"], dtypes=["float32"], shapes=[(4096, 4096)], baselines=["eager"],
+              budget_s=0.5, device="cuda")
+    direct = wb.bench("bias_gelu", **kw)
+    on_ray = wb.bench("bias_gelu", cluster="local", **kw)
+    assert _cells(on_ray.rows) == _cells(direct.rows)
+    for a, b in zip(on_ray.rows, direct.rows):
+        assert 0.8 < a["median_ms"] / b["median_ms"] < 1.25, (a["variant"], a["median_ms"], b["median_ms"])
+        assert a["gpu"] == torch.cuda.get_device_name()

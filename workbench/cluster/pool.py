@@ -14,6 +14,7 @@ from ..errors import WorkbenchError
 from .worker import Worker
 
 INSTALL = 'pip install "ray[default]"   (or, with the workbench: pip install "kernel-workbench[ray]")'
+START_TIMEOUT_S = 600   # a worker's start: placed by Ray, torch imported, CUDA context made
 _HOST_PORT = re.compile(r"[A-Za-z0-9.\-]+:\d+")
 
 
@@ -117,12 +118,20 @@ class Pool:
     """The workers of one run, made at once (each warms up in parallel) and ended by close()."""
 
     def __init__(self, ray, device: str, gpu_types=None, max_workers: int | None = None):
+        if max_workers is not None and (not isinstance(max_workers, int) or max_workers < 1):
+            raise ValueError(f"max_workers must be a whole number of workers, at least 1; got {max_workers!r}")
         self.ray = ray
         remote = ray.remote(Worker)
         wanted = slots(ray.nodes(), ray.cluster_resources().get("CPU", 0), device, gpu_types)[:max_workers]
         env = {"env_vars": worker_env()}
         made = [(t, remote.options(max_restarts=0, runtime_env=env, **opts).remote(device)) for t, opts in wanted]
-        infos = ray.get([h.info.remote() for _, h in made])
+        try:
+            infos = ray.get([h.info.remote() for _, h in made], timeout=START_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            for _, h in made:
+                ray.kill(h)
+            raise WorkbenchError(f"{len(made)} worker(s) asked for ({wanted[0][1]} each) did not all start within "
+                                 f"{START_TIMEOUT_S} s: is another run holding the cluster's GPUs or CPUs?") from None
         self.members = [Member(h, t, info) for (t, h), info in zip(made, infos)]
         self.retried: list[Job] = []
         self.lost: list[Job] = []
