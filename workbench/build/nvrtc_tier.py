@@ -187,14 +187,19 @@ def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | N
     closure = nvrtc_split.closure(source, p.include_dirs)
     views = nvrtc_split.split(closure)
     main_name = closure.files[0][0]
+    if any(pathlib.PurePath(n).is_absolute() or ".." in pathlib.PurePath(n).parts for n in views.host):
+        # The host view's files are written under their include names, inside one folder.
+        return _fallback(p, staging, key, "a header is included by an absolute path or through '..'",
+                         rename, last_good, start, closure, build)
     reason = host_change_reason(p.label, views.host_key)
-    if reason:
-        store.progress(f"{p.label}: nvcc rebuilds the host side ({reason}); NVRTC compiles the device code")
     try:
         host = build(host_piece(p, views, main_name), rename=rename, last_good=last_good)
     except BuildError as e:
         return _fallback(p, staging, key, f"nvcc could not build the host side alone ({e.file}:{e.line})",
                          rename, last_good, start, closure, build)
+    reason = (reason or "its host side changed") if host.built else None  # a warm hit: nothing to say
+    if reason:
+        store.progress(f"{p.label}: nvcc rebuilt the host side ({reason}); NVRTC compiles the device code")
     _last_host_path(p.label).write_text(views.host_key)
     kernels = kernel_names((host.build_dir / "build.log").read_text(errors="replace"))
     expressions = {name: name_expression(demangle(name)) for name in kernels}
