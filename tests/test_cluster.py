@@ -203,6 +203,23 @@ def test_bench_ray_flag(monkeypatch, argv, address):
     assert seen["cluster"] == address
 
 
+def test_bench_exits_1_where_a_group_was_not_measured(monkeypatch, capsys):
+    lost = wb.benchmark.BenchResult(notes=["NOT MEASURED rmsnorm fwd float32 64x1024: its worker died twice"])
+    monkeypatch.setattr("workbench.measure.benchmark.bench", lambda op, **kw: lost)
+    assert cli.main(["bench", "rmsnorm", "--no-save", "--ray", "local"]) == 1
+    assert "NOT MEASURED" in capsys.readouterr().err
+
+
+def test_grade_ray_flag_spreads_over_the_cluster_named(monkeypatch, tmp_path):
+    seen = {}
+    monkeypatch.setattr(grading, "spread", lambda address: ("spread over", address))
+    monkeypatch.setattr(grade, "cli", lambda args, spread: seen.update(spread=spread, args=args) or 0)
+    assert cli.main(["exercise", "grade", "2", str(tmp_path), "--ray"]) == 0
+    assert seen["spread"] == ("spread over", "auto")
+    assert cli.main(["exercise", "grade", "2", str(tmp_path), "--timeout", "30"]) == 0
+    assert seen["spread"] is None and seen["args"].timeout == 30
+
+
 def test_without_ray_the_error_says_how_to_install_it_and_the_one_process_path_never_imports_it():
     code = ("import sys; sys.modules['ray'] = None\n"  # import ray now fails, as where it is not installed
             "import workbench as wb\n"

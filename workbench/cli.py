@@ -158,8 +158,9 @@ def cmd_bench(args) -> int:
             print(f"plot: {p}")
     from .measure.bench_rows import trusted
     bad = [r for r in result.rows if not trusted(r)]
+    bad += [n for n in result.notes if n.startswith("NOT MEASURED")]  # --ray: a group whose workers died twice
     if bad:  # a script reading the status must not take a wrong or impossible row for a result
-        print(f"{len(bad)} row(s) WRONG or IMPOSSIBLE (the notes above say why); exit status 1", file=sys.stderr)
+        print(f"{len(bad)} row(s) WRONG, IMPOSSIBLE or NOT MEASURED (the notes above say why); exit status 1", file=sys.stderr)
         return 1
     return 0
 
