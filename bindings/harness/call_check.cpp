@@ -42,7 +42,7 @@ ShapeBinder check_call(const std::string& p, const OpDecl& d, const std::vector<
     const CallArg& a = args[(i + first_input) % args.size()];  // inputs first: they bind the names
     TORCH_CHECK_VALUE(a.tensor.dim() <= WB_MAX_DIMS, p, a.name, " has ", a.tensor.dim(),
                       " dimensions; at most ", WB_MAX_DIMS, " are supported");
-    const std::string err = binder.bind(a.name, *a.dims, a.tensor.sizes().vec());
+    const std::string err = binder.bind(a.name, *a.dims, a.tensor.sizes().data(), a.tensor.dim());
     TORCH_CHECK_VALUE(err.empty(), p, err);
   }
   TORCH_CHECK(attrs.size() == d.attrs.size(), p, "expected ", d.attrs.size(), " attributes; got ", attrs.size());

@@ -29,14 +29,21 @@ namespace {
 
 using torch::autograd::variable_list;
 
-// What a recorded call's backward needs: the op to call, the saved tensors and what follows
-// them in the schema (attributes, the variant's name).
-struct StepNode : torch::autograd::Node {
-  StepNode(c10::OperatorHandle next, std::string name, bool list_args, std::vector<int> result_of_edge)
-      : next_(std::move(next)), name_(std::move(name)), list_args_(list_args),
-        result_of_edge_(std::move(result_of_edge)) {}
+// What every node of one step shares: the op its apply calls and how (set at registration).
+struct StepInfo {
+  c10::OperatorHandle next;          // <op>_backward, or <op>_backward_backward
+  std::string node_name;             // "WorkbenchBiasGeluBackward"
+  bool list_args;                    // next takes (Tensor?[] upstream, Tensor[] saved, ...)
+  std::vector<int> result_of_edge;   // per input edge: the index of its gradient in what next returns, or -1
+  size_t n_tensors, n_tail;          // the step's tensors, then its attributes and the variant's name
+};
 
-  std::string name() const override { return name_; }
+// One recorded call: its saved tensors and what follows them in the schema (attributes, the
+// variant's name).
+struct StepNode : torch::autograd::Node {
+  explicit StepNode(std::shared_ptr<const StepInfo> info) : info_(std::move(info)) {}
+
+  std::string name() const override { return info_->node_name; }
 
   void release_variables() override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -46,7 +53,8 @@ struct StepNode : torch::autograd::Node {
   variable_list apply(variable_list&& grads) override {
     std::lock_guard<std::mutex> lock(mutex_);
     torch::jit::Stack stack;
-    if (list_args_) {  // <op>_backward_backward(Tensor?[] upstream, Tensor[] saved, ...)
+    stack.reserve(grads.size() + saved_.size() + tail_.size());
+    if (info_->list_args) {  // <op>_backward_backward(Tensor?[] upstream, Tensor[] saved, ...)
       c10::List<std::optional<at::Tensor>> upstream;
       for (auto& g : grads) upstream.push_back(g.defined() ? std::optional<at::Tensor>(g) : std::nullopt);
       c10::List<at::Tensor> saved;
@@ -59,7 +67,7 @@ struct StepNode : torch::autograd::Node {
       for (const auto& s : saved_) stack.emplace_back(s.unpack());
     }
     for (const auto& v : tail_) stack.push_back(v);
-    next_.callBoxed(&stack);
+    info_->next.callBoxed(&stack);
     std::vector<at::Tensor> results;
     for (auto& v : stack) {
       if (v.isTensorList()) {
@@ -70,7 +78,7 @@ struct StepNode : torch::autograd::Node {
     }
     variable_list out(num_outputs());
     for (size_t e = 0; e < out.size(); ++e) {
-      const int r = result_of_edge_[e];
+      const int r = info_->result_of_edge[e];
       if (r >= 0 && should_compute_output(e)) out[e] = results.at(r);
     }
     return out;
@@ -81,22 +89,16 @@ struct StepNode : torch::autograd::Node {
 
  private:
   std::mutex mutex_;
-  c10::OperatorHandle next_;
-  std::string name_;
-  bool list_args_;
-  std::vector<int> result_of_edge_;  // per input edge: the index of its gradient in what next_ returns, or -1
+  std::shared_ptr<const StepInfo> info_;
 };
 
 // The Autograd-key kernel of one step (see the top of this file).
 struct AutogradKernel : c10::OperatorKernel {
-  AutogradKernel(size_t n_tensors, size_t n_tail, c10::OperatorHandle next, std::string node_name, bool list_args,
-                 std::vector<int> result_of_edge)
-      : n_tensors(n_tensors), n_tail(n_tail), next(std::move(next)), node_name(std::move(node_name)),
-        list_args(list_args), result_of_edge(std::move(result_of_edge)) {}
+  explicit AutogradKernel(StepInfo info) : info(std::make_shared<const StepInfo>(std::move(info))) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
-    const size_t n_args = n_tensors + n_tail;
-    auto args = torch::jit::last(*stack, n_args);
+    const size_t n_tensors = info->n_tensors;
+    auto args = torch::jit::last(*stack, n_tensors + info->n_tail);
     bool record = false;
     if (at::GradMode::is_enabled())
       for (size_t i = 0; i < n_tensors && !record; ++i) {
@@ -110,8 +112,9 @@ struct AutogradKernel : c10::OperatorKernel {
     std::vector<at::Tensor> tensors;
     tensors.reserve(n_tensors);
     for (size_t i = 0; i < n_tensors; ++i) tensors.push_back(args[i].toTensor());
-    auto node = c10::make_intrusive<StepNode>(next, node_name, list_args, result_of_edge);
+    auto node = c10::make_intrusive<StepNode>(info);
     node->set_next_edges(torch::autograd::collect_next_edges(at::ArrayRef<at::Tensor>(tensors)));
+    node->saved_.reserve(n_tensors);
     for (const auto& t : tensors) node->saved_.emplace_back(t, false);
     node->tail_.assign(args.begin() + n_tensors, args.end());
     {
@@ -122,11 +125,7 @@ struct AutogradKernel : c10::OperatorKernel {
     for (auto& v : torch::jit::last(*stack, n_returns)) torch::autograd::set_history(v.toTensor(), node);
   }
 
-  size_t n_tensors, n_tail;
-  c10::OperatorHandle next;
-  std::string node_name;
-  bool list_args;
-  std::vector<int> result_of_edge;
+  const std::shared_ptr<const StepInfo> info;
 };
 
 std::string camel(const std::string& op) {  // bias_gelu -> BiasGelu
@@ -165,12 +164,12 @@ void register_autograd_kernels(const OpDecl& d, torch::Library& impls) {
   std::vector<int> backward_edges(n_out + n_in);
   for (size_t e = 0; e < backward_edges.size(); ++e) backward_edges[e] = static_cast<int>(e);
   const std::string name = "Workbench" + camel(d.op);
-  impls.impl(d.op.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<AutogradKernel>(
-                               n_in, n_tail, handle_of(d.op + "_backward"), name + "Backward", false, forward_edges)));
+  impls.impl(d.op.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<AutogradKernel>(StepInfo{
+                               handle_of(d.op + "_backward"), name + "Backward", false, forward_edges, n_in, n_tail})));
   impls.impl((d.op + "_backward").c_str(),
              torch::CppFunction::makeFromBoxedFunctor(std::make_unique<AutogradKernel>(
-                 n_out + n_in, n_tail, handle_of(d.op + "_backward_backward"), name + "BackwardBackward", true,
-                 backward_edges)));
+                 StepInfo{handle_of(d.op + "_backward_backward"), name + "BackwardBackward", true, backward_edges,
+                          n_out + n_in, n_tail})));
 }
 
 }  // namespace workbench

@@ -1,6 +1,7 @@
 // Parsing an op declaration, and the shape rule (see op_decl.h).
 #include "op_decl.h"
 
+#include <algorithm>
 #include <cctype>
 #include <set>
 #include <sstream>
@@ -60,7 +61,9 @@ DimPattern DimPattern::parse(const std::string& text) {
       p.ellipsis = static_cast<int>(p.tokens.size());
     }
     p.tokens.push_back(token);
+    p.literals.push_back(is_literal(token) ? std::stoll(token) : -1);
   }
+  if (p.tokens.size() > WB_DECL_MAX_TOKENS) bad_decl("more than " + std::to_string(WB_DECL_MAX_TOKENS) + " dims", text);
   return p;
 }
 
@@ -106,27 +109,35 @@ OpDecl OpDecl::parse(const std::string& text) {
   return d;
 }
 
-std::string ShapeBinder::bind(const std::string& arg, const DimPattern& p, const std::vector<int64_t>& shape) {
-  const size_t nd = shape.size(), fixed = p.fixed();
-  bool known = false;
-  for (const auto& t : p.tokens) known = known || is_literal(t) || values_.count(t);
-  // Built only for a message: a call that fits builds no text.
-  auto got = [&]() { return nd == 0 ? std::string("a 0-dim tensor") : "shape " + shape_text(shape); };
+const ShapeBinder::Bound* ShapeBinder::find(const std::string& name) const {
+  for (const Bound& b : bound_)
+    if (b.name == name) return &b;
+  return nullptr;
+}
 
+std::string ShapeBinder::bind(const std::string& arg, const DimPattern& p, const std::vector<int64_t>& shape) {
+  return bind(arg, p, shape.data(), shape.size());
+}
+
+std::string ShapeBinder::bind(const std::string& arg, const DimPattern& p, const int64_t* shape, size_t nd) {
+  const size_t fixed = p.fixed();
+  // Built only for a message: a call that fits builds no text.
+  auto got = [&]() {
+    return nd == 0 ? std::string("a 0-dim tensor") : "shape " + shape_text(std::vector<int64_t>(shape, shape + nd));
+  };
   auto shape_error = [&]() {
     std::vector<std::string> expected, origins;
     std::set<std::string> listed;
-    for (const auto& t : p.tokens) {
-      const auto it = values_.find(t);
-      if (is_literal(t)) {
-        expected.push_back(t);
-      } else if (it == values_.end()) {
+    for (size_t i = 0; i < p.tokens.size(); ++i) {
+      const std::string& t = p.tokens[i];
+      const Bound* b = p.literals[i] >= 0 ? nullptr : find(t);
+      if (!b) {
         expected.push_back(t);
       } else {
-        for (int64_t v : it->second) expected.push_back(std::to_string(v));
+        for (int64_t v : b->dims) expected.push_back(std::to_string(v));
         if (listed.insert(t).second)
-          origins.push_back(t + " = " + (t == "..." ? shape_text(it->second) : std::to_string(it->second[0])) +
-                            " from " + origin_.at(t));
+          origins.push_back(t + " = " + (t == "..." ? shape_text(b->dims) : std::to_string(b->dims[0])) + " from " +
+                            b->origin);
       }
     }
     return arg + " must have shape [" + join(expected, ", ") + "] (" + p.display() +
@@ -135,52 +146,56 @@ std::string ShapeBinder::bind(const std::string& arg, const DimPattern& p, const
 
   const bool rank_ok = p.ellipsis >= 0 ? nd >= fixed : nd == fixed;
   if (!rank_ok) {
+    bool known = false;
+    for (size_t i = 0; i < p.tokens.size(); ++i) known = known || p.literals[i] >= 0 || find(p.tokens[i]);
     if (known) return shape_error();
     return arg + " must have " + (p.ellipsis >= 0 ? "at least " : "") + std::to_string(fixed) + " dimension" +
            (fixed == 1 ? "" : "s") + " (" + p.display() + "); got " + got();
   }
-  std::map<std::string, std::vector<int64_t>> fresh;
+  // The names this tensor binds first: (token index, first dim, count), bound once all fit.
+  struct Fresh {
+    size_t token, first, count;
+  };
+  Fresh fresh[WB_DECL_MAX_TOKENS];
+  size_t n_fresh = 0;
+  auto same = [&](const int64_t* a, size_t n, const int64_t* b, size_t m) { return n == m && std::equal(a, a + n, b); };
   size_t d = 0;
   for (size_t i = 0; i < p.tokens.size(); ++i) {
-    const std::string& t = p.tokens[i];
-    std::vector<int64_t> v;
-    if (static_cast<int>(i) == p.ellipsis) {
-      const size_t n = nd - fixed;
-      v.assign(shape.begin() + d, shape.begin() + d + n);
-      d += n;
-    } else {
-      v = {shape[d++]};
-    }
-    if (is_literal(t)) {
-      if (v[0] != std::stoll(t)) return shape_error();
+    const size_t first = d, count = static_cast<int>(i) == p.ellipsis ? nd - fixed : 1;
+    d += count;
+    if (p.literals[i] >= 0) {
+      if (shape[first] != p.literals[i]) return shape_error();
       continue;
     }
-    const auto bound = values_.find(t);
-    if (bound != values_.end()) {
-      if (bound->second != v) return shape_error();
+    if (const Bound* b = find(p.tokens[i])) {
+      if (!same(b->dims.data(), b->dims.size(), shape + first, count)) return shape_error();
       continue;
     }
-    const auto seen = fresh.find(t);
-    if (seen != fresh.end() && seen->second != v) return shape_error();
-    fresh[t] = v;
+    const Fresh* seen = nullptr;
+    for (size_t k = 0; k < n_fresh; ++k)
+      if (p.tokens[fresh[k].token] == p.tokens[i]) seen = &fresh[k];
+    if (seen) {
+      if (!same(shape + seen->first, seen->count, shape + first, count)) return shape_error();
+      continue;
+    }
+    fresh[n_fresh++] = {i, first, count};
   }
-  for (const auto& kv : fresh) {
-    values_[kv.first] = kv.second;
-    origin_[kv.first] = arg;
-  }
+  for (size_t k = 0; k < n_fresh; ++k)
+    bound_.push_back({p.tokens[fresh[k].token],
+                      std::vector<int64_t>(shape + fresh[k].first, shape + fresh[k].first + fresh[k].count), arg});
   return "";
 }
 
 std::vector<int64_t> ShapeBinder::shape_of(const DimPattern& p) const {
   std::vector<int64_t> out;
-  for (const auto& t : p.tokens) {
-    if (is_literal(t)) {
-      out.push_back(std::stoll(t));
+  for (size_t i = 0; i < p.tokens.size(); ++i) {
+    if (p.literals[i] >= 0) {
+      out.push_back(p.literals[i]);
       continue;
     }
-    const auto it = values_.find(t);
-    if (it == values_.end()) throw std::logic_error("workbench: output dim '" + t + "' is bound by no input");
-    out.insert(out.end(), it->second.begin(), it->second.end());
+    const Bound* b = find(p.tokens[i]);
+    if (!b) throw std::logic_error("workbench: output dim '" + p.tokens[i] + "' is bound by no input");
+    out.insert(out.end(), b->dims.begin(), b->dims.end());
   }
   return out;
 }

@@ -7,16 +7,19 @@
 // Python twin (workbench/model/shapes.py), which the fake implementations use; a test holds them equal.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
 namespace workbench {
 
+constexpr size_t WB_DECL_MAX_TOKENS = 16;  // dims a pattern names (an ellipsis counts one)
+
 struct DimPattern {
   std::string text;                  // "... n"
   std::vector<std::string> tokens;   // {"...", "n"}
+  std::vector<int64_t> literals;     // per token: its value where it is a number ("3"), else -1
   int ellipsis = -1;                 // index of "..." in tokens, or -1
   static DimPattern parse(const std::string& text);
   size_t fixed() const { return tokens.size() - (ellipsis >= 0 ? 1 : 0); }
@@ -59,12 +62,19 @@ class ShapeBinder {
   // "" if `shape` fits `pattern` given what earlier tensors bound (and then binds its new names to
   // it), else the message: "bias must have shape [7] ([n] with n = 7 from x); got shape [6]".
   std::string bind(const std::string& arg, const DimPattern& pattern, const std::vector<int64_t>& shape);
+  std::string bind(const std::string& arg, const DimPattern& pattern, const int64_t* shape, size_t ndim);
   // The shape a pattern stands for once all its names are bound.
   std::vector<int64_t> shape_of(const DimPattern& pattern) const;
 
  private:
-  std::map<std::string, std::vector<int64_t>> values_;  // "n" -> {7}; "..." -> {4, 7}
-  std::map<std::string, std::string> origin_;           // "n" -> "x"
+  // A few names a call: a flat list, no map (a call's check allocates little).
+  struct Bound {
+    std::string name;            // "n", "..."
+    std::vector<int64_t> dims;   // {7}; {4, 7}
+    std::string origin;          // "x"
+  };
+  const Bound* find(const std::string& name) const;
+  std::vector<Bound> bound_;
 };
 
 std::string shape_text(const std::vector<int64_t>& shape);  // "[4, 7]"
