@@ -12,12 +12,14 @@
 #   [hopper_profile.log, ncu/hopper_profile.tar: the Hopper rungs' SASS counts and wb.profile at 8192^3 bf16]
 #   [wheel.tar export.tar ndarray.tar (+ .log): issue 14's GPU scripts, scripts/gpu_{wheel,export,ndarray}.sh]
 #   [small_sizes_{build,tests}.log small_sizes.{jsonl,log}: CUDA graph capture of every variant, reduce_sum at 2^20]
+#   [call_path_{build,tests}.log call_path.{jsonl,log}: a call's host cost, native against the workbench, with verdicts]
 # Usage (device tool):  bash scripts/gpu_run.sh            # everything but the notebooks
 #                       STEPS="tests" CHUNK=1 bash scripts/gpu_run.sh    # chunk 1 of 4 (CHUNKS=4); then 2, 3, 4
 #                       python3 scripts/gpu_summary.py OUT1 OUT2 ...     # adds up the chunks of several calls
 #                       STEPS="notebooks exercises" bash scripts/gpu_run.sh   # carry nbclient & co. as wheels in .whl/
 #                       OPS="scale_bias_relu" SHAPES="16384x16384" STEPS=bench bash scripts/gpu_run.sh
 #                       STEPS=small_sizes bash scripts/gpu_run.sh          # issue 26 items 5-6 (graphs, reduce_sum 2^20)
+#                       STEPS=call_path bash scripts/gpu_run.sh            # issue 26 items 1-3 (a call's host cost)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/artifacts/gpu}
@@ -266,6 +268,17 @@ PY
         tests/test_nvrtc.py 2>&1 | tee "$OUT/nvrtc_tests.log"
       timeout 540 python3 scripts/edit_loop.py --edits "${EDITS:-5}" ${GPU_TIME:---gpu-time} --out "$OUT/edit_loop" 2>&1 \
         | grep -v "^\[workbench\]" | tee "$OUT/edit_loop.log" ;;
+    call_path)  # issue 26, items 1-3: the host cost of a call, native against the workbench (scripts/call_overhead.py):
+      # the five CUDA variants it times built first (in parallel; rmsnorm/triton is imported when first called), then
+      # tests/test_call_path.py on the GPU (C++ autograd on a CUDA variant, inductor, the Triton direct path), then the
+      # table with each row's verdict (MISSED marks a row beyond its target; the script exits 1 then).
+      # $OUT/call_path_build.log call_path_tests.log call_path.jsonl call_path.log
+      printf '%s\n' "elementwise_mul vec4" "vector_add vec4" "reduce_sum warp_shuffle" "rmsnorm vectorized" \
+        "bias_gelu vec4" | timeout 150 xargs -P 6 -n 2 python3 -m workbench build 2>&1 | tee "$OUT/call_path_build.log"
+      WORKBENCH_TEST_CACHE="$WORKBENCH_CACHE" timeout 200 python3 -m pytest -q -rfEs -p no:logging \
+        tests/test_call_path.py 2>&1 | tee "$OUT/call_path_tests.log"
+      timeout 240 python3 scripts/call_overhead.py --device cuda --out "$OUT/call_path.jsonl" 2>&1 \
+        | grep -v "^\[workbench\]" | tee "$OUT/call_path.log" ;;
     *) echo "unknown step $step" ;;
   esac
 done

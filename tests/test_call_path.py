@@ -192,7 +192,7 @@ def test_python_variant_checks_a_call_shape_once(monkeypatch):
     assert len(checks) == 5
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (a Triton variant)")
+@pytest.mark.gpu
 def test_triton_variant_runs_direct_only_without_a_graph():
     """A kind triton forward with nothing for the dispatcher to do runs its checked body directly;
     with an input requiring grad it goes through its custom op (autograd recorded)."""
@@ -205,3 +205,21 @@ def test_triton_variant_runs_direct_only_without_a_graph():
     assert k(x, w).grad_fn is not None
     with torch.no_grad():
         assert k.build.runs_direct((x, w))
+
+
+@pytest.mark.gpu
+def test_cuda_variant_autograd_and_compile():
+    """The same C++ autograd on a CUDA variant: gradients equal to the eager math's, and
+    torch.compile(fullgraph=True) with inductor runs forward and backward."""
+    k = wb.load("bias_gelu", "vec4")
+    x = torch.randn(8, 64, device="cuda", requires_grad=True)
+    bias = torch.randn(64, device="cuda", requires_grad=True)
+    assert k(x.detach(), bias.detach()).grad_fn is None
+    y = k(x, bias)
+    assert y.grad_fn.name() == "WorkbenchBiasGeluBackward"
+    y.square().sum().backward()
+    gx, gb = x.grad.clone(), bias.grad.clone()
+    x.grad = bias.grad = None
+    torch.compile(lambda x, b: k(x, b).square().sum(), fullgraph=True)(x, bias).backward()
+    torch.testing.assert_close(x.grad, gx)
+    torch.testing.assert_close(bias.grad, gb, rtol=1e-4, atol=1e-4)
