@@ -290,13 +290,9 @@ def cmd_exercise_check(args) -> int:
 
 
 def cmd_exercise_grade(args) -> int:
+    from .cluster import grading  # Ray itself is imported only where --ray is given
     from .exercise import grade
-
-    spread = None
-    if args.ray is not None:  # Ray is imported on this path alone
-        from .cluster import grading
-        spread = grading.spread(args.ray)
-    return grade.cli(args, spread)
+    return grade.cli(args, None if args.ray is None else grading.spread(args.ray))
 
 
 def cmd_export(args) -> int:
@@ -426,12 +422,10 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, help="draw the same shapes and inputs as an earlier run")
     e.add_argument("--no-speed", action="store_true", help="skip the speed check")
     e.set_defaults(fn=cmd_exercise_check)
-    e = ex.add_parser("grade", help="every submission in a folder checked as `check` does: a CSV and a summary "
-                                    "(exit 0 when all pass, 1 otherwise, 2 bad usage)")
+    e = ex.add_parser("grade", help="check every submission in a folder as `check` does: a CSV and a summary")
     e.add_argument("exercise")
     e.add_argument("folder", help="the submissions (.cu / .cpp files)")
-    e.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS", help="spread them over a Ray cluster "
-                   "(local, auto, ray://HOST:PORT); default: one after another here")
+    e.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS", help="over a Ray cluster: local, auto, ray://H:P")
     e.add_argument("--out", help="the CSV (default FOLDER/grades.csv)")
     e.add_argument("--seed", type=int, help="the shapes and inputs every submission is checked on")
     e.add_argument("--timeout", type=float, help="seconds per submission at most (default 1800)")
