@@ -54,7 +54,7 @@ def test_a_sweep_on_two_workers_gives_the_rows_and_notes_of_a_one_process_run(ra
     assert {r["verified"] for r in on_ray.rows} == {verify.CHECKED}
     assert sorted(_cells(results.read_rows(path))) == sorted(_cells(on_ray.rows))  # every row in the file (as it came), once
     assert len({r["run_id"] for r in on_ray.rows}) == 1               # one sweep, one run id
-    assert {r["worker"] for r in on_ray.rows} and all(r["host"] for r in on_ray.rows)
+    assert len({r["worker"] for r in on_ray.rows}) == 2 and all(r["host"] for r in on_ray.rows)  # both workers timed
     # The speedups are over the baselines timed on the same worker, within the same group.
     for r in on_ray.rows:
         same = [b for b in on_ray.rows if b["kind"] == "baseline" and b["variant"] == "eager"
@@ -248,4 +248,4 @@ def test_on_one_gpu_the_sweep_through_ray_matches_the_direct_run_within_noise(ra
     assert _cells(on_ray.rows) == _cells(direct.rows)
     for a, b in zip(on_ray.rows, direct.rows):
         assert 0.8 < a["median_ms"] / b["median_ms"] < 1.25, (a["variant"], a["median_ms"], b["median_ms"])
-        assert a["gpu"] == torch.cuda.get_device_name()
+        assert a["gpu"] == torch.cuda.get_device_name() and ":gpu" in a["worker"]
