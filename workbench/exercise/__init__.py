@@ -8,6 +8,7 @@
     sass.py          the SASS rules (opcodes anywhere in a kernel, or in its innermost loops)
     global_loads.py  the optional counter rule: bytes of global loads, counted by Nsight Compute
     report.py        the report the checks fill, and how it prints
+    grade.py         a folder of submissions graded (each in its own process, under a time limit): CSV, summary
 
 A torch extension written the course's way (torch/extension.h; PYBIND11_MODULE or TORCH_LIBRARY
 exporting forward and backward: workbench/run/byo.py) is taken too, for the exercise whose op it fits:
