@@ -73,6 +73,14 @@ def test_host_macros_count_as_execution_spaces():
     assert f.space == "both"
 
 
+def test_the_device_view_drops_host_declarations_and_keeps_types():
+    text = ("typedef int (*Fwd)(const float*, int);\nint host_proto(int);\nusing G = int (*)(int);\n"
+            "__device__ float d(float);\nstatic int launch(int n) { return n; }\nconst Fwd table[] = {launch};\n")
+    device = nvrtc_split.device_view(text, {}).splitlines()
+    assert device[0].startswith("typedef") and device[2].startswith("using") and device[3].startswith("__device__")
+    assert not device[1].strip() and not device[4].strip() and not device[5].strip()
+
+
 def test_kernel_names_become_name_expressions():
     assert nvrtc_tier.name_expression(
         "void (anonymous namespace)::k<(anonymous namespace)::Plan<1, 2>, float, true>(matmul::Gemm<float>, long)"

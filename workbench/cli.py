@@ -69,8 +69,8 @@ def cmd_build(args) -> int:
 
 
 def _build_only(op: str, name: str, compiler: str, arch: str | None) -> list[str]:
-    """Build one variant with the tier asked for, loading nothing (no GPU needed); print its build
-    time. Returns [name] where it failed."""
+    """Build one variant with the tier asked for, loading nothing (no GPU needed); print its build time.
+    Returns [name] where it failed."""
     import time
 
     from .build import BuildOptions, get_or_build, tree
@@ -78,6 +78,9 @@ def _build_only(op: str, name: str, compiler: str, arch: str | None) -> list[str
 
     try:
         r, start = registry.resolve(op), time.perf_counter()
+        if r.variant_source(name).suffix == ".py":
+            print(f"{op}/{name:22s} a Python variant: nothing to compile")
+            return []
         b = get_or_build(tree.variant_piece(r, name, r.variant_source(name), BuildOptions(compiler=compiler, arch=arch)))
     except Exception as e:  # noqa: BLE001 - reported, and the exit status says so
         print(f"{op}/{name}: FAILED: {type(e).__name__}: {e}", file=sys.stderr)

@@ -9,7 +9,8 @@ where it was (so a compiler's file:line still points at the real text):
   key*; nvcc builds the host library from these views once per host key (fast: the kernels are
   empty), and the NVRTC module supplies the bodies.
 - the device view: host function definitions, and namespace-scope statements that name them,
-  blanked (NVRTC refuses host functions, even declarations). NVRTC compiles it; the launchers'
+  blanked (NVRTC refuses host functions, even declarations); an unannotated constexpr function kept
+  as __host__ __device__ (nvcc's relaxed constexpr lets device code call it). NVRTC compiles it; the launchers'
   template kernels are instantiated by name (nvrtc.py, from the host build's ptxas report).
 
 The scanner knows C++ well enough for the kernel tree: comments, strings and preprocessor lines are
@@ -29,6 +30,7 @@ _SPACE_MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+([^\n]*__(?:hos
 _FUNCTION_HEAD = re.compile(r"\)\s*(?:const\b|noexcept\b(?:\s*\([^)]*\))?|override\b|final\b|mutable\b|\s)*"
                             r"(?:->\s*[\w:<>,\s*&]+)?$")
 _IDENT = re.compile(r"[A-Za-z_]\w*")
+_TEMPLATE_CLAUSE = re.compile(r"^\s*template\s*<.*?>\s*(?=(?:namespace|struct|class|union|enum)\b)", re.S)
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class Function:
     head_start: int
     body_open: int
     body_close: int     # index of the closing brace
-    space: str          # "device" (also __global__), "both" or "host"
+    space: str          # "device" (also __global__), "both", "host" or "constexpr" (unannotated)
     name: str
 
 
@@ -126,9 +128,9 @@ def _walk(code: str, macros: dict[str, str]):
         elif c == "{":
             head = code[depth_start[-1]:i]
             close = _matching(code, i)
-            stripped = head.rstrip()
+            stripped = _TEMPLATE_CLAUSE.sub("", head, count=1).rstrip()  # its defaults are no initializer
             if (_FUNCTION_HEAD.search(stripped) and "(" in stripped
-                    and not re.match(r"\s*(?:namespace|struct|class|union|enum)\b", head)):
+                    and not re.match(r"\s*(?:namespace|struct|class|union|enum)\b", stripped)):
                 yield Function(depth_start[-1], i, close, _space(head, macros), _name(head))
                 i = close
                 depth_start[-1] = close + 1
@@ -158,7 +160,11 @@ def _space(head: str, macros: dict[str, str]) -> str:
         words.update(_IDENT.findall(macros.get(word, "")))
     if "__global__" in words or ("__device__" in words and "__host__" not in words):
         return "device"
-    return "both" if "__device__" in words else "host"
+    if "__device__" in words:
+        return "both"
+    # An unannotated constexpr function: nvcc lets device code call it (relaxed constexpr), so the
+    # device view keeps it, annotated for NVRTC.
+    return "constexpr" if "constexpr" in words else "host"
 
 
 def _name(head: str) -> str:
@@ -185,28 +191,60 @@ def host_view(text: str, macros: dict[str, str]) -> str:
     return _keep_directives(text, out)
 
 
-def device_view(text: str, macros: dict[str, str]) -> str:
-    """Host function definitions blanked whole, and the statements outside functions that name one
-    of them (a launcher table) or declare a host function."""
+def host_names(texts, macros: dict[str, str]) -> set[str]:
+    """The names of the functions the device view leaves out, over all the texts: host functions, and
+    constexpr functions that name one (a launcher table's maker), to a fixed point."""
+    fns = [(f, code) for text in texts for code in [code_only(text)] for f in functions(text, macros)]
+    names = {f.name for f, _ in fns if f.space == "host" and f.name}
+    grown = True
+    while grown:
+        before = len(names)
+        names |= {f.name for f, code in fns if f.space == "constexpr" and f.name
+                  and set(_IDENT.findall(code[f.body_open:f.body_close])) & names}
+        grown = len(names) > before
+    return names
+
+
+def device_view(text: str, macros: dict[str, str], hosts: set[str] | None = None) -> str:
+    """Host function definitions blanked whole, and the statements outside functions that name a
+    host function (a launcher table; hosts: the names defined in the other files of the closure too)
+    or declare one."""
     code = code_only(text)
     out = list(text)
     items = list(_walk(code, macros))
-    host_names = {f.name for f in items if isinstance(f, Function) and f.space == "host" and f.name}
+    host_names = {f.name for f in items if isinstance(f, Function) and f.space == "host" and f.name} | (hosts or set())
     for item in items:
         if isinstance(item, Function):
-            if item.space == "host":
+            if item.space == "host" or item.space == "constexpr" and item.name in host_names:
                 _blank(out, item.head_start, item.body_close + 1)
+            elif item.space == "constexpr":
+                at = item.head_start + re.search(r"\bconstexpr\b", code[item.head_start:item.body_open]).start()
+                out[at] = "__host__ __device__ c"  # "constexpr" keeps its line, with both spaces before it
             continue
         stmt = code[item[0]:item[1]]
         words = set(_IDENT.findall(stmt))
         declares_host = (re.search(r"\w\s*\([^=]*\)\s*(?:const\s*)?;$", stmt.strip()) is not None
+                         and "=" not in _outside_parentheses(stmt)  # not a variable: kWidth = sizeof(T);
                          and not words & _DEVICE_WORDS and not _space_in(words, macros))
-        if words & host_names or declares_host:
+        # A host function named in an initializer (a launcher table); a member that shares its name stays.
+        names_host = bool(words & host_names) and "=" in stmt and not words & _DEVICE_WORDS
+        if names_host or declares_host:
             _blank(out, item[0], item[1])
     return _keep_directives(text, out)
 
 
-_DEVICE_WORDS = {"__device__", "__global__", "__constant__", "__shared__"}
+# Statements that look like a function's declaration but are kept: device ones, and type names
+# (a pointer-to-function typedef reads like a declaration).
+_DEVICE_WORDS = {"__device__", "__global__", "__constant__", "__shared__", "typedef", "using"}
+
+
+def _outside_parentheses(text: str) -> str:
+    out, depth = [], 0
+    for ch in text:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and ch != ")":
+            out.append(ch)
+    return "".join(out)
 
 
 def _space_in(words: set[str], macros: dict[str, str]) -> bool:
@@ -258,7 +296,8 @@ def split(c: Closure) -> Views:
     texts = {name: path.read_text(errors="replace") for name, path in c.files}
     macros = space_macros(texts.values())
     host = {name: host_view(t, macros) for name, t in texts.items()}
-    device = {name: device_view(t, macros) for name, t in texts.items()}
+    hosts = host_names(texts.values(), macros)
+    device = {name: device_view(t, macros, hosts) for name, t in texts.items()}
     h = hashlib.sha256()
     for name, text in host.items():
         h.update(name.encode() + b"\0" + " ".join(text.split()).encode() + b"\0")  # layout-blind

@@ -36,7 +36,7 @@ from .piece import CPP_EXTENSION, NVRTC, BuildOptions, Piece
 from ..errors import BuildError
 
 ROUTED_FLAG = "-DWB_NVRTC_ROUTED"
-TIER_FORMAT = 5  # bump when the split, the routing or the files a build holds change (it is in the key)
+TIER_FORMAT = 9  # bump when the split, the routing or the files a build holds change (it is in the key)
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 
 
@@ -160,7 +160,7 @@ def device_spans(views_text: str, macros) -> list[tuple[int, int]]:
     """(first line, last line) of each device (or host-and-device) function of a file."""
     spans = []
     for f in nvrtc_split.functions(views_text, macros):
-        if f.space != "host":
+        if f.space in ("device", "both"):
             spans.append((views_text.count("\n", 0, f.head_start) + 1, views_text.count("\n", 0, f.body_close) + 1))
     return spans
 
@@ -215,7 +215,9 @@ def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | N
         log_path.write_text(f"NVRTC {nvrtc.version()} {' '.join(options)}\n{log}")
         headers = {name: str(path) for name, path in closure.files}
         file, line, message = first_error(log, {**headers, **(rename or {})})
-        if file is not None and _in_device_code(closure, views, file, line, rename):
+        # In the variant's own device code: the user's error, at once. In a header's device code (code nvcc
+        # built before) it may be NVRTC's limit: nvcc decides, and raises its own BuildError if it agrees.
+        if file is not None and _in_own_device_code(closure, file, line, rename):
             raise BuildError(p.label, file, line, message, log_path, last_good) from None
         first = (message.splitlines() or ["?"])[0]
         return _fallback(p, staging, key, f"NVRTC cannot compile {file or 'it'}:{line or '?'} ({first})",
@@ -234,16 +236,15 @@ def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | N
                     unique_name=True)
 
 
-def _in_device_code(closure, views, file: str, line: int | None, rename) -> bool:
-    """Whether an NVRTC error's file:line lies in a device function of the closure (the user's error)."""
+def _in_own_device_code(closure, file: str, line: int | None, rename) -> bool:
+    """Whether an NVRTC error's file:line lies in a device function of the variant's own source."""
     labels = {v: k for k, v in (rename or {}).items()}
     path = pathlib.Path(labels.get(file, file))
-    for name, real in closure.files:
-        if real == path.resolve() if path.is_absolute() else name == file:
-            text = real.read_text(errors="replace")
-            macros = nvrtc_split.space_macros(p.read_text(errors="replace") for _, p in closure.files)
-            return line is not None and any(a <= line <= b for a, b in device_spans(text, macros))
-    return False
+    name, real = closure.files[0]
+    if not ((real == path.resolve()) if path.is_absolute() else name == file) or line is None:
+        return False
+    macros = nvrtc_split.space_macros(p.read_text(errors="replace") for _, p in closure.files)
+    return any(a <= line <= b for a, b in device_spans(real.read_text(errors="replace"), macros))
 
 
 def nvcc_piece(p: Piece) -> Piece:
