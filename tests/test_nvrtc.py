@@ -107,6 +107,14 @@ def test_the_key_carries_nvrtc_version_options_and_arch(tmp_path):
     assert newer.key(tc) != piece.key(tc)
 
 
+def test_the_key_carries_the_headers_nvrtc_is_given(tmp_path, monkeypatch):
+    path = _copy(tmp_path)
+    r = registry.resolve("vector_add")
+    before = variant_piece(r, "scalar_edit", path, OPTIONS).key({"fixed": "toolchain"})
+    monkeypatch.setitem(nvrtc.SYSTEM_HEADERS, "stdint.h", nvrtc.SYSTEM_HEADERS["stdint.h"] + "// changed\n")
+    assert variant_piece(r, "scalar_edit", path, OPTIONS).key({"fixed": "toolchain"}) != before
+
+
 def test_build_options_name_a_bad_compiler_or_arch():
     with pytest.raises(ValueError, match="compiler must be one of"):
         BuildOptions(compiler="clang")

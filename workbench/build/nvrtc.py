@@ -70,14 +70,28 @@ template <class T> struct atomic {
 };
 }
 """
+_CUDA_H = """#pragma once
+// The driver API's types that device code takes (a TMA descriptor); its functions are host code.
+typedef unsigned int cuuint32_t; typedef unsigned long cuuint64_t;
+typedef struct CUtensorMap_st { alignas(64) cuuint64_t opaque[16]; } CUtensorMap;
+typedef int CUresult; typedef int CUtensorMapDataType; typedef int CUtensorMapInterleave;
+typedef int CUtensorMapSwizzle; typedef int CUtensorMapL2promotion; typedef int CUtensorMapFloatOOBfill;
+"""
 _EMPTY = "#pragma once\n"
 # <name> -> text. <math.h>, <string.h>: NVRTC declares the device math functions and memcpy itself.
 SYSTEM_HEADERS = {"stdint.h": _STDINT, "cstdint": _STDINT, "stddef.h": _STDDEF, "cstddef": _STDDEF,
                   "type_traits": _TYPE_TRAITS, "atomic": _ATOMIC, "math.h": _EMPTY, "cmath": _EMPTY,
                   "string.h": _EMPTY, "cstring": _EMPTY, "initializer_list": _EMPTY, "algorithm": _EMPTY,
-                  "cuda_runtime.h": _EMPTY}
+                  "cuda_runtime.h": _EMPTY, "cuda.h": _CUDA_H}
 
 _NVRTC_SUCCESS = 0
+
+
+def headers_digest() -> str:
+    """A hash of SYSTEM_HEADERS: they are part of every program, so of its key."""
+    import hashlib
+
+    return hashlib.sha256(repr(sorted(SYSTEM_HEADERS.items())).encode()).hexdigest()[:16]
 
 
 class NvrtcError(Exception):

@@ -56,6 +56,11 @@ def exact_arch(options: BuildOptions) -> str:
     return f"sm_{major}{minor}{'a' if major >= 9 else ''}"
 
 
+def nvrtc_arch(p: Piece) -> str:
+    """The arch an NVRTC tier piece compiles for (its -arch option)."""
+    return next(o.split("=", 1)[1] for o in p.command if o.startswith("-arch="))
+
+
 def _arch_list_entry(arch: str) -> str:
     num = arch[3:]
     return f"{num[:-2] if num[-1].isalpha() else num[:-1]}.{num[-2:] if num[-1].isalpha() else num[-1]}"
@@ -79,7 +84,8 @@ def piece(*, label: str, source: pathlib.Path, include_dirs, cflags, cuda_cflags
     arch = exact_arch(options)
     return Piece(label=label, kind="variant", sources=[source], include_dirs=include_dirs, with_cuda=True,
                  cflags=cflags, cuda_cflags=cuda_cflags, compiler=NVRTC, arch_list=_arch_list_entry(arch),
-                 command=[f"nvrtc-{nvrtc.version()}", *nvrtc_options(arch, cuda_cflags), f"tier-{TIER_FORMAT}"])
+                 command=[f"nvrtc-{nvrtc.version()}", f"tier-{TIER_FORMAT}-{nvrtc.headers_digest()}",
+                          *nvrtc_options(arch, cuda_cflags)])
 
 
 def host_piece(p: Piece, views: nvrtc_split.Views, main_name: str) -> Piece:
@@ -94,7 +100,7 @@ def host_piece(p: Piece, views: nvrtc_split.Views, main_name: str) -> Piece:
             os.rename(tmp, folder)
         except OSError:  # another process wrote the same views first
             shutil.rmtree(tmp, ignore_errors=True)
-    arch = p.command[1].split("=", 1)[1]
+    arch = nvrtc_arch(p)
     num = arch[3:]
     return Piece(label=f"{p.label}@host", kind="variant-host", sources=[folder / main_name], include_dirs=[folder],
                  with_cuda=True, cflags=p.cflags, compiler=CPP_EXTENSION, arch_list=p.arch_list,
@@ -205,7 +211,7 @@ def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | N
     expressions = {name: name_expression(demangle(name)) for name in kernels}
     device_texts = dict(views.device)
     device_texts[str(source)] = device_texts.pop(main_name)
-    options = list(p.command[1:-1])
+    options = list(p.command[2:])
     log_path = staging / "build.log"
     try:
         cubin, lowered, log = nvrtc.compile_program(str(source), device_texts, options,

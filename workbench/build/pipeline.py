@@ -105,7 +105,7 @@ _COMPILERS = {**COMPILERS, NVRTC: functools.partial(nvrtc_tier.compile_nvrtc, bu
 
 def _tool(piece: Piece) -> str:
     if piece.compiler == NVRTC:
-        return f"{piece.command[0]} {piece.command[1][len('-arch='):]}"
+        return f"{piece.command[0]} {nvrtc_tier.nvrtc_arch(piece)}"
     if piece.command:
         return pathlib.Path(piece.command[-1]).name
     if piece.with_cuda and any(s.suffix == ".cu" for s in piece.sources):
