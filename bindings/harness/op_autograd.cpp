@@ -20,7 +20,9 @@
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
 
+#include <memory>
 #include <mutex>
+#include <type_traits>
 
 #include "harness.h"
 
@@ -28,6 +30,20 @@ namespace workbench {
 namespace {
 
 using torch::autograd::variable_list;
+
+// How torch holds a Node: std::shared_ptr up to torch 2.11 (the GPU machine's), c10::intrusive_ptr
+// later (2.14 here); the harness builds against both, so the handle's kind is read off Edge.
+using NodeHandle = decltype(torch::autograd::Edge{}.function);
+constexpr bool kSharedNodes = std::is_same_v<NodeHandle, std::shared_ptr<torch::autograd::Node>>;
+
+template <class T, class... Args>
+auto make_node(Args&&... args) {
+  if constexpr (kSharedNodes) {
+    return std::make_shared<T>(std::forward<Args>(args)...);
+  } else {
+    return c10::make_intrusive<T>(std::forward<Args>(args)...);
+  }
+}
 
 // What every node of one step shares: the op its apply calls and how (set at registration).
 struct StepInfo {
@@ -112,7 +128,7 @@ struct AutogradKernel : c10::OperatorKernel {
     std::vector<at::Tensor> tensors;
     tensors.reserve(n_tensors);
     for (size_t i = 0; i < n_tensors; ++i) tensors.push_back(args[i].toTensor());
-    auto node = c10::make_intrusive<StepNode>(info);
+    auto node = make_node<StepNode>(info);
     node->set_next_edges(torch::autograd::collect_next_edges(at::ArrayRef<at::Tensor>(tensors)));
     node->saved_.reserve(n_tensors);
     for (const auto& t : tensors) node->saved_.emplace_back(t, false);
