@@ -95,7 +95,7 @@ def gpu_times(rows: list, lines: list, only: list[str] | None = None) -> None:
     from workbench.model import registry
     from workbench.run import loader
 
-    lines += ["", f"{'variant':28s} {'nvcc ms':>10s} {'nvrtc ms':>10s} {'ratio':>7s}  size dtype"]
+    lines += ["", f"{'variant':28s} {'nvcc ms':>10s} {'nvrtc ms':>10s} {'ratio':>7s}  size dtype  (nvrtc tier's device compiler)"]
     for op in registry.ops():
         r = registry.resolve(op)
         spec = r.spec
@@ -104,22 +104,27 @@ def gpu_times(rows: list, lines: list, only: list[str] | None = None) -> None:
         for name, source in sorted(r.variant_files.items()):
             if source.suffix != ".cu" or only and f"{op}/{name}" not in only:
                 continue
-            times, dtype = {}, None
+            times, dtype, device_compiler = {}, None, None
             try:
                 for tier in TIERS:
                     k = loader.load_source(op, source, f"{name}_{tier}", options=BuildOptions(compiler=tier))
                     dtype = k.dtypes[0]
                     gen = torch.Generator(device="cuda").manual_seed(0)
                     inputs = spec.new_inputs(size, dtype, "cuda", gen)
-                    times[tier] = time_cuda(lambda: k(*inputs)).median_ms
+                    attrs = spec.sample_attrs()[0]  # an op with attributes (scale_bias_relu's scale) needs them
+                    times[tier] = time_cuda(lambda: k(*inputs, **attrs)).median_ms
+                    if tier == "nvrtc":  # the build's record says whether NVRTC compiled it or it fell back to nvcc
+                        record = json.loads((k.library.parent / "meta.json").read_text())
+                        device_compiler = record.get("device_compiler", "nvrtc")
             except Exception as e:  # noqa: BLE001 - a variant this GPU cannot run is listed as such
                 lines.append(f"{op + '/' + name:28s} skipped: {type(e).__name__}: {str(e).splitlines()[0][:80]}")
                 continue
             ratio = times["nvrtc"] / times["nvcc"]
             rows.append({"kind": "gpu_time", "variant": f"{op}/{name}", "size": list(size), "dtype": dtype,
-                         "nvcc_ms": times["nvcc"], "nvrtc_ms": times["nvrtc"], "ratio": ratio})
+                         "nvcc_ms": times["nvcc"], "nvrtc_ms": times["nvrtc"], "ratio": ratio,
+                         "nvrtc_tier_device_compiler": device_compiler})
             lines.append(f"{op + '/' + name:28s} {times['nvcc']:10.4f} {times['nvrtc']:10.4f} {ratio:7.3f}  "
-                         f"{'x'.join(map(str, size))} {dtype}")
+                         f"{'x'.join(map(str, size))} {dtype}  ({device_compiler})")
 
 
 def main() -> int:
