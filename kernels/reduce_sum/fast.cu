@@ -31,8 +31,10 @@
 // us against torch.sum's 10.0 (16771b9, 5d706d0); the partials kernel (one block reading 256
 // floats) cost a launch gap and a ramp. Predicted: 2^20 float32 about 6 us (>= 1.5x torch.sum,
 // the issue asks 0.9x); 2^28 (two launches still: 16384 chunks) and 16384 x 16384 (one chunk a
-// row) the same kernels as before, unchanged within 2%. Measured: pending the GPU run
-// (scripts/gpu_run.sh, STEPS=small_sizes; this line is filled from its results/gpu/<commit> folder).
+// row) the same kernels as before, unchanged within 2%. Measured (results/gpu/af4ed61-h100,
+// small_sizes.log): 2^20 float32 7.26 us against torch.sum's 9.90 (1.36x, short of the ~6 us
+// predicted: the one launch still reads with 256 blocks, a ramp of its own); 16384 x 16384 1.021x
+// and 2^28 1.005x torch.sum, within 0.2% of the committed ratios.
 #include <atomic>
 
 #include "block_sum.cuh"
