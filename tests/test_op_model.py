@@ -212,6 +212,19 @@ def test_the_loaded_state_has_one_owner():
     assert isinstance(loaded.STATE, loaded.LoadedState)
 
 
+def test_a_library_without_the_expected_table_is_refused_naming_what_it_must_export(wb, cpu_kernel):
+    """The harness looks a library's table up one way for variants and bindings alike."""
+    k = wb.load("vector_add", "cpu")
+    with pytest.raises(wb.WorkbenchError, match=r"exports no workbench_op_binding\(\); an op's binding must end "
+                                                r"with WB_EXPORT_BINDING"):
+        loader._call_harness("workbench_register_binding", "vector_add", str(k.library), "contract")
+    binding = pathlib.Path(loader.get_or_build(loader.binding_piece(registry.resolve("vector_add"))).library)
+    with pytest.raises(wb.WorkbenchError, match=r"exports no workbench_variant_info\(\); a variant source must end "
+                                                r"with WB_EXPORT_VARIANT"):
+        loader._call_harness("workbench_register_variant", "vector_add", "not_a_variant", "0000000000", str(binding),
+                             "contract")
+
+
 def test_variant_built_against_another_header_is_refused(wb, cpu_kernel):
     """The contract check: a variant registered with another op header's hash than the binding's."""
     k = wb.load("bias_gelu", "cpu")

@@ -81,20 +81,28 @@ void* open_library(const std::string& path) {
   return handle;
 }
 
+// A library's exported table: its entry point `symbol` looked up and the table's ABI version
+// checked (`kind`: "variant" or "binding"; `how_to_export`: what the source must end with).
+template <class Table>
+const Table* exported_table(const std::string& path, const char* symbol, const char* kind, int abi,
+                            const char* how_to_export) {
+  void* handle = open_library(path);
+  auto fn = reinterpret_cast<const Table* (*)()>(dlsym(handle, symbol));
+  TORCH_CHECK(fn, "workbench: ", path, " exports no ", symbol, "(); ", how_to_export);
+  const Table* table = fn();
+  TORCH_CHECK(table && table->abi_version == abi, "workbench: ", path, " was built against ", kind, " ABI ",
+              table ? table->abi_version : -1, ", this harness speaks ", abi, "; rebuild it");
+  return table;
+}
+
 // dlopen a variant library, validate its descriptor, and register it. Returns its description
 // (JSON) for the Python side.
 std::string register_variant(const std::string& op, const std::string& name, const std::string& build_id,
                              const std::string& path, const std::string& contract) {
   TORCH_CHECK_VALUE(!name.empty() && name.find('@') == std::string::npos && name.find('/') == std::string::npos,
                     "workbench: variant name must be non-empty and contain neither '@' nor '/'; got '", name, "'");
-  void* handle = open_library(path);
-  using InfoFn = const WbVariantInfo* (*)();
-  auto info_fn = reinterpret_cast<InfoFn>(dlsym(handle, "workbench_variant_info"));
-  TORCH_CHECK(info_fn, "workbench: ", path,
-              " exports no workbench_variant_info(); a variant source must end with WB_EXPORT_VARIANT(...)");
-  const WbVariantInfo* info = info_fn();
-  TORCH_CHECK(info && info->abi_version == WB_ABI_VERSION, "workbench: ", path, " was built against variant ABI ",
-              info ? info->abi_version : -1, ", this harness speaks ", WB_ABI_VERSION, "; rebuild it");
+  const WbVariantInfo* info = exported_table<WbVariantInfo>(
+      path, "workbench_variant_info", "variant", WB_ABI_VERSION, "a variant source must end with WB_EXPORT_VARIANT(...)");
   TORCH_CHECK_VALUE(info->op && op == info->op, "workbench: the source for ", op, "/", name,
                     " exports a variant of op '", info->op ? info->op : "?", "', not '", op, "'");
   TORCH_CHECK_VALUE(info->launchers && info->status_string, "workbench: ", path, " has no launcher table");
@@ -107,15 +115,9 @@ std::string register_variant(const std::string& op, const std::string& name, con
 }
 
 std::string register_binding(const std::string& op, const std::string& path, const std::string& contract) {
-  void* handle = open_library(path);
-  using BindingFn = const WbOpBinding* (*)();
-  auto fn = reinterpret_cast<BindingFn>(dlsym(handle, "workbench_op_binding"));
-  TORCH_CHECK(fn, "workbench: ", path,
-              " exports no workbench_op_binding(); an op's binding must end with WB_EXPORT_BINDING(...)");
-  const WbOpBinding* table = fn();
-  TORCH_CHECK(table && table->abi_version == WB_BINDING_ABI_VERSION, "workbench: ", path,
-              " was built against binding ABI ", table ? table->abi_version : -1, ", this harness speaks ",
-              WB_BINDING_ABI_VERSION, "; rebuild it");
+  const WbOpBinding* table = exported_table<WbOpBinding>(
+      path, "workbench_op_binding", "binding", WB_BINDING_ABI_VERSION,
+      "an op's binding must end with WB_EXPORT_BINDING(...)");
   TORCH_CHECK_VALUE(table->op && op == table->op, "workbench: the binding ", path, " is for op '",
                     table->op ? table->op : "?", "', not '", op, "'");
   TORCH_CHECK_VALUE(table->run, "workbench: ", path, " has no run function");
