@@ -20,6 +20,7 @@ to execution spaces (wb_math.h's WB_HD) are read from #define lines.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import pathlib
 import re
@@ -43,6 +44,7 @@ class Function:
     name: str
 
 
+@functools.lru_cache(maxsize=256)  # an edit re-reads every header of the closure: each text is scanned once
 def code_only(text: str) -> str:
     """The text with comments, string and character literals and preprocessor lines blanked
     (newlines kept, so every offset and line number is the original's)."""
@@ -108,7 +110,13 @@ def space_macros(texts) -> dict[str, str]:
 
 def functions(text: str, macros: dict[str, str] | None = None) -> list[Function]:
     """Every function definition outside function bodies, in order."""
-    return [item for item in _walk(code_only(text), macros or {}) if isinstance(item, Function)]
+    return [item for item in _items(text, frozenset((macros or {}).items())) if isinstance(item, Function)]
+
+
+@functools.lru_cache(maxsize=256)
+def _items(text: str, macros: frozenset) -> tuple:
+    """_walk's items of a text, kept per (text, macros): unchanged headers are walked once."""
+    return tuple(_walk(code_only(text), dict(macros)))
 
 
 def _walk(code: str, macros: dict[str, str]):
@@ -211,7 +219,7 @@ def device_view(text: str, macros: dict[str, str], hosts: set[str] | None = None
     or declare one."""
     code = code_only(text)
     out = list(text)
-    items = list(_walk(code, macros))
+    items = _items(text, frozenset(macros.items()))
     host_names = {f.name for f in items if isinstance(f, Function) and f.space == "host" and f.name} | (hosts or set())
     for item in items:
         if isinstance(item, Function):
