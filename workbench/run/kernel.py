@@ -138,7 +138,7 @@ class PythonKernel(Kernel):
             if spec is not self._defaults_spec:
                 self._set_defaults(spec)
             if self._defaults is not None:
-                run = self.build.run_forward if self.build.runs_direct(args) else self.build.forward
+                run = self.build.run_direct if self.build.runs_direct(args) else self.build.forward
                 return run(*args, *self._defaults)
         tensors, values = spec.call_args(args, attrs)
         return self.build.forward(*tensors, *values)
