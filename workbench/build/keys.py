@@ -33,31 +33,37 @@ def _scan(path: pathlib.Path) -> tuple[bytes, list[str]]:
     return entry[1], entry[2]
 
 
-def source_closure(source: pathlib.Path, include_dirs: list[pathlib.Path]) -> list[tuple[str, bytes]]:
-    """(name, sha256 of the content) for the source and every quoted header it reaches, in a stable
-    order. The source itself is named '<source>' so the same text at another path gives the same
-    key; a header not found is named with the digest of b"<not found>"."""
+def include_closure(source: pathlib.Path, include_dirs) -> list[tuple[str, pathlib.Path | None]]:
+    """(include name, resolved path) for the source (named '<source>') and every quoted header it
+    reaches, as the compiler resolves them (the including file's folder first, then include_dirs),
+    in a stable order; the path is None for a header not found."""
     seen: set[pathlib.Path] = set()
-    out: list[tuple[str, bytes]] = []
+    out: list[tuple[str, pathlib.Path | None]] = []
 
     def visit(path: pathlib.Path, name: str) -> None:
         path = path.resolve()
         if path in seen:
             return
         seen.add(path)
-        digest, includes = _scan(path)
-        out.append((name, digest))
-        for inc in includes:
+        out.append((name, path))
+        for inc in _scan(path)[1]:
             for d in [path.parent, *include_dirs]:
                 cand = d / inc
                 if cand.is_file():
                     visit(cand, inc)
                     break
             else:
-                out.append((inc, _NOT_FOUND))
+                out.append((inc, None))
 
-    visit(source, "<source>")
+    visit(pathlib.Path(source), "<source>")
     return out
+
+
+def source_closure(source: pathlib.Path, include_dirs: list[pathlib.Path]) -> list[tuple[str, bytes]]:
+    """(name, sha256 of the content) over include_closure: the source named '<source>' so the same
+    text at another path gives the same key; a header not found with the digest of b"<not found>"."""
+    return [(name, _scan(path)[0] if path is not None else _NOT_FOUND)
+            for name, path in include_closure(source, include_dirs)]
 
 
 _NOT_FOUND = hashlib.sha256(b"<not found>").digest()

@@ -26,7 +26,8 @@ import pathlib
 import re
 from dataclasses import dataclass
 
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+from .keys import include_closure
+
 _SPACE_MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+([^\n]*__(?:host|device|global)__[^\n]*)$", re.M)
 _FUNCTION_HEAD = re.compile(r"\)\s*(?:const\b|noexcept\b(?:\s*\([^)]*\))?|override\b|final\b|mutable\b|\s)*"
                             r"(?:->\s*[\w:<>,\s*&]+)?$")
@@ -271,25 +272,11 @@ class Closure:
 
 
 def closure(source: pathlib.Path, include_dirs) -> Closure:
-    """The quoted-include closure as the compiler resolves it (the including file's folder first,
-    then include_dirs); a header not found is left out (the compile reports it)."""
-    seen: set[pathlib.Path] = set()
-    files: list[tuple[str, pathlib.Path]] = []
-
-    def visit(path: pathlib.Path, name: str) -> None:
-        path = path.resolve()
-        if path in seen:
-            return
-        seen.add(path)
-        files.append((name, path))
-        for inc in _INCLUDE.findall(path.read_text(errors="replace")):
-            for d in [path.parent, *include_dirs]:
-                if (d / inc).is_file():
-                    visit(d / inc, inc)
-                    break
-
-    visit(pathlib.Path(source), pathlib.Path(source).name)
-    return Closure(tuple(files))
+    """The quoted-include closure as the compiler resolves it (keys.include_closure), the source
+    under its own file name; a header not found is left out (the compile reports it)."""
+    source = pathlib.Path(source)
+    return Closure(tuple((source.name if name == "<source>" else name, path)
+                         for name, path in include_closure(source, include_dirs) if path is not None))
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,6 @@ per CPU, and handing jobs to idle workers until every job is done, with each job
 in flight retried once on another. Ray is imported here, on these paths alone."""
 from __future__ import annotations
 
-import os
 import re
 import sys
 from collections import deque
@@ -11,6 +10,7 @@ from dataclasses import dataclass, field
 
 from .. import config
 from ..errors import WorkbenchError
+from ..run.isolate import child_env
 from .worker import Worker
 
 INSTALL = 'pip install "ray[default]"   (or, with the workbench: pip install "kernel-workbench[ray]")'
@@ -62,8 +62,7 @@ def worker_env() -> dict:
     checkout's workbench importable (an installed one is importable anyway)."""
     env = {"WORKBENCH_QUIET": "1"}
     if not config.INSTALLED:
-        parent = str(config.PACKAGE_DIR.parent)
-        env["PYTHONPATH"] = os.pathsep.join([parent] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+        env["PYTHONPATH"] = child_env()["PYTHONPATH"]  # as an isolated child's
     return env
 
 

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from .. import config
+from ..run.isolate import child_env
 from .registration import get
 from .sizes import new_seed
 
@@ -70,8 +70,7 @@ def grade_one(exercise, path, *, seed: int, speed: bool = True, timeout_s: float
     row = dict(submission=path.name, status="ERROR", verdict="", first_failure="", detail="", checks="",
                seconds=0.0, seed=seed, worker="")
     cmd = [sys.executable, "-m", "workbench.exercise.grade", str(exercise), str(path), "--seed", str(seed)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(config.PACKAGE_DIR.parent)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    env = child_env()  # the repository importable, as every isolated child's
     started = time.perf_counter()
     # A session of its own: on a timeout the whole group goes (the checker's own children included).
     proc = subprocess.Popen(cmd + ([] if speed else ["--no-speed"]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
