@@ -6,6 +6,7 @@ NVRTC's version and options; the cache's lock and publish hold for this tier too
 NVRTC compiles without a GPU, so everything but running the result is tested on the CPU."""
 from __future__ import annotations
 
+import ctypes
 import pathlib
 import re
 import threading
@@ -13,12 +14,13 @@ import threading
 import pytest
 
 from conftest import HAS_GPU, REPO_ROOT
-from workbench.build import BuildOptions, get_or_build, nvrtc, nvrtc_split, nvrtc_tier, toolchain
+from workbench.build import BuildOptions, get_or_build, nvrtc, nvrtc_kernels, nvrtc_split, nvrtc_tier, toolchain
 from workbench.build import store
 from workbench.build.piece import NVRTC
 from workbench.build.tree import variant_piece
 from workbench.errors import BuildError
 from workbench.model import registry
+from workbench.run import nvrtc_routes
 
 SCALAR = REPO_ROOT / "kernels" / "vector_add" / "scalar.cu"
 KERNEL_SUM = "c[i] = wb_from_acc<T>(wb_to_acc(a[i]) + wb_to_acc(b[i]));"
@@ -124,21 +126,116 @@ def test_build_options_name_a_bad_compiler_or_arch():
 
 # ------------------------------------------------------------------ builds (nvcc + NVRTC, no GPU needed)
 
+def _unit(built):
+    return nvrtc_kernels.unit(nvrtc_routes.unit_of(built.library))
+
+
 @can_compile
 def test_a_device_edit_is_rebuilt_by_nvrtc_with_the_host_library_reused(tmp_path):
     path = _copy(tmp_path)
     first = _build(path)
     assert first.record["device_compiler"] == "nvrtc" and first.record["kernels"] >= 8
-    cubin = pathlib.Path(str(first.library)[:-3] + ".cubin")
-    routes = pathlib.Path(str(first.library)[:-3] + ".routes").read_text().splitlines()
-    assert cubin.stat().st_size > 0 and len(routes) == first.record["kernels"]
+    unit = _unit(first)
+    assert unit.key == first.record["nvrtc_unit"] and len(unit.kernels) == first.record["kernels"]
+    nvrtc_kernels.drain()
+    cubins = {name: nvrtc_kernels.compiled(unit, name)[0].read_bytes() for name in unit.kernels}
+    assert all(cubins.values())
     path.write_text(path.read_text().replace(KERNEL_SUM, KERNEL_SUM.replace("+ wb_to_acc", "- wb_to_acc")))
     second = _build(path)
     assert second.built and second.key != first.key
     assert second.record["host_build"] == first.record["host_build"]     # nvcc did not run again
     assert second.record["host_rebuilt"] is None
-    assert pathlib.Path(str(second.library)[:-3] + ".cubin").read_bytes() != cubin.read_bytes()
+    edited = _unit(second)
+    assert edited.key != unit.key and edited.kernels == unit.kernels
+    name = sorted(unit.kernels)[0]
+    assert nvrtc_kernels.provide(edited.key, name)[0].read_bytes() != cubins[name]
     assert not _build(path).built                                        # a warm hit, as any piece
+
+
+@can_compile
+def test_kernels_compile_when_launched_first_and_the_rest_when_drained(tmp_path, monkeypatch):
+    """The build stops after NVRTC's front end; a launch's kernel compiles alone, at once; the
+    timers' drain compiles the others (here no background thread runs, so nothing else does)."""
+    queue = nvrtc_kernels._Queue()
+    monkeypatch.setattr(queue, "workers", lambda: 0)
+    monkeypatch.setattr(nvrtc_kernels, "_queue", queue)
+    path = _copy(tmp_path, SCALAR.read_text() + "\n__device__ int lazily_compiled() { return 1; }\n")
+    built = _build(path)
+    unit = _unit(built)
+    assert "front end" in (built.build_dir / "build.log").read_text()
+    assert all(nvrtc_kernels.compiled(unit, n) is None for n in unit.kernels)       # nothing past the front end
+    first, *rest = sorted(unit.kernels)
+    cubin, lowered = nvrtc_kernels.provide(unit.key, first)
+    assert cubin.stat().st_size > 0 and lowered
+    assert [n for n in unit.kernels if nvrtc_kernels.compiled(unit, n)] == [first]  # that kernel alone
+    assert nvrtc_kernels.pending() == len(rest)
+    nvrtc_kernels.drain()
+    assert nvrtc_kernels.pending() == 0 and all(nvrtc_kernels.compiled(unit, n) for n in rest)
+    log = (cubin.parent / f"{unit.kernel_key(first)}.log").read_text()
+    assert "registers" in log                                            # ptxas's report, per kernel
+
+
+@can_compile
+def test_an_edit_drops_the_previous_units_queued_kernels(tmp_path, monkeypatch):
+    queue = nvrtc_kernels._Queue()
+    monkeypatch.setattr(queue, "workers", lambda: 0)
+    monkeypatch.setattr(nvrtc_kernels, "_queue", queue)
+    path = _copy(tmp_path, SCALAR.read_text() + "\n__device__ int superseded() { return 1; }\n")
+    old = _unit(_build(path))
+    assert {k for k, _ in queue.waiting} == {old.key}
+    path.write_text(path.read_text().replace("return 1;", "return 2;"))
+    new = _unit(_build(path))
+    assert {k for k, _ in queue.waiting} == {new.key}                    # the older edit's work is gone
+    assert len(queue.waiting) == len(new.kernels)
+
+
+@can_compile
+def test_a_kernel_that_fails_past_the_front_end_names_itself(tmp_path, capsys):
+    """ptxas's error (here: more shared memory than a block may have) comes after the front end the
+    build ran: the kernel's launch, and the CLI's build, name the kernel and the reason."""
+    import subprocess
+    import sys
+
+    big = ("{ __shared__ float wb_too_big[1 << 20]; wb_too_big[(i * 7) & 1023] = 1.0f;"
+           " if (wb_too_big[i & 1023] > 2.0f) return; " + KERNEL_SUM + " }")
+    path = _copy(tmp_path, SCALAR.read_text().replace(KERNEL_SUM, big), name="too_big.cu")
+    unit = _unit(_build(path, "too_big"))
+    name = sorted(unit.kernels)[0]
+    with pytest.raises(nvrtc_kernels.KernelCompileError, match="too_big.*NVRTC could not compile .*error"):
+        nvrtc_kernels.provide(unit.key, name)
+    provider = nvrtc_routes._provider(unit.key)
+    out, lowered = ctypes.create_string_buffer(4096), ctypes.create_string_buffer(4096)
+    assert provider(name.encode(), ctypes.addressof(out), 4096, ctypes.addressof(lowered), 4096) == 1
+    assert b"KernelCompileError" in out.value and b"error" in out.value      # what the launch prints
+    cli = subprocess.run([sys.executable, "-m", "workbench", "build", "vector_add", str(path), "--compiler", "nvrtc",
+                          "--arch", "sm_90a"], capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    assert cli.returncode != 0 and "did not compile" in cli.stderr, cli.stderr
+
+
+@can_compile
+def test_the_provider_hands_a_routed_library_its_kernels(tmp_path):
+    path = _copy(tmp_path, SCALAR.read_text() + "\n__device__ int provided() { return 1; }\n")
+    built = _build(path)
+    unit = _unit(built)
+    handle = ctypes.CDLL(str(built.library))
+    assert handle.wb_nvrtc_set_provider                                  # the setter the loader calls
+    provider = nvrtc_routes._provider(unit.key)
+    name = sorted(unit.kernels)[-1]
+    out, lowered = ctypes.create_string_buffer(4096), ctypes.create_string_buffer(4096)
+    assert provider(name.encode(), ctypes.addressof(out), 4096, ctypes.addressof(lowered), 4096) == 0
+    assert (pathlib.Path(out.value.decode()), lowered.value.decode()) == nvrtc_kernels.compiled(unit, name)
+    assert provider(b"_Z9not_a_kernelv", ctypes.addressof(out), 4096, ctypes.addressof(lowered), 4096) == 1
+    assert b"not among the" in out.value
+    assert nvrtc_routes.unit_of(built.library) == unit.key and nvrtc_routes.unit_of(tmp_path / "x.so") is None
+
+
+def test_the_timers_wait_for_background_compiles(monkeypatch):
+    from workbench.measure import timing
+
+    calls = []
+    monkeypatch.setattr(nvrtc_kernels, "drain", lambda: calls.append("drain"))
+    timing.time_cpu(lambda: calls.append("call"), warmup=1, min_samples=3, max_samples=3)
+    assert calls == ["call", "drain", "call", "call", "call"]   # the warm-up may share it; no sample does
 
 
 @can_compile
@@ -163,7 +260,7 @@ def test_what_nvrtc_cannot_compile_falls_back_to_nvcc_in_one_line(tmp_path, monk
     said = [ln for ln in capsys.readouterr().err.splitlines() if "nvcc builds it" in ln]
     assert len(said) == 1 and "NVRTC cannot compile" in said[0] and "vector" in said[0], said
     assert built.record["device_compiler"] == "nvcc" and "vector" in built.record["nvrtc_fallback"]
-    assert not pathlib.Path(str(built.library)[:-3] + ".cubin").exists()
+    assert nvrtc_routes.unit_of(built.library) is None
 
 
 @can_compile
@@ -232,7 +329,7 @@ def test_nvrtc_builds_pass_the_checks_nvcc_builds_pass(qualified):
     op, _, variant = qualified.partition("/")
     source = registry.resolve(op).variant_source(variant)
     k = loader.load_source(op, source, f"{variant}_nvrtc", options=BuildOptions(compiler="nvrtc"))
-    assert k.library.with_suffix(".cubin").exists()
+    assert nvrtc_routes.unit_of(k.library) is not None
     report = wb.check(op, k)
     assert report.ok, report
 
@@ -255,6 +352,25 @@ def test_a_routed_launch_error_reaches_the_launcher(tmp_path):
         k(a, a)
     torch.cuda.synchronize()
 
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+def test_a_first_call_compiles_its_own_kernel_alone(tmp_path, monkeypatch):
+    import torch
+
+    queue = nvrtc_kernels._Queue()
+    monkeypatch.setattr(queue, "workers", lambda: 0)   # no background: what compiles is what the launch asked for
+    monkeypatch.setattr(nvrtc_kernels, "_queue", queue)
+    k = _sum_kernel(KERNEL_SUM + "  // compiled on its first launch", tmp_path, "nvrtc_first_launch")
+    unit = nvrtc_kernels.unit(nvrtc_routes.unit_of(k.library))
+    a = torch.randn(4096, device="cuda")
+    torch.testing.assert_close(k(a, a), a + a)
+    assert len([n for n in unit.kernels if nvrtc_kernels.compiled(unit, n)]) == 1
+    assert nvrtc_kernels.pending() == len(unit.kernels) - 1
+    nvrtc_kernels.drain()
+    x = a.double()
+    torch.testing.assert_close(k(x, x), x + x)           # another kernel, already compiled by the drain
 
 
 # ------------------------------------------------------------------ where the tier is chosen

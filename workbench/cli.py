@@ -73,21 +73,21 @@ def _build_only(op: str, name: str, compiler: str, arch: str | None) -> list[str
     Returns [name] where it failed."""
     import time
 
-    from .build import BuildOptions, get_or_build, tree
-    from .model import registry
+    from .build import BuildOptions, tree
 
     try:
-        r, start = registry.resolve(op), time.perf_counter()
-        if r.variant_source(name).suffix == ".py":
+        start = time.perf_counter()
+        name, b = tree.build_variant(op, name, BuildOptions(compiler=compiler, arch=arch))
+        if b is None:
             print(f"{op}/{name:22s} a Python variant: nothing to compile")
             return []
-        b = get_or_build(tree.variant_piece(r, name, r.variant_source(name), BuildOptions(compiler=compiler, arch=arch)))
     except Exception as e:  # noqa: BLE001 - reported, and the exit status says so
         print(f"{op}/{name}: FAILED: {type(e).__name__}: {e}", file=sys.stderr)
         return [name]
     why = f" (nvcc fallback: {b.record['nvrtc_fallback']})" if b.record.get("nvrtc_fallback") else ""
+    kernels = f", {b.record['kernels']} kernels" if b.record.get("nvrtc_unit") else ""
     print(f"{op}/{name:22s} {'built' if b.built else 'cached':6s} {time.perf_counter() - start:6.2f} s  "
-          f"device code: {b.record.get('device_compiler', 'nvcc')}{why}  {b.library}")
+          f"device code: {b.record.get('device_compiler', 'nvcc')}{kernels}{why}  {b.library}")
     return []
 
 

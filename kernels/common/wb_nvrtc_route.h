@@ -3,15 +3,17 @@
 // library: a variant is one translation unit).
 //
 // That library is nvcc's build of the file's host view: its kernels are empty. The device code is
-// a cubin NVRTC compiled, lying next to the library (<library minus .so>.cubin) with a table of
-// names (<...>.routes: one "nvcc-name nvrtc-name" pair a line, nvcc's name canonical_name'd below;
-// nvcc and NVRTC name an anonymous namespace differently). The CUDA runtime calls that take a kernel are defined here again, with
-// hidden visibility: every call in this library (the <<<>>> stubs nvcc generates included) binds to
-// them, and no other library sees them. Each finds the kernel's name (cudaGetFuncBySymbol +
-// cuFuncGetName), the same-named function in the module (loaded per device on first use,
-// cuModuleLoadData) and calls the driver API; the driver is reached through
-// cudaGetDriverEntryPointByVersion, so nothing links libcuda. A launch error is kept for the next
-// cudaGetLastError/cudaPeekAtLastError, as the runtime keeps its own.
+// NVRTC's, one cubin per kernel, compiled when first launched (or before, in the background:
+// workbench/build/nvrtc_kernels.py). The loader registers a provider with each such library
+// (wb_nvrtc_set_provider, run/nvrtc_routes.py): given a kernel's name (nvcc's, canonical_name'd below:
+// nvcc and NVRTC name an anonymous namespace differently) it returns the kernel's cubin file and
+// NVRTC's name for it, compiling it first if need be. The CUDA runtime calls that take a kernel are
+// defined here again, with hidden visibility: every call in this library (the <<<>>> stubs nvcc
+// generates included) binds to them, and no other library sees them. Each finds the kernel's name
+// (cudaGetFuncBySymbol + cuFuncGetName), asks the provider, loads the cubin (per device, once) and
+// calls the driver API; the driver is reached through cudaGetDriverEntryPointByVersion, so nothing
+// links libcuda. A launch error is kept for the next cudaGetLastError/cudaPeekAtLastError, as the
+// runtime keeps its own.
 #pragma once
 #if defined(WB_NVRTC_ROUTED) && !defined(__CUDACC_RTC__)
 
@@ -22,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -41,6 +44,10 @@ namespace wb_route {
 
 constexpr int kMaxDevices = 64;
 
+// (nvcc's canonical kernel name, cubin path out, its size, NVRTC's name out, its size): 0 when found;
+// else nonzero, with the reason in the cubin path's buffer.
+typedef int (*Provider)(const char*, char*, size_t, char*, size_t);
+
 struct Driver {
   CUresult (*module_load_data)(CUmodule*, const void*);
   CUresult (*module_get_function)(CUfunction*, CUmodule, const char*);
@@ -59,10 +66,9 @@ struct State {
   std::once_flag once;
   cudaError_t init_error = cudaSuccess;
   Driver drv{};
-  std::vector<char> cubin;
-  std::unordered_map<std::string, std::string> names;  // nvcc's name -> NVRTC's
+  std::atomic<Provider> provider{nullptr};
   std::mutex mutex;
-  CUmodule modules[kMaxDevices] = {};
+  std::unordered_map<std::string, CUmodule> modules[kMaxDevices];  // cubin path -> its module
   std::unordered_map<const void*, CUfunction> functions[kMaxDevices];
 };
 
@@ -116,29 +122,6 @@ inline bool entry(const char* name, Fn* fn) {
 }
 
 inline void init(State& s) {
-  Dl_info self;
-  if (!dladdr(reinterpret_cast<const void*>(&state), &self) || !self.dli_fname) {
-    s.init_error = cudaErrorSharedObjectInitFailed;
-    return;
-  }
-  std::string stem(self.dli_fname);
-  stem = stem.substr(0, stem.rfind('.'));
-  std::vector<char> table;
-  if (!read_file(stem + ".cubin", &s.cubin) || !read_file(stem + ".routes", &table)) {
-    fprintf(stderr, "workbench: %s is an NVRTC tier host library; its module %s.cubin or name table is missing\n",
-            self.dli_fname, stem.c_str());
-    s.init_error = cudaErrorSharedObjectInitFailed;
-    return;
-  }
-  std::string text(table.begin(), table.end());
-  for (size_t at = 0; at < text.size();) {
-    size_t end = text.find('\n', at);
-    if (end == std::string::npos) end = text.size();
-    const std::string line = text.substr(at, end - at);
-    const size_t space = line.find(' ');
-    if (space != std::string::npos) s.names[line.substr(0, space)] = line.substr(space + 1);
-    at = end + 1;
-  }
   Driver& d = s.drv;
   if (!(entry("cuModuleLoadData", &d.module_load_data) && entry("cuModuleGetFunction", &d.module_get_function) &&
         entry("cuFuncGetName", &d.func_get_name) && entry("cuKernelGetName", &d.kernel_get_name) && entry("cuLaunchKernel", &d.launch_kernel) &&
@@ -151,21 +134,20 @@ inline void init(State& s) {
 
 // The module's function for a kernel on the current device: `kernel` is its host stub, or (handle)
 // the runtime's cudaKernel_t for it, which CUDA 13's <<<>>> stubs launch through __cudaLaunchKernel.
+// The provider runs outside the lock: it may compile for a while, and other kernels launch meanwhile.
 inline cudaError_t find(const void* kernel, CUfunction* out, bool handle = false) {
   State& s = state();
   std::call_once(s.once, init, s);
   if (s.init_error != cudaSuccess) return s.init_error;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
-  std::lock_guard<std::mutex> hold(s.mutex);
-  auto hit = s.functions[device].find(kernel);
-  if (hit != s.functions[device].end()) {
-    *out = hit->second;
-    return cudaSuccess;
-  }
-  if (!s.modules[device]) {
-    cudaFree(nullptr);  // the runtime's context is current before the module joins it
-    if (s.drv.module_load_data(&s.modules[device], s.cubin.data()) != CUDA_SUCCESS) return cudaErrorInvalidKernelImage;
+  {
+    std::lock_guard<std::mutex> hold(s.mutex);
+    auto hit = s.functions[device].find(kernel);
+    if (hit != s.functions[device].end()) {
+      *out = hit->second;
+      return cudaSuccess;
+    }
   }
   const char* name = nullptr;
   cudaFunction_t own;
@@ -173,10 +155,30 @@ inline cudaError_t find(const void* kernel, CUfunction* out, bool handle = false
                             : cudaGetFuncBySymbol(&own, kernel) == cudaSuccess &&
                                   s.drv.func_get_name(&name, reinterpret_cast<CUfunction>(own)) == CUDA_SUCCESS;
   if (!named || !name) return cudaErrorInvalidDeviceFunction;
-  auto mapped = s.names.find(canonical_name(name));
-  if (mapped == s.names.end() ||
-      s.drv.module_get_function(out, s.modules[device], mapped->second.c_str()) != CUDA_SUCCESS) {
-    fprintf(stderr, "workbench: kernel %s is not in this library's NVRTC module\n", name);
+  const Provider provider = s.provider.load();
+  if (!provider) {
+    fprintf(stderr, "workbench: kernel %s: this NVRTC tier library was loaded without the workbench's loader, "
+            "which compiles its kernels (load it with wb.load_source / wb.load_inline)\n", name);
+    return cudaErrorInvalidKernelImage;
+  }
+  char path[4096] = {0}, lowered[4096] = {0};
+  if (provider(canonical_name(name).c_str(), path, sizeof path, lowered, sizeof lowered) != 0) {
+    fprintf(stderr, "workbench: kernel %s: %s\n", name, path);
+    return cudaErrorInvalidKernelImage;
+  }
+  std::lock_guard<std::mutex> hold(s.mutex);
+  CUmodule& module = s.modules[device][path];
+  if (!module) {
+    std::vector<char> cubin;
+    cudaFree(nullptr);  // the runtime's context is current before the module joins it
+    if (!read_file(path, &cubin) || s.drv.module_load_data(&module, cubin.data()) != CUDA_SUCCESS) {
+      module = nullptr;
+      fprintf(stderr, "workbench: kernel %s: its cubin %s cannot be loaded\n", name, path);
+      return cudaErrorInvalidKernelImage;
+    }
+  }
+  if (s.drv.module_get_function(out, module, lowered) != CUDA_SUCCESS) {
+    fprintf(stderr, "workbench: kernel %s is not in its NVRTC module %s (as %s)\n", name, path, lowered);
     return cudaErrorInvalidDeviceFunction;
   }
   s.functions[device][kernel] = *out;
@@ -307,6 +309,11 @@ WB_ROUTED(cudaGetLastError)(void) {
 WB_ROUTED(cudaPeekAtLastError)(void) {
   const cudaError_t routed = wb_route::pending;
   return routed != cudaSuccess ? routed : wb_route::real<cudaError_t (*)(void)>("cudaPeekAtLastError")();
+}
+
+// The loader's provider (run/nvrtc_routes.py), set once per library after it is loaded.
+extern "C" __attribute__((visibility("default"))) void wb_nvrtc_set_provider(wb_route::Provider provider) {
+  wb_route::state().provider.store(provider);
 }
 
 #endif  // __CUDA_ARCH__

@@ -172,6 +172,10 @@ def compile_program(main_name: str, texts: dict[str, str], options: list[str],
         lib.nvrtcGetProgramLog(prog, buf)
         log = buf.value.decode(errors="replace")
         if status != _NVRTC_SUCCESS:
+            if "error" not in log.lower():  # a limit past ptxas (4 MiB of shared memory) logs no error line
+                lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+                log += (f"\nerror: NVRTC failed with {lib.nvrtcGetErrorString(status).decode()} and no error in its "
+                        f"log: past ptxas, a limit of the arch (shared memory, registers, parameter size)?")
             raise NvrtcError(log)
         lowered = {}
         for expr in name_expressions:

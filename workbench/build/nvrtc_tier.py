@@ -8,11 +8,14 @@ into the content-keyed cache like any other (pipeline.cached_build: its lock, st
 2. The host library: nvcc builds the host view (kernels empty) with -DWB_NVRTC_ROUTED, a piece of
    its own in the cache (kind variant-host). While the host key is unchanged it is a warm hit; when
    the launchers changed, nvcc rebuilds it and one line says so.
-3. The kernels the launchers instantiate are read from that build's ptxas report, and NVRTC compiles
-   the device view for this device's exact arch with each kernel as a name expression.
+3. The kernels the launchers instantiate are read from that build's ptxas report. NVRTC's front end
+   checks the device view with each of them instantiated (tens of ms); their optimizer and ptxas
+   run per kernel, one program each, on the kernel's first launch or before it in the background
+   (nvrtc_kernels.py), for this device's exact arch.
 4. The build folder holds a copy of the host library (its own path: dlopen gives each build its own
-   routing state), the cubin and the table of names beside it; the library's runtime calls route
-   its launches to that module (kernels/common/wb_nvrtc_route.h).
+   routing state) and the key of its kernels' unit beside it; the library's runtime calls route its
+   launches to the kernels' modules, which the loader's provider hands it
+   (kernels/common/wb_nvrtc_route.h, run/nvrtc_routes.py).
 
 An NVRTC error inside a device function is the user's: a BuildError naming file:line, as nvcc's
 are. One anywhere else (host code or a header NVRTC cannot take) falls back to nvcc's build of the
@@ -29,14 +32,16 @@ import shutil
 import time
 import uuid
 
-from . import nvrtc, nvrtc_split, store
+from . import nvrtc, nvrtc_kernels, nvrtc_split, store
 from .arch import arch_list, entries, variant_arch_flags
 from .compilers import Compiled, first_error
 from .piece import CPP_EXTENSION, NVRTC, BuildOptions, Piece
 from ..errors import BuildError
 
 ROUTED_FLAG = "-DWB_NVRTC_ROUTED"
-TIER_FORMAT = 9  # bump when the split, the routing or the files a build holds change (it is in the key)
+SYNTAX_ONLY = "-fdevice-syntax-only"
+UNIT_SUFFIX = ".nvrtc-unit"  # beside the host library: the key of its kernels' unit (nvrtc_kernels.py)
+TIER_FORMAT = 10  # bump when the split, the routing or the files a build holds change (it is in the key)
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 
 
@@ -207,15 +212,14 @@ def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | N
     if reason:
         store.progress(f"{p.label}: nvcc rebuilt the host side ({reason}); NVRTC compiles the device code")
     _last_host_path(p.label).write_text(views.host_key)
-    kernels = kernel_names((host.build_dir / "build.log").read_text(errors="replace"))
-    expressions = {name: name_expression(demangle(name)) for name in kernels}
+    kernels = {canonical_name(n): name_expression(demangle(n)) for n in kernel_names(
+        (host.build_dir / "build.log").read_text(errors="replace"))}
     device_texts = dict(views.device)
     device_texts[str(source)] = device_texts.pop(main_name)
     options = list(p.command[2:])
     log_path = staging / "build.log"
-    try:
-        cubin, lowered, log = nvrtc.compile_program(str(source), device_texts, options,
-                                                    sorted(set(expressions.values())))
+    try:  # the front end alone, every kernel instantiated: a device error is found now (nvrtc_kernels.py)
+        nvrtc.compile_program(str(source), device_texts, [*options, SYNTAX_ONLY], sorted(set(kernels.values())))
     except nvrtc.NvrtcError as e:
         log = e.args[0]
         log_path.write_text(f"NVRTC {nvrtc.version()} {' '.join(options)}\n{log}")
@@ -228,17 +232,22 @@ def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | N
         first = (message.splitlines() or ["?"])[0]
         return _fallback(p, staging, key, f"NVRTC cannot compile {file or 'it'}:{line or '?'} ({first})",
                          rename, last_good, start, closure, build)
+    unit = nvrtc_kernels.make_unit(p.label, str(source), device_texts, options, kernels)
+    nvrtc_kernels.save(unit)
+    queued = nvrtc_kernels.submit(unit)
     stem = f"{p.label.replace('/', '_')}-{key[:12]}-{uuid.uuid4().hex[:6]}"
     library = staging / f"{stem}.so"
     shutil.copyfile(host.library, library)
-    (staging / f"{stem}.cubin").write_bytes(cubin)
-    (staging / f"{stem}.routes").write_text("".join(f"{canonical_name(n)} {lowered[e]}\n" for n, e in expressions.items()))
-    log_path.write_text(f"NVRTC {nvrtc.version()} {' '.join(options)}\n{log}\n"
-                        f"host library: {host.library} (nvcc, host key {views.host_key[:16]})\n")
+    (staging / f"{stem}{UNIT_SUFFIX}").write_text(unit.key)
+    log_path.write_text(f"NVRTC {nvrtc.version()} {' '.join(options)}\n"
+                        f"front end: {len(kernels)} kernels checked; each compiles on its first launch or in the "
+                        f"background ({queued} queued), its ptxas report in nvrtc-kernels/<kernel key>.log (unit "
+                        f"{unit.key})\nhost library: {host.library} (nvcc, host key {views.host_key[:16]})\n")
     deps = [str(path) for _, path in closure.files]
     return Compiled(library, time.perf_counter() - start, deps,
                     {"device_compiler": "nvrtc", "nvrtc_version": nvrtc.version(), "nvrtc_options": options,
-                     "host_key": views.host_key, "host_build": host.key, "host_rebuilt": reason, "kernels": len(kernels)},
+                     "host_key": views.host_key, "host_build": host.key, "host_rebuilt": reason,
+                     "kernels": len(kernels), "nvrtc_unit": unit.key},
                     unique_name=True)
 
 

@@ -56,6 +56,24 @@ def variant_piece(r: registry.ResolvedOp, name: str, source: pathlib.Path,
                              include_dirs=[config.COMMON_DIR, r.sources.kernel_dir], options=options)
 
 
+def build_variant(op: str, name_or_path: str, options: BuildOptions):
+    """(name, Built) of one variant built with `options`, loading nothing (the CLI's `build --compiler`):
+    a variant of the tree, or a path to a file being edited; Built is None for a Python variant. An
+    NVRTC tier build gets every kernel compiled now, in parallel: nothing will launch them here."""
+    from . import nvrtc_kernels
+    from .pipeline import get_or_build
+
+    r, path = registry.resolve(op), pathlib.Path(name_or_path)
+    edited = path.suffix in registry.SUFFIXES and path.is_file()
+    source, name = (path, path.stem) if edited else (r.variant_source(name_or_path), name_or_path)
+    if source.suffix == ".py":
+        return name, None
+    built = get_or_build(variant_piece(r, name, source, options))
+    if built.record.get("nvrtc_unit"):
+        nvrtc_kernels.compile_all(built.record["nvrtc_unit"])
+    return name, built
+
+
 def tree_pieces(devices: tuple[str, ...], harness_with_cuda: bool) -> list[Piece]:
     """Every piece a wheel prebuilds (setup.py), found in the tree as the registry finds ops and
     variants: the harness, each op's binding, each .cu (devices has "cuda") and .cpp (devices has

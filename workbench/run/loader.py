@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from ..build import cache, toolchain
 from .. import config
-from . import pyvariant, torchops
+from . import nvrtc_routes, pyvariant, torchops
 from .kernel import Kernel, PythonKernel
 from .loaded import STATE
 from ..model import registry
@@ -157,6 +157,7 @@ def _register(r: ResolvedOp, name: str, source: pathlib.Path, *, inline_label: s
         # The contract of the binding just ensured: the variant's build key covers the same header.
         info = json.loads(_call_harness("workbench_register_variant", op, name, build_id, str(lib),
                                         STATE.bindings[op][1]))
+        nvrtc_routes.attach(lib)  # an NVRTC tier library's kernels come from its provider
         cache.mark_in_use(bdir)
         kernel = Kernel(op=op, name=name, build_id=build_id, device=info["device"], dtypes=tuple(info["dtypes"]),
                         description=info["description"], library=lib, source=source, built=built,
