@@ -182,11 +182,31 @@ def test_an_edit_drops_the_previous_units_queued_kernels(tmp_path, monkeypatch):
     monkeypatch.setattr(nvrtc_kernels, "_queue", queue)
     path = _copy(tmp_path, SCALAR.read_text() + "\n__device__ int superseded() { return 1; }\n")
     old = _unit(_build(path))
-    assert {k for k, _ in queue.waiting} == {old.key}
+    assert {k for k, _ in queue.cold} == {old.key}
     path.write_text(path.read_text().replace("return 1;", "return 2;"))
     new = _unit(_build(path))
-    assert {k for k, _ in queue.waiting} == {new.key}                    # the older edit's work is gone
-    assert len(queue.waiting) == len(new.kernels)
+    assert {k for k, _ in queue.cold} == {new.key}                       # the older edit's work is gone
+    assert len(queue.cold) == len(new.kernels)
+
+
+@can_compile
+def test_an_edit_starts_on_the_kernels_its_last_launch_asked_for_and_cold_ones_wait(tmp_path, monkeypatch):
+    queue = nvrtc_kernels._Queue()
+    monkeypatch.setattr(queue, "workers", lambda: 0)
+    monkeypatch.setattr(nvrtc_kernels, "_queue", queue)
+    path = _copy(tmp_path, SCALAR.read_text() + "\n__device__ int remembered() { return 1; }\n")
+    before = _unit(_build(path))
+    launched = sorted(before.kernels)[3]
+    nvrtc_kernels.provide(before.key, launched)                          # what a first call asked for
+    path.write_text(path.read_text().replace("return 1;", "return 2;"))
+    after = _unit(_build(path))
+    assert list(queue.hot) == [(after.key, launched)]                    # queued hot by the edit's build
+    assert len(queue.cold) == len(after.kernels) - 1
+    u, names = queue._take(1, cold_now=queue._quiet())
+    assert names == [launched] and not queue._quiet()                    # hot first; compiling: not quiet
+    assert queue._take(1, cold_now=queue._quiet()) is None               # so no cold kernel starts beside it
+    queue._run(u, names)
+    assert queue._quiet() and queue._take(1, cold_now=queue._quiet()) is not None
 
 
 @can_compile

@@ -9,16 +9,18 @@ instantiates 60 kernels, about 45 ms each on the 2-core machine). So each kernel
 - A *unit* is what compiles every kernel of one device view: its texts, options and the kernels
   (nvcc's canonical name -> name expression), stored once as nvrtc-kernels/<unit key>.json. Its key
   covers the device view alone: an edit of a launcher reuses every compiled kernel.
-- A kernel's cubin is nvrtc-kernels/<kernel key>.cubin, with NVRTC's lowered name (.name) and log
-  (.log, ptxas's registers and spills) beside it, each written atomically. Another process finds it
-  there; a missing one is compiled again (a process that exited mid-way loses nothing but time).
+- A compiled kernel is nvrtc-kernels/<kernel key>.name (its cubin's file, which the kernels compiled
+  in one program share, and NVRTC's name for it) and .log (ptxas's registers and spills), each
+  written atomically, the cubin first. Another process finds it there; a missing one is compiled
+  again (a process that exited mid-way loses nothing but time).
 - `provide` is what a launch asks for (through the routed library's provider, run/nvrtc_routes.py):
   a kernel on disk is returned at once; one queued is taken off the queue and compiled in the
-  caller's thread (the first call's kernels first); one being compiled is waited for.
-- The background: daemon threads, one fewer than the cores this process may use (at least one),
-  compile the queued kernels; a newer unit of the same label drops the older unit's queued kernels
-  (an edit supersedes them). `drain` waits for the queue: the timers call it, so no measurement
-  shares the CPU with a compile.
+  caller's thread; one being compiled is waited for. The kernels a label's launches asked for first
+  are remembered: its next build (an edit) starts on them beside the front end (`prefetch`).
+- The background: daemon threads, half the cores this process may use (at least one), compile the
+  queued kernels, hot ones first (_Queue says which and why); a newer unit of the same label drops
+  the older unit's queued kernels (an edit supersedes them). `drain` waits for the queue: the
+  timers call it, so no measurement shares the CPU with a compile.
 
 The cache folder is private (store.subdir), so a cubin found there is this user's own.
 """
@@ -119,17 +121,27 @@ def _compile(u: Unit, names: list[str]) -> None:
 
 
 class _Queue:
-    """The background's queue of (unit key, kernel) and the kernels being compiled now. Workers take
-    one kernel a program (a launch waiting on one waits for no others); a thread that drains the
-    queue takes several a program (one front end for them all: the most kernels per CPU second)."""
+    """Kernels to compile, hot or cold, and those being compiled now.
+
+    Hot: a launch waits for it, or will (the kernels this label's last build launched first, queued as
+    an edit's build starts, so they compile beside NVRTC's front end). Cold: the rest, for later. A
+    cold kernel starts only while nothing hot is queued or compiling and no launch is compiling its
+    own: on the H100's host, 15 compiles at once made each 3-4x slower, the launch's own among them.
+    Workers take one kernel a program (a launch waiting on one waits for no others); a thread that
+    drains the queue takes several a program (one front end for them all: the most kernels per CPU
+    second)."""
 
     BATCH = 8
+    REMEMBERED = 8  # kernels per label whose first launches are remembered
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
-        self.waiting: collections.OrderedDict[tuple[str, str], Unit] = collections.OrderedDict()
-        self.running: set[tuple[str, str]] = set()
-        self.latest: dict[str, str] = {}  # label -> its newest unit's key
+        self.hot: collections.OrderedDict[tuple[str, str], Unit] = collections.OrderedDict()
+        self.cold: collections.OrderedDict[tuple[str, str], Unit] = collections.OrderedDict()
+        self.running: dict[tuple[str, str], bool] = {}  # -> hot
+        self.launching = 0                              # launches compiling their own kernel now
+        self.latest: dict[str, str] = {}                # label -> its newest unit's key
+        self.launched: dict[str, list[str]] = {}        # label -> the kernels its launches asked for first
         self.threads: list[threading.Thread] = []
         self.errors: dict[tuple[str, str], str] = {}
 
@@ -139,40 +151,53 @@ class _Queue:
             cores = len(os.sched_getaffinity(0))
         except AttributeError:
             cores = os.cpu_count() or 1
-        return max(1, cores - 1)  # a core stays free for the launch that needs a kernel now
+        return max(1, cores // 2)
 
-    def submit(self, u: Unit) -> int:
-        """Queue the unit's kernels not yet on disk; a previous unit of its label leaves the queue."""
+    def _queued(self, item) -> bool:
+        return item in self.hot or item in self.cold or item in self.running
+
+    def submit(self, u: Unit, names=None, *, hot: bool = False) -> int:
+        """Queue the unit's kernels (`names`, else all) not yet on disk; a previous unit of its label
+        leaves the queue (an edit supersedes it)."""
         with self.cond:
             old = self.latest.get(u.label)
             if old and old != u.key:
-                for item in [k for k in self.waiting if k[0] == old]:
-                    del self.waiting[item]
+                for queue in (self.hot, self.cold):
+                    for item in [k for k in queue if k[0] == old]:
+                        del queue[item]
             self.latest[u.label] = u.key
             queued = 0
-            for name in sorted(u.kernels):
+            for name in sorted(u.kernels) if names is None else names:
                 item = (u.key, name)
-                if item not in self.waiting and item not in self.running and compiled(u, name) is None:
-                    self.waiting[item] = u
+                if hot and item in self.cold:
+                    del self.cold[item]
+                if name in u.kernels and not self._queued(item) and compiled(u, name) is None:
+                    (self.hot if hot else self.cold)[item] = u
                     queued += 1
-            while len(self.threads) < min(self.workers(), len(self.waiting)):
+            while len(self.threads) < min(self.workers(), len(self.hot) + len(self.cold)):
                 t = threading.Thread(target=self._work, name=f"wb-nvrtc-{len(self.threads)}", daemon=True)
                 self.threads.append(t)
                 t.start()
             self.cond.notify_all()
             return queued
 
-    def _take(self, most: int) -> tuple[Unit, list[str]] | None:
-        """Up to `most` waiting kernels of the first waiting unit, now running (call with the lock held)."""
-        if not self.waiting:
+    def _take(self, most: int, *, cold_now: bool) -> tuple[Unit, list[str]] | None:
+        """Up to `most` queued kernels of one unit, hot first, now running (call with the lock held);
+        a cold one only where cold_now (else None while only cold ones wait)."""
+        queue = self.hot if self.hot else self.cold if cold_now else None
+        if not queue:
             return None
-        (key, name), u = self.waiting.popitem(last=False)
+        (key, name), u = queue.popitem(last=False)
         names = [name]
-        for item in [k for k in self.waiting if k[0] == key][:most - 1]:
-            del self.waiting[item]
+        for item in [k for k in queue if k[0] == key][:most - 1]:
+            del queue[item]
             names.append(item[1])
-        self.running.update((key, n) for n in names)
+        self.running.update({(key, n): queue is self.hot for n in names})
         return u, names
+
+    def _quiet(self) -> bool:
+        """Nothing hot queued or compiling, no launch compiling: a cold kernel may start."""
+        return not self.hot and not self.launching and not any(self.running.values())
 
     def _run(self, u: Unit, names: list[str]) -> None:
         try:
@@ -189,20 +214,23 @@ class _Queue:
                 self.errors.update({(u.key, n): f"{u.label}: {type(e).__name__}: {e}" for n in names})
         finally:
             with self.cond:
-                self.running.difference_update((u.key, n) for n in names)
+                for n in names:
+                    self.running.pop((u.key, n), None)
                 self.cond.notify_all()
 
     def _work(self) -> None:
         while True:
             with self.cond:
-                while not self.waiting:
+                while (taken := self._take(1, cold_now=self._quiet())) is None:
                     self.cond.wait()
-                taken = self._take(1)
             self._run(*taken)
 
     def provide(self, u: Unit, name: str) -> tuple[pathlib.Path, str]:
         item = (u.key, name)
         with self.cond:
+            seen = self.launched.setdefault(u.label, [])
+            if name not in seen and len(seen) < self.REMEMBERED:
+                seen.append(name)
             while item in self.running:  # a thread has it: wait for it
                 self.cond.wait()
             done = compiled(u, name)
@@ -210,9 +238,16 @@ class _Queue:
                 return done
             if item in self.errors:
                 raise KernelCompileError(self.errors.pop(item))
-            self.waiting.pop(item, None)
-            self.running.add(item)  # ours now
-        self._run(u, [name])
+            self.hot.pop(item, None)
+            self.cold.pop(item, None)
+            self.running[item] = True  # ours now
+            self.launching += 1
+        try:
+            self._run(u, [name])
+        finally:
+            with self.cond:
+                self.launching -= 1
+                self.cond.notify_all()
         with self.cond:
             if item in self.errors:
                 raise KernelCompileError(self.errors.pop(item))
@@ -222,16 +257,24 @@ class _Queue:
         """Help the workers until the queue is empty, then wait for the kernels still compiling."""
         while True:
             with self.cond:
-                taken = self._take(max(1, min(self.BATCH, len(self.waiting) // (len(self.threads) + 1))))
+                share = (len(self.hot) + len(self.cold)) // (len(self.threads) + 1)
+                taken = self._take(max(1, min(self.BATCH, share)), cold_now=True)
             if taken is None:
                 break
             self._run(*taken)
         with self.cond:
-            while self.waiting or self.running:
+            while self.hot or self.cold or self.running:
                 self.cond.wait()
 
 
 _queue = _Queue()
+
+
+def prefetch(u: Unit) -> int:
+    """Start on the kernels this label's launches asked for first last time (an edit's first call
+    will likely ask again), beside the build's front end; returns how many were queued."""
+    names = _queue.launched.get(u.label)
+    return _queue.submit(u, names, hot=True) if names else 0
 
 
 def submit(u: Unit) -> int:
@@ -251,12 +294,12 @@ def provide(unit_key: str, name: str) -> tuple[pathlib.Path, str]:
 
 def drain() -> None:
     """Wait until the background has compiled every queued kernel (at once when nothing is queued)."""
-    if _queue.waiting or _queue.running:
+    if pending():
         _queue.drain()
 
 
 def pending() -> int:
-    return len(_queue.waiting) + len(_queue.running)
+    return len(_queue.hot) + len(_queue.cold) + len(_queue.running)
 
 
 def compile_all(unit_key: str) -> None:

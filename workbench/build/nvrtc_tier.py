@@ -218,6 +218,8 @@ def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | N
     device_texts[str(source)] = device_texts.pop(main_name)
     options = list(p.command[2:])
     log_path = staging / "build.log"
+    unit = nvrtc_kernels.make_unit(p.label, str(source), device_texts, options, kernels)
+    nvrtc_kernels.prefetch(unit)  # what this label's last build launched first starts compiling now
     try:  # the front end alone, every kernel instantiated: a device error is found now (nvrtc_kernels.py)
         nvrtc.compile_program(str(source), device_texts, [*options, SYNTAX_ONLY], sorted(set(kernels.values())))
     except nvrtc.NvrtcError as e:
@@ -232,7 +234,6 @@ def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | N
         first = (message.splitlines() or ["?"])[0]
         return _fallback(p, staging, key, f"NVRTC cannot compile {file or 'it'}:{line or '?'} ({first})",
                          rename, last_good, start, closure, build)
-    unit = nvrtc_kernels.make_unit(p.label, str(source), device_texts, options, kernels)
     nvrtc_kernels.save(unit)
     queued = nvrtc_kernels.submit(unit)
     stem = f"{p.label.replace('/', '_')}-{key[:12]}-{uuid.uuid4().hex[:6]}"
