@@ -129,7 +129,7 @@ def test_the_package_carries_the_one_call_check_and_the_math(wb, tmp_path):
     out = wb.export("rmsnorm", "cpu", tmp_path / "pkg")
     package = out / "wb_rmsnorm"
     assert (package / "_shapes.py").read_text().endswith((config.PACKAGE_DIR / "model" / "shapes.py").read_text())
-    for f in ("call_check.h", "call_check.cpp", "op_decl.h", "op_decl.cpp"):
+    for f in ("call_contract.h", "call_check.h", "call_check.cpp", "op_decl.h", "op_decl.cpp"):
         assert (out / "csrc/harness" / f).read_bytes() == (config.BINDINGS_DIR / "harness" / f).read_bytes(), f
     assert "call_check.cpp" in (out / "setup.py").read_text()
     assert (package / "_math.py").read_text().endswith((config.PACKAGE_DIR / "specs/rmsnorm_math.py").read_text())

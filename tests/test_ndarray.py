@@ -247,9 +247,9 @@ def test_the_module_refuses_what_the_python_checks_refuse(cpu):
     f, ext = cpu["vector_add"], wbn.extension()
     a, b = _f32((4,), (4,))
     with pytest.raises(ValueError, match="read-only"):
-        ext.run(*f._handles, 0, 0, [a, b], [True, True], [_readonly(np.ones(4, np.float32))], [])
+        ext.run(*f._handles, 0, 0, [a, b], [_readonly(np.ones(4, np.float32))], [])
     with pytest.raises(ValueError, match="C-contiguous"):
-        ext.run(*f._handles, 0, 0, [np.ones(8, np.float32)[::2], b], [True, True], [np.ones(4, np.float32)], [])
+        ext.run(*f._handles, 0, 0, [np.ones(8, np.float32)[::2], b], [np.ones(4, np.float32)], [])
 
 
 # ----------------------------------------------------------------------------- no torch, cache
@@ -426,3 +426,82 @@ def test_a_partially_overlapping_view_is_refused(cpu):
     np.testing.assert_array_equal(buf, np.arange(17, dtype=np.float32))
     disjoint = np.empty(16, np.float32)
     np.testing.assert_array_equal(cpu["vector_add"](a, b, disjoint), a + 1)
+
+
+# ----------------------------------------------------------------------------- one call contract (issue 26, item 4)
+
+def test_a_call_is_checked_by_the_cpp_contract_not_the_python_twin(cpu, monkeypatch):
+    """The NumPy front end checks through bindings/harness/call_contract.h compiled into its module:
+    with the Python twin of the check (shapes.check_call) made to fail, bad calls still get the
+    contract's words, good calls and empty ones still run."""
+    from workbench.model import opspec, shapes
+
+    def no_twin(*args, **kwargs):
+        raise AssertionError("the NumPy front end ran the Python twin of the call check")
+
+    monkeypatch.setattr(shapes, "check_call", no_twin)
+    monkeypatch.setattr(opspec.OpSpec, "check_call", no_twin)
+    f = cpu["bias_gelu"]
+    x = np.ones((4, 7), np.float32)
+    with pytest.raises(ValueError) as e:
+        f(x, np.ones(6, np.float32))
+    assert str(e.value) == "bias_gelu/cpu: bias must have shape [7] ([n] with n = 7 from x); got shape [6]"
+    with pytest.raises(TypeError) as e:
+        f(x, np.ones(7))
+    assert str(e.value) == "bias_gelu/cpu: bias must have the dtype of x (float32); got float64"
+    with pytest.raises(ValueError) as e:
+        wbn.load("scale_bias_relu", "cpu")(x, np.ones(7, np.float32), scale=float("inf"))
+    assert str(e.value) == "scale_bias_relu/cpu: scale must be a finite number; got inf"
+    assert f(x, np.ones(7, np.float32)).shape == (4, 7)
+    _, dbias = f.backward(np.empty((0, 7), np.float32), np.empty((0, 7), np.float32), np.ones(7, np.float32))
+    assert np.array_equal(dbias, np.zeros(7, np.float32)) and f.last_timing.launched is False
+
+
+# (what is wrong, op, arrays, attributes): the contract's words from the module, and from the torch harness
+CONTRACT_CASES = [
+    ("a bias of another length", "bias_gelu", lambda: [np.ones((4, 7)), np.ones(6)], ()),
+    ("int32 arrays", "bias_gelu", lambda: [np.ones((4, 7), np.int32), np.ones(7, np.int32)], ()),
+    ("9 dims", "bias_gelu", lambda: [np.ones((1,) * 8 + (7,)), np.ones(7)], ()),
+    ("a 0-dim x", "bias_gelu", lambda: [np.ones(()), np.ones(7)], ()),
+    ("eps below its minimum", "rmsnorm", lambda: [np.ones((3, 5)), np.ones(5)], (-1.0,)),
+    ("eps NaN", "rmsnorm", lambda: [np.ones((3, 5)), np.ones(5)], (float("nan"),)),
+]
+
+
+@pytest.mark.parametrize("what, op, arrays, attrs", CONTRACT_CASES, ids=[c[0] for c in CONTRACT_CASES])
+def test_the_contracts_message_reaches_a_numpy_caller_verbatim(wb, what, op, arrays, attrs):
+    """The module's check() raises what the torch harness raises for the same call (one C++
+    source, call_contract.h): the same type and the same words after each front end's prefix."""
+    import torch
+
+    ext, spec = wbn.extension(), registry.spec(op)
+    decl = ext.declare(spec.declaration())
+    xs = arrays()
+    with pytest.raises((ValueError, TypeError, RuntimeError)) as numpy_side:
+        ext.check(decl, 0, "PREFIX: ", [a.shape for a in xs], [a.dtype.name for a in xs], list(attrs))
+    wb.load(op, "cpu")
+    with pytest.raises((ValueError, TypeError, RuntimeError)) as torch_side:
+        getattr(torch.ops.workbench, op)(*(torch.from_numpy(a) for a in xs), *attrs, "cpu")
+    assert type(numpy_side.value) is type(torch_side.value)
+    assert "PREFIX: " + str(numpy_side.value)[len("PREFIX: "):] == str(numpy_side.value)
+    assert str(torch_side.value).splitlines()[0] == f"workbench::{op}: " + str(numpy_side.value)[len("PREFIX: "):]
+
+
+def test_the_numpy_module_has_no_call_check_of_its_own():
+    """Structural: ndarray_module.cpp runs the contract's check, guard and launch (call_contract.h)
+    and words none of the contract's messages itself; ndarray.py calls no Python twin of the check
+    and has no empty-tensor guard of its own."""
+    from workbench import config
+
+    src = (config.BINDINGS_DIR / "ndarray" / "ndarray_module.cpp").read_text()
+    assert '#include "call_contract.h"' in src
+    for use in ("schema_args<NdFront>", "check_call_as<NdFront>", "output_shapes<NdFront>",
+                "nothing_to_launch<NdFront>", "launch_call<NdFront>", "workbench::workspace_bytes("):
+        assert use in src, use
+    code = re.sub(r"//[^\n]*|/\*.*?\*/", "", src, flags=re.S)  # the comments may name the checks
+    for words in ("must be a tensor", "must be on the same device", "must have the dtype of", "must be float32",
+                  "dimensions; at most", "must be a finite number", "has_min", "has_max", "isfinite", "status_string(",
+                  ".bind(", "b->run(", "b->workspace_bytes("):
+        assert words not in code, f"ndarray_module.cpp words its own call check: {words!r}"
+    py = (config.PACKAGE_DIR / "ship" / "ndarray.py").read_text()
+    assert "check_call" not in py and ".fill(0)" not in py and ".size == 0" not in py

@@ -1,10 +1,10 @@
-// The call contract: what every torch front end checks before it looks at a variant, in one order and
-// with the same words: each tensor given, on the first input's device, of its dtype, that dtype one
-// the kernels take, at most WB_MAX_DIMS dims, shapes fitting the declaration's dims patterns
-// (op_decl.h's rule), then the attributes' bounds. The workbench's harness (op_kernel.cpp) and an
-// exported package's (workbench/ship/export_templates/harness.cpp, which gets a copy of this file) run
-// it; the Python twin is workbench/model/shapes.py's check_call (the fakes, the NumPy front end, an
-// exported __init__), and a test holds the words equal.
+// The call contract for torch tensors: what every torch front end checks before it looks at a
+// variant, and the run of a checked call. The contract itself (the order, the words, the shape
+// binding, the empty-tensor guard, the launch) is call_contract.h's, torch-free, which the NumPy
+// module runs too; this file reads at::Tensors for it and allocates the outputs. The workbench's
+// harness (op_kernel.cpp) and an exported package's (workbench/ship/export_templates/harness.cpp,
+// which gets a copy of these files) run it; the Python twin is workbench/model/shapes.py's
+// check_call (the fakes, an exported __init__), and a test holds the words equal.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "call_contract.h"  // wb_dtype_name, dtype_list
 #include "op_decl.h"
 #include "wb_op.h"
 #include "wb_variant.h"
@@ -30,8 +31,11 @@ struct CallArg {
 std::vector<CallArg> call_args(const OpDecl& d, int step, const std::vector<at::Tensor>& tensors,
                                size_t* first_input);
 
-// Checks a call (see above); `prefix` starts every message ("workbench::bias_gelu: "); attrs in
-// declaration order (float ones in .f, int and bool ones in .i). Throws c10's ValueError,
+// Checks a call (call_contract.h's check: each tensor given, on the first input's device, of its
+// dtype, that dtype one the kernels take, at most WB_MAX_DIMS dims, shapes fitting the
+// declaration's dims patterns, then the attributes' bounds); `prefix` starts every message
+// ("workbench::bias_gelu: "); attrs in declaration order (float ones in .f, int and bool ones in
+// .i). Throws c10's ValueError,
 // TypeError or Error (a device); returns the binder, which gives the outputs' shapes.
 ShapeBinder check_call(const std::string& prefix, const OpDecl& d, const std::vector<CallArg>& args,
                        size_t first_input, const std::vector<WbAttr>& attrs);
@@ -53,9 +57,7 @@ std::vector<at::Tensor> run_call(const OpDecl& d, int step, const std::vector<Ca
 // "float32", "int64", ... as Python spells them, so that messages read the same from C++ and from
 // the Python fake implementations.
 std::string dtype_name(at::ScalarType s);
-const char* wb_dtype_name(int wb_dtype);  // "float32" for WB_FLOAT32
 // The WbDtype of a torch dtype, or -1.
 int wb_dtype(at::ScalarType s);
-std::string dtype_list(unsigned mask);    // "float32, bfloat16" for a variant's dtype mask
 
 }  // namespace workbench

@@ -1,10 +1,13 @@
 // The NumPy front end's extension module (workbench/ship/ndarray.py builds it with pybind11 and the host
 // compiler; no torch anywhere). It opens the same torch-free libraries the torch harness opens, an
-// op's binding (WbOpBinding, wb_op.h) and its variants (WbVariantInfo, wb_variant.h), and runs one
-// step on buffers the Python side has already checked against the op's spec: CPU variants on host
-// memory directly, with a std::thread pool standing in for torch's; CUDA variants through
-// cudaMalloc/cudaMemcpy staging, with CUDA events around the copies and around the kernel, so the
-// caller sees the kernel's time and the transfers' apart.
+// op's binding (WbOpBinding, wb_op.h) and its variants (WbVariantInfo, wb_variant.h), and runs a
+// call through the call contract every front end runs (bindings/harness/call_contract.h, on the op's
+// declaration parsed by op_decl.cpp): check() is its call check and gives the outputs' shapes;
+// run() its empty-tensor guard and its launch, on buffers that passed check() and NumPy's own checks
+// (layout, byte order, aliasing: ndarray.py). CPU variants run on host memory directly, with a
+// std::thread pool standing in for torch's; CUDA variants through cudaMalloc/cudaMemcpy staging,
+// with CUDA events around the copies and around the kernel, so the caller sees the kernel's time
+// and the transfers' apart.
 #include <dlfcn.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -13,13 +16,21 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "call_contract.h"
 #include "wb_op.h"
+
+// The declarations' parser and shape rule, compiled into this module (the build compiles one
+// source; the torch harness compiles the same file on its own).
+#include "op_decl.cpp"
 
 #ifdef WB_NDARRAY_WITH_CUDA
 #include <cuda_runtime.h>
@@ -169,46 +180,110 @@ std::vector<double> copy_ms(size_t bytes, int repeat, int device) {
 }
 #endif
 
-// ---------------------------------------------------------------- one step
+// ---------------------------------------------------------------- the call contract
+
+using workbench::OpDecl;
+
+// An array as the call contract reads it: its shape and NumPy dtype name (run() leaves the name
+// empty: only the check compares dtypes).
+struct NdArray {
+  std::vector<int64_t> shape;
+  std::string dtype;
+  int64_t numel;
+};
+
+struct NdArg {
+  std::string name;
+  NdArray item;
+  const workbench::DimPattern* dims;
+  bool read;
+};
+
+// How the contract reads a NumPy call (call_contract.h's front end): Python's ValueError,
+// TypeError and RuntimeError.
+struct NdFront {
+  using Arg = NdArg;
+  static bool given(const NdArg&) { return true; }  // ndarray.py has refused anything but an ndarray
+  // NumPy arrays are host memory: there is no device to differ (the Python twin skips this check).
+  static bool same_device(const NdArg&, const NdArg&) { return true; }
+  static std::string device_text(const NdArg&) { return "cpu"; }
+  static bool same_dtype(const NdArg& a, const NdArg& b) { return a.item.dtype == b.item.dtype; }
+  static std::string dtype_text(const NdArg& a) { return a.item.dtype; }
+  static int wb_dtype(const NdArg& a) {
+    for (int d = WB_FLOAT32; d <= WB_BFLOAT16; ++d)
+      if (a.item.dtype == workbench::wb_dtype_name(d)) return d;
+    return -1;
+  }
+  static int64_t dim(const NdArg& a) { return static_cast<int64_t>(a.item.shape.size()); }
+  static const int64_t* sizes(const NdArg& a) { return a.item.shape.data(); }
+  static int64_t numel(const NdArg& a) { return a.item.numel; }
+  [[noreturn]] static void fail(workbench::CallFault fault, const std::string& message) {
+    if (fault == workbench::CallFault::Value) throw py::value_error(message);
+    if (fault == workbench::CallFault::Type) throw py::type_error(message);
+    throw std::runtime_error(message);
+  }
+};
+
+int64_t product(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+// The op's declaration (spec.declaration()'s lines), parsed once per text and kept for the
+// process: a handle for check() and run().
+uintptr_t declare(const std::string& text) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<const OpDecl>> parsed;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = parsed.find(text);
+  if (it == parsed.end()) it = parsed.emplace(text, std::make_unique<const OpDecl>(OpDecl::parse(text))).first;
+  return reinterpret_cast<uintptr_t>(it->second.get());
+}
+
+// The attribute values as the binding takes them: float ones in .f, int and bool ones in .i (by
+// the declaration's kinds; a value past the declared ones by its Python type, for the count check).
+std::vector<WbAttr> attrs_of(const OpDecl& d, const py::sequence& values) {
+  std::vector<WbAttr> out(values.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const py::object v = values[i];
+    const bool is_float = i < d.attrs.size() ? d.attrs[i].kind == "float" : py::isinstance<py::float_>(v);
+    if (is_float) out[i].f = v.cast<double>();
+    else out[i].i = v.cast<int64_t>();
+  }
+  return out;
+}
+
+// The call check of `step` on arrays of these shapes and dtype names (in schema order: a backward's
+// gradients first), every message starting with `prefix`; returns the outputs' shapes.
+std::vector<std::vector<int64_t>> check(uintptr_t op, int step, const std::string& prefix,
+                                        const std::vector<std::vector<int64_t>>& shapes,
+                                        const std::vector<std::string>& dtypes, const py::sequence& attrs) {
+  const auto& d = *reinterpret_cast<const OpDecl*>(op);
+  if (shapes.size() != dtypes.size()) throw py::value_error("check: one dtype per shape");
+  std::vector<NdArray> arrays;
+  arrays.reserve(shapes.size());
+  for (size_t i = 0; i < shapes.size(); ++i) arrays.push_back({shapes[i], dtypes[i], product(shapes[i])});
+  size_t first = 0;
+  const auto args = workbench::schema_args<NdFront>(d, step, arrays, &first);
+  const workbench::ShapeBinder binder = workbench::check_call_as<NdFront>(prefix, d, args, first, attrs_of(d, attrs));
+  return workbench::output_shapes<NdFront>(d, step, args, first, binder);
+}
+
+// ---------------------------------------------------------------- one run
 
 struct Buffer {
   py::buffer_info info;
   bool read;
 };
 
-WbTensor tensor_of(const py::buffer_info& b, void* data) {
-  WbTensor t{};
-  t.data = data;
-  t.ndim = static_cast<int>(b.ndim);
-  for (int d = 0; d < t.ndim; ++d) t.sizes[d] = b.shape[d];
-  t.numel = b.size;
-  return t;
-}
-
-void fill_attrs(WbCall& call, const py::list& attrs) {
-  call.n_attrs = static_cast<int>(attrs.size());
-  for (size_t i = 0; i < attrs.size(); ++i) {
-    const py::object v = attrs[i];
-    if (py::isinstance<py::float_>(v)) call.attrs[i].f = v.cast<double>();
-    else call.attrs[i].i = v.cast<int64_t>();  // int and bool attributes
-  }
-}
-
-const char* step_name(int step) { return step == WB_STEP_FORWARD ? "forward" : "backward"; }
-
-void check_status(int status, const WbVariantInfo* info, int step) {
-  if (status != WB_OK)
-    throw std::runtime_error(std::string(step_name(step)) + " failed: " + info->status_string(status) + " (status " +
-                             std::to_string(status) + ")");
-}
-
 py::dict run_cpu(const WbOpBinding* b, const WbVariantInfo* v, int step, WbCall& call, int repeat, int warmup,
-                 int threads) {
+                 int threads, const std::string& label) {
   tl_threads = std::max(threads, 1);
   WbLaunch launch{};
   launch.device = -1;
   launch.host = &host_services;
-  const size_t ws = b->workspace_bytes ? b->workspace_bytes(step, &call, v->launchers, &launch) : 0;
+  const size_t ws = workbench::workspace_bytes(*b, *v, step, call, launch);
   std::vector<std::max_align_t> workspace((ws + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t));
   call.workspace = ws ? workspace.data() : nullptr;
   std::vector<double> times;
@@ -216,9 +291,8 @@ py::dict run_cpu(const WbOpBinding* b, const WbVariantInfo* v, int step, WbCall&
     py::gil_scoped_release unlocked;
     for (int r = 0; r < warmup + repeat; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
-      const int status = b->run(step, &call, v->launchers, &launch);
+      workbench::launch_call<NdFront>(*b, *v, step, call, launch, "", label);
       const auto t1 = std::chrono::steady_clock::now();
-      check_status(status, v, step);
       if (r >= warmup) times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     }
   }
@@ -272,7 +346,7 @@ struct CudaTimes {
 // Called without the GIL: stage the read inputs in, run, stage the outputs back.
 CudaTimes run_cuda(const WbOpBinding* b, const WbVariantInfo* v, int step, WbCall& call,
                    const std::vector<Buffer>& ins, const std::vector<Buffer>& outs, int repeat, int warmup,
-                   int device) {
+                   int device, const std::string& label) {
   CudaTimes t;
   const auto wall0 = std::chrono::steady_clock::now();
   cuda_check(cudaSetDevice(device), "cudaSetDevice");
@@ -289,7 +363,7 @@ CudaTimes run_cuda(const WbOpBinding* b, const WbVariantInfo* v, int step, WbCal
     dev_out[i] = arena.alloc(outs[i].info.size * outs[i].info.itemsize, outs[i].info.ptr);
     call.outputs[i].data = dev_out[i];
   }
-  const size_t ws = b->workspace_bytes ? b->workspace_bytes(step, &call, v->launchers, &launch) : 0;
+  const size_t ws = workbench::workspace_bytes(*b, *v, step, call, launch);
   call.workspace = ws ? arena.alloc(ws, nullptr) : nullptr;
   t.alloc_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0).count();
 
@@ -310,7 +384,7 @@ CudaTimes run_cuda(const WbOpBinding* b, const WbVariantInfo* v, int step, WbCal
   }
   for (int r = 0; r < warmup + repeat; ++r) {
     if (r >= warmup) cuda_check(cudaEventRecord(k0[r - warmup], nullptr), "cudaEventRecord");
-    check_status(b->run(step, &call, v->launchers, &launch), v, step);
+    workbench::launch_call<NdFront>(*b, *v, step, call, launch, "", label);
     if (r >= warmup) cuda_check(cudaEventRecord(k1[r - warmup], nullptr), "cudaEventRecord");
   }
   cuda_check(cudaDeviceSynchronize(), "the kernel");  // an illegal address and the like show here
@@ -330,63 +404,85 @@ CudaTimes run_cuda(const WbOpBinding* b, const WbVariantInfo* v, int step, WbCal
 }
 #endif
 
-// Runs `step` of a variant through its op's binding. `inputs` and `outputs` are C-contiguous
-// buffers the Python side checked against the spec; read[i] false: input i's shape alone counts
-// (its data is not read, nor staged). Returns the timings in milliseconds.
-py::dict run(uintptr_t binding, uintptr_t variant, int step, int dtype, const py::list& inputs,
-             const std::vector<bool>& read, const py::list& outputs, const py::list& attrs, int repeat, int warmup,
-             int threads, int device) {
+// Runs `step` of a variant through its op's binding on C-contiguous buffers that passed check()
+// (and ndarray.py's own checks): the contract's empty-tensor guard (nothing launched; the outputs
+// zero-filled), else the launch, `warmup` + `repeat` times. An input the step does not read (the
+// declaration says which) carries its shape alone: its data is not read, nor staged. Returns the
+// timings in milliseconds and whether anything was launched; a variant's failure reads
+// "variant '<label>' <step> failed: <its words> (status N)".
+py::dict run(uintptr_t op, uintptr_t binding, uintptr_t variant, int step, int dtype, const py::list& inputs,
+             const py::list& outputs, const py::sequence& attrs, int repeat, int warmup, int threads, int device,
+             const std::string& label) {
+  const auto& d = *reinterpret_cast<const OpDecl*>(op);
   const auto* b = reinterpret_cast<const WbOpBinding*>(binding);
   const auto* v = reinterpret_cast<const WbVariantInfo*>(variant);
-  if (inputs.size() > WB_MAX_ARGS || outputs.size() > WB_MAX_ARGS || attrs.size() > WB_MAX_ARGS ||
-      read.size() != inputs.size())
-    throw py::value_error("run: at most 8 inputs, outputs and attributes, and one read flag per input");
+  const size_t n_outputs = step == WB_STEP_FORWARD ? d.outputs.size() : d.differentiable.size();
+  if (inputs.size() > WB_MAX_ARGS || outputs.size() != n_outputs || attrs.size() != d.attrs.size())
+    throw py::value_error("run: at most 8 inputs, and the step's outputs (" + std::to_string(n_outputs) +
+                          ") and the op's attributes (" + std::to_string(d.attrs.size()) + ")");
   if (repeat < 1 || warmup < 0) throw py::value_error("run: repeat must be >= 1 and warmup >= 0");
-  std::vector<Buffer> ins, outs;
-  WbCall call{};
-  call.dtype = dtype;
-  call.n_inputs = static_cast<int>(inputs.size());
-  call.n_outputs = static_cast<int>(outputs.size());
   // A second line behind the Python checks: a read-only output or a strided buffer is refused here
   // too (the buffer protocol raises for writing to a read-only array).
+  std::vector<NdArray> arrays;
+  std::vector<Buffer> ins, outs;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    ins.push_back({py::reinterpret_borrow<py::buffer>(inputs[i]).request(), read[i]});
-    call.inputs[i] = tensor_of(ins.back().info, read[i] ? ins.back().info.ptr : nullptr);
+    ins.push_back({py::reinterpret_borrow<py::buffer>(inputs[i]).request(), true});
+    arrays.push_back({std::vector<int64_t>(ins.back().info.shape.begin(), ins.back().info.shape.end()), "",
+                      ins.back().info.size});
   }
+  std::vector<std::vector<int64_t>> out_shapes;
   for (size_t i = 0; i < outputs.size(); ++i) {
     outs.push_back({py::reinterpret_borrow<py::buffer>(outputs[i]).request(true), true});
-    call.outputs[i] = tensor_of(outs.back().info, outs.back().info.ptr);
+    out_shapes.emplace_back(outs.back().info.shape.begin(), outs.back().info.shape.end());
   }
   for (const auto* list : {&ins, &outs})
     for (const Buffer& buf : *list) {
       py::ssize_t expected = buf.info.itemsize;
-      for (py::ssize_t d = buf.info.ndim - 1; d >= 0; --d) {
-        if (buf.info.shape[d] > 1 && buf.info.strides[d] != expected)
+      for (py::ssize_t k = buf.info.ndim - 1; k >= 0; --k) {
+        if (buf.info.shape[k] > 1 && buf.info.strides[k] != expected)
           throw py::value_error("run: every buffer must be C-contiguous");
-        expected *= buf.info.shape[d];
+        expected *= buf.info.shape[k];
       }
     }
-  fill_attrs(call, attrs);
+  size_t first = 0;
+  const auto args = workbench::schema_args<NdFront>(d, step, arrays, &first);
+  if (workbench::nothing_to_launch<NdFront>(args, out_shapes)) {
+    for (const Buffer& o : outs) std::memset(o.info.ptr, 0, static_cast<size_t>(o.info.size * o.info.itemsize));
+    return py::dict("kernel_ms_all"_a = std::vector<double>(), "launched"_a = false);
+  }
+  WbCall call = workbench::wb_call(dtype, ins.size(), outs.size(), attrs_of(d, attrs));
+  for (size_t i = 0; i < ins.size(); ++i) {
+    ins[i].read = args[i].read;
+    call.inputs[i] = workbench::wb_tensor(args[i].read ? ins[i].info.ptr : nullptr,
+                                          static_cast<int64_t>(arrays[i].shape.size()), arrays[i].shape.data(),
+                                          arrays[i].numel);
+  }
+  for (size_t i = 0; i < outs.size(); ++i)
+    call.outputs[i] = workbench::wb_tensor(outs[i].info.ptr, static_cast<int64_t>(out_shapes[i].size()),
+                                           out_shapes[i].data(), outs[i].info.size);
   if (v->device == WB_DEVICE_CUDA) {
 #ifdef WB_NDARRAY_WITH_CUDA
     CudaTimes t;
     {
       py::gil_scoped_release unlocked;
-      t = run_cuda(b, v, step, call, ins, outs, repeat, warmup, device);
+      t = run_cuda(b, v, step, call, ins, outs, repeat, warmup, device, label);
     }
-    py::dict d;
-    d["kernel_ms_all"] = t.kernel_ms;
-    d["h2d_ms"] = t.h2d_ms;
-    d["d2h_ms"] = t.d2h_ms;
-    d["h2d_bytes"] = t.h2d_bytes;
-    d["d2h_bytes"] = t.d2h_bytes;
-    d["alloc_ms"] = t.alloc_ms;
-    return d;
+    py::dict r;
+    r["kernel_ms_all"] = t.kernel_ms;
+    r["h2d_ms"] = t.h2d_ms;
+    r["d2h_ms"] = t.d2h_ms;
+    r["h2d_bytes"] = t.h2d_bytes;
+    r["d2h_bytes"] = t.d2h_bytes;
+    r["alloc_ms"] = t.alloc_ms;
+    r["launched"] = true;
+    return r;
 #else
     throw std::runtime_error("the NumPy front end was built without CUDA: it cannot run a CUDA variant");
 #endif
   }
-  return run_cpu(b, v, step, call, repeat, warmup, threads);
+  py::dict r = run_cpu(b, v, step, call, repeat, warmup, threads, label);
+  r["launched"] = true;
+  return r;
 }
 
 }  // namespace
@@ -407,7 +503,10 @@ PYBIND11_MODULE(wb_ndarray_ext, m) {
 #ifdef WB_NDARRAY_WITH_CUDA
   m.def("copy_ms", &copy_ms, py::arg("bytes"), py::arg("repeat") = 10, py::arg("device") = 0);
 #endif
-  m.def("run", &run, py::arg("binding"), py::arg("variant"), py::arg("step"), py::arg("dtype"), py::arg("inputs"),
-        py::arg("read"), py::arg("outputs"), py::arg("attrs"), py::arg("repeat") = 1, py::arg("warmup") = 0,
-        py::arg("threads") = 1, py::arg("device") = 0);
+  m.def("declare", &declare, py::arg("declaration"));
+  m.def("check", &check, py::arg("op"), py::arg("step"), py::arg("prefix"), py::arg("shapes"), py::arg("dtypes"),
+        py::arg("attrs"));
+  m.def("run", &run, py::arg("op"), py::arg("binding"), py::arg("variant"), py::arg("step"), py::arg("dtype"),
+        py::arg("inputs"), py::arg("outputs"), py::arg("attrs"), py::arg("repeat") = 1, py::arg("warmup") = 0,
+        py::arg("threads") = 1, py::arg("device") = 0, py::arg("label") = "");
 }

@@ -305,7 +305,7 @@ def package_files(op: str, spec, names: list[str], package: str, namespace: str)
     if any(v["generated"] == binding_wrapper for v in variants):
         raise ValueError("variants: a variant named '_binding' clashes with the binding's wrapper; rename it")
     harness_dir = config.BINDINGS_DIR / "harness"
-    for f in ("op_decl.h", "op_decl.cpp", "call_check.h", "call_check.cpp"):  # the shape rule, the call check
+    for f in ("op_decl.h", "op_decl.cpp", "call_contract.h", "call_check.h", "call_check.cpp"):  # the call contract
         files[f"csrc/harness/{f}"] = (harness_dir / f).read_bytes()
     for f in ("harness.h", "harness.cpp", "module.cpp"):
         files[f"csrc/harness/{f}"] = (TEMPLATES / f).read_bytes()

@@ -11,11 +11,12 @@ never imports torch (the CUDA extension guide's standalone pybind11 path).
 A variant (kernels/<op>/<variant>.cu or .cpp) and the op's binding (bindings/<op>.cpp) are built
 with nvcc or the host compiler, not cpp_extension, and opened by one pybind11 module
 (bindings/ndarray/ndarray_module.cpp). CPU variants run on the arrays' memory, on a std::thread
-pool; CUDA variants run on device copies, staged with cudaMalloc/cudaMemcpy. Calls are checked
-against the op's declaration (torch-free: workbench/specs/<op>.py, from the registry) by the check
-every front end runs (shapes.check_call: dtypes, shapes, attributes, in the harness's words), then
-for what NumPy adds: C-contiguity, byte order, writable and separate outputs; errors are TypeError
-or ValueError naming the argument and what was expected.
+pool; CUDA variants run on device copies, staged with cudaMalloc/cudaMemcpy. Calls go through the
+C++ call contract every front end runs (bindings/harness/call_contract.h, compiled into the module:
+the call check against the op's declaration from the registry, dtypes, shapes and attributes in
+the harness's words; the empty-tensor guard; the run), with what NumPy adds checked here:
+C-contiguity, byte order, writable and separate outputs; errors are TypeError or ValueError naming
+the argument and what was expected.
 """
 from __future__ import annotations
 
@@ -122,7 +123,7 @@ class NdKernel:
     built: bool
     seconds: float
     spec: object = field(repr=False)
-    _handles: tuple = field(repr=False, default=(0, 0))   # (WbOpBinding*, WbVariantInfo*)
+    _handles: tuple = field(repr=False, default=(0, 0, 0))   # (OpDecl*, WbOpBinding*, WbVariantInfo*)
     last_timing: Timing | None = None
     threads: int = field(default_factory=lambda: os.cpu_count() or 1)   # CPU variants' thread pool
 
@@ -154,7 +155,9 @@ class NdKernel:
     # ------------------------------------------------------------------ one call
 
     def _names(self, step: str):
-        """(tensor names in call order, read flags, output names, differentiable input indices)."""
+        """(array names in call order, read flags, output names, differentiable input indices): the
+        arity's message and which arrays' layout counts (the contract reads the same off the
+        declaration)."""
         spec = self.spec
         ins = [t.name for t in spec.inputs]
         if step == "forward":
@@ -192,44 +195,49 @@ class NdKernel:
             if not isinstance(a, np.ndarray):
                 raise TypeError(f"{prefix}{name} must be a numpy.ndarray; got {type(a).__name__}")
             _check_byte_order(prefix, name, a)
-        binder = spec.check_call("fwd" if step == "forward" else "bwd", arrays, values, prefix=prefix,
-                                 device_of=lambda a: None, dtype_of=lambda a: a.dtype.name)
+        attr_values = [float(v) if a.kind is float else int(v) for a, v in zip(spec.attrs, values)]
+        # The call contract every front end runs (bindings/harness/call_contract.h): the call check,
+        # in the harness's words, and the outputs' shapes; then what NumPy adds.
+        ext, (decl, binding, variant) = extension(), self._handles
+        shapes = ext.check(decl, _STEPS[step], prefix, [a.shape for a in arrays],
+                           [_dtype_name(a.dtype) for a in arrays], attr_values)
         dtype = self._check_variant_dtype(names[first], arrays[first], prefix)
         for name, a, r in zip(names, arrays, read):
             if r:
                 _check_layout(prefix, name, a)
-        shapes = ([binder.shape_of(o.pattern) for o in spec.outputs] if step == "forward"
-                  else [arrays[first + i].shape for i in diff])
         outs = self._outputs(prefix, out_names, shapes, outs, dtype)
         _check_overlap(prefix, names, arrays, out_names, outs)
         if self.device == "cuda":
             self._need_device()
         start = time.perf_counter()
-        if any(a.size == 0 for a, r in zip(arrays, read) if r) or all(o.size == 0 for o in outs):
-            # Nothing to launch; an output that is not empty sums over nothing: zeros (as the harness).
-            for o in outs:
-                o.fill(0)
-            self.last_timing = Timing(self.device, 0.0, (), launched=False,
-                                      wall_ms=(time.perf_counter() - start) * 1e3)
+        # A dtype NumPy does not export through the buffer protocol (ml_dtypes' bfloat16) goes as the
+        # unsigned ints of its size: the same memory, shape and writability.
+        staged, staged_outs = ([a if a.dtype.isbuiltin else a.view(f"u{a.itemsize}") for a in group]
+                               for group in (arrays, outs))
+        try:   # the contract's empty-tensor guard, then the run (the GIL released while it runs)
+            raw = ext.run(decl, binding, variant, _STEPS[step], dtypes.NAMES.index(dtype), staged, staged_outs,
+                          attr_values, repeat=repeat, warmup=warmup, threads=max(1, int(self.threads)),
+                          label=self.name)
+        except RuntimeError as e:
+            raise WorkbenchError(f"{prefix}{e}") from None
+        wall_ms = (time.perf_counter() - start) * 1e3
+        if not raw["launched"]:  # an empty call: the outputs are zeros (a sum over nothing), nothing timed
+            self.last_timing = Timing(self.device, 0.0, (), launched=False, wall_ms=wall_ms)
         else:
-            try:
-                raw = _run(self, step, dtype, arrays, read, outs, values, repeat, warmup)
-            except RuntimeError as e:
-                raise WorkbenchError(f"{prefix}{e}") from None
             kernel = tuple(raw["kernel_ms_all"])
             self.last_timing = Timing(
                 self.device, statistics.median(kernel), kernel, raw.get("h2d_ms"), raw.get("d2h_ms"),
-                raw.get("h2d_bytes", 0), raw.get("d2h_bytes", 0), raw.get("alloc_ms"),
-                (time.perf_counter() - start) * 1e3)
+                raw.get("h2d_bytes", 0), raw.get("d2h_bytes", 0), raw.get("alloc_ms"), wall_ms)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _check_variant_dtype(self, ref: str, x, prefix) -> str:
-        """The arrays' dtype (already one float dtype: check_call) is one this variant takes; returns its name."""
-        if x.dtype.name not in self.dtypes:
+        """The arrays' dtype (one float dtype: the contract's check) is one this variant takes; returns its name."""
+        name = _dtype_name(x.dtype)
+        if name not in self.dtypes:
             takes = " or ".join(self.dtypes)
             raise TypeError(f"{prefix}{ref} must be a {takes} array (variant '{self.name}' takes {takes}); "
-                            f"got {x.dtype.name}")
-        return x.dtype.name
+                            f"got {name}")
+        return name
 
     def _outputs(self, prefix, names, shapes, given, dtype) -> list:
         if not given:
@@ -238,7 +246,7 @@ class NdKernel:
             if not isinstance(o, np.ndarray):
                 raise TypeError(f"{prefix}{name} (an output) must be a numpy.ndarray; got {type(o).__name__}")
             _check_byte_order(prefix, f"{name} (an output)", o)
-            if o.dtype.name != dtype:
+            if _dtype_name(o.dtype) != dtype:
                 raise TypeError(f"{prefix}{name} (an output) must be a {dtype} array like the inputs; got {o.dtype.name}")
             if tuple(o.shape) != tuple(s):
                 raise ValueError(f"{prefix}{name} (an output) must have shape {shape_text(s)}; got shape {shape_text(o.shape)}")
@@ -254,6 +262,17 @@ class NdKernel:
             cpu = [v.name for v in variants(self.op) if v.device == "cpu"]
             raise WorkbenchError(f"{self.label} is a CUDA variant and no CUDA device is visible ({why}); "
                                  f"CPU variants of {self.op}: {', '.join(cpu) or 'none'}")
+
+
+_dtype_names: dict = {}   # numpy.dtype -> its name: dtype.name is computed in Python each time (~3 us)
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    """dtype.name ("float32", "bfloat16"), once per dtype."""
+    name = _dtype_names.get(dtype)
+    if name is None:
+        name = _dtype_names[dtype] = dtype.name
+    return name
 
 
 def _check_byte_order(prefix: str, name: str, a: np.ndarray) -> None:
@@ -289,17 +308,6 @@ def _check_layout(prefix: str, name: str, a: np.ndarray) -> None:
                          f"contiguous copy")
     if not a.flags.aligned:
         raise ValueError(f"{prefix}{name} must be aligned to its {a.itemsize}-byte elements; got an unaligned buffer")
-
-
-def _run(k: NdKernel, step, dtype, arrays, read, outs, values, repeat, warmup) -> dict:
-    """One step through the extension module (the GIL is released while it runs)."""
-    binding, variant = k._handles
-    attrs = [float(v) if a.kind is float else int(v) for a, v in zip(k.spec.attrs, values)]
-    # A dtype NumPy does not export through the buffer protocol (ml_dtypes' bfloat16) goes as the
-    # unsigned ints of its size: the same memory, shape and writability.
-    arrays, outs = ([a if a.dtype.isbuiltin else a.view(f"u{a.itemsize}") for a in group] for group in (arrays, outs))
-    return extension().run(binding, variant, _STEPS[step], dtypes.NAMES.index(dtype), arrays, read, outs, attrs,
-                           repeat=repeat, warmup=warmup, threads=max(1, int(k.threads)))
 
 
 def _binding(op: str) -> tuple[int, object, bool]:
@@ -346,7 +354,8 @@ def load(op: str, variant: str) -> NdKernel:
     names = tuple(n for n in dtypes.NAMES if info["dtype_mask"] & (1 << dtypes.NAMES.index(n)))
     return NdKernel(op=op, name=variant, device=info["device"], dtypes=names, description=info["description"],
                     steps=tuple(info["steps"]), library=lib, binding_library=binding_lib, built=built,
-                    seconds=time.perf_counter() - start, spec=spec, _handles=(binding, info["handle"]))
+                    seconds=time.perf_counter() - start, spec=spec,
+                    _handles=(extension().declare(spec.declaration()), binding, info["handle"]))
 
 
 __all__ = ["NdKernel", "Timing", "arch_list", "copy_bandwidth_gbps", "device_count", "devices", "extension", "load", "ops", "variants"]

@@ -88,11 +88,15 @@ def _get_or_build(piece: Piece) -> tuple[pathlib.Path, pathlib.Path, bool, str]:
 
 def build_module() -> tuple[pathlib.Path, pathlib.Path, bool]:
     """The pybind11 extension module, with CUDA (staging, events, device queries) where the CUDA
-    runtime is installed, else host-only."""
+    runtime is installed, else host-only; it compiles in the torch-free call contract of
+    bindings/harness (call_contract.h, op_decl.cpp), never torch's headers."""
     import pybind11
 
     with_cuda = can_build_cuda()
-    includes = [pathlib.Path(pybind11.get_include()), pathlib.Path(sysconfig.get_paths()["include"]), config.COMMON_DIR]
+    # bindings/harness: the call contract (call_contract.h) and the declarations' parser (op_decl.cpp),
+    # both torch-free, that the module shares with the torch harness.
+    includes = [pathlib.Path(pybind11.get_include()), pathlib.Path(sysconfig.get_paths()["include"]), config.COMMON_DIR,
+                config.BINDINGS_DIR / "harness"]
     flags, link = list(MODULE_FLAGS), []
     if with_cuda:
         lib_dir = cuda_lib_dir()
