@@ -137,7 +137,7 @@ def test_a_device_edit_is_rebuilt_by_nvrtc_with_the_host_library_reused(tmp_path
     assert first.record["device_compiler"] == "nvrtc" and first.record["kernels"] >= 8
     unit = _unit(first)
     assert unit.key == first.record["nvrtc_unit"] and len(unit.kernels) == first.record["kernels"]
-    nvrtc_kernels.drain()
+    nvrtc_kernels.compile_all(unit.key)
     cubins = {name: nvrtc_kernels.compiled(unit, name)[0].read_bytes() for name in unit.kernels}
     assert all(cubins.values())
     path.write_text(path.read_text().replace(KERNEL_SUM, KERNEL_SUM.replace("+ wb_to_acc", "- wb_to_acc")))
@@ -164,29 +164,16 @@ def test_kernels_compile_when_launched_first_and_the_rest_when_drained(tmp_path,
     unit = _unit(built)
     assert "front end" in (built.build_dir / "build.log").read_text()
     assert all(nvrtc_kernels.compiled(unit, n) is None for n in unit.kernels)       # nothing past the front end
+    assert nvrtc_kernels.pending() == 0                                  # nor queued before a launch
     first, *rest = sorted(unit.kernels)
     cubin, lowered = nvrtc_kernels.provide(unit.key, first)
     assert cubin.stat().st_size > 0 and lowered
     assert [n for n in unit.kernels if nvrtc_kernels.compiled(unit, n)] == [first]  # that kernel alone
-    assert nvrtc_kernels.pending() == len(rest)
+    assert nvrtc_kernels.pending() == len(rest)                          # the others, queued by that launch
     nvrtc_kernels.drain()
     assert nvrtc_kernels.pending() == 0 and all(nvrtc_kernels.compiled(unit, n) for n in rest)
     log = (cubin.parent / f"{unit.kernel_key(first)}.log").read_text()
     assert "registers" in log                                            # ptxas's report, per kernel
-
-
-@can_compile
-def test_an_edit_drops_the_previous_units_queued_kernels(tmp_path, monkeypatch):
-    queue = nvrtc_kernels._Queue()
-    monkeypatch.setattr(queue, "workers", lambda: 0)
-    monkeypatch.setattr(nvrtc_kernels, "_queue", queue)
-    path = _copy(tmp_path, SCALAR.read_text() + "\n__device__ int superseded() { return 1; }\n")
-    old = _unit(_build(path))
-    assert {k for k, _ in queue.cold} == {old.key}
-    path.write_text(path.read_text().replace("return 1;", "return 2;"))
-    new = _unit(_build(path))
-    assert {k for k, _ in queue.cold} == {new.key}                       # the older edit's work is gone
-    assert len(queue.cold) == len(new.kernels)
 
 
 @can_compile
@@ -198,12 +185,14 @@ def test_an_edit_starts_on_the_kernels_its_last_launch_asked_for_and_cold_ones_w
     before = _unit(_build(path))
     launched = sorted(before.kernels)[3]
     nvrtc_kernels.provide(before.key, launched)                          # what a first call asked for
+    assert {k for k, _ in queue.cold} == {before.key} and len(queue.cold) == len(before.kernels) - 1
     path.write_text(path.read_text().replace("return 1;", "return 2;"))
     after = _unit(_build(path))
+    assert not queue.cold                                                # the older edit's work is gone
     assert list(queue.hot) == [(after.key, launched)]                    # queued hot by the edit's build
-    assert len(queue.cold) == len(after.kernels) - 1
     u, names = queue._take(1, cold_now=queue._quiet())
     assert names == [launched] and not queue._quiet()                    # hot first; compiling: not quiet
+    queue.cold[(after.key, "another")] = after
     assert queue._take(1, cold_now=queue._quiet()) is None               # so no cold kernel starts beside it
     queue._run(u, names)
     assert queue._quiet() and queue._take(1, cold_now=queue._quiet()) is not None

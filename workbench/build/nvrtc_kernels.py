@@ -15,8 +15,10 @@ instantiates 60 kernels, about 45 ms each on the 2-core machine). So each kernel
   again (a process that exited mid-way loses nothing but time).
 - `provide` is what a launch asks for (through the routed library's provider, run/nvrtc_routes.py):
   a kernel on disk is returned at once; one queued is taken off the queue and compiled in the
-  caller's thread; one being compiled is waited for. The kernels a label's launches asked for first
-  are remembered: its next build (an edit) starts on them beside the front end (`prefetch`).
+  caller's thread; one being compiled is waited for. A unit's first launch queues its other kernels
+  for the background (not its build: between a build and its first launch the background would
+  take every core). The kernels a label's launches asked for first are remembered: its next build
+  (an edit) starts on them beside the front end (`prefetch`).
 - The background: daemon threads, half the cores this process may use (at least one), compile the
   queued kernels, hot ones first (_Queue says which and why); a newer unit of the same label drops
   the older unit's queued kernels (an edit supersedes them). `drain` waits for the queue: the
@@ -142,6 +144,7 @@ class _Queue:
         self.launching = 0                              # launches compiling their own kernel now
         self.latest: dict[str, str] = {}                # label -> its newest unit's key
         self.launched: dict[str, list[str]] = {}        # label -> the kernels its launches asked for first
+        self.launched_units: set[str] = set()           # units a launch has asked for a kernel
         self.threads: list[threading.Thread] = []
         self.errors: dict[tuple[str, str], str] = {}
 
@@ -225,7 +228,7 @@ class _Queue:
                     self.cond.wait()
             self._run(*taken)
 
-    def provide(self, u: Unit, name: str) -> tuple[pathlib.Path, str]:
+    def _provide(self, u: Unit, name: str) -> tuple[pathlib.Path, str]:
         item = (u.key, name)
         with self.cond:
             seen = self.launched.setdefault(u.label, [])
@@ -252,6 +255,15 @@ class _Queue:
             if item in self.errors:
                 raise KernelCompileError(self.errors.pop(item))
         return compiled(u, name)
+
+    def provide(self, u: Unit, name: str) -> tuple[pathlib.Path, str]:
+        """The kernel (_provide); the unit's first launch then queues the unit's other kernels, cold."""
+        try:
+            return self._provide(u, name)
+        finally:
+            if u.key not in self.launched_units:
+                self.launched_units.add(u.key)
+                self.submit(u)
 
     def drain(self) -> None:
         """Help the workers until the queue is empty, then wait for the kernels still compiling."""

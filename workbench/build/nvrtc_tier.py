@@ -235,15 +235,14 @@ def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | N
         return _fallback(p, staging, key, f"NVRTC cannot compile {file or 'it'}:{line or '?'} ({first})",
                          rename, last_good, start, closure, build)
     nvrtc_kernels.save(unit)
-    queued = nvrtc_kernels.submit(unit)
     stem = f"{p.label.replace('/', '_')}-{key[:12]}-{uuid.uuid4().hex[:6]}"
     library = staging / f"{stem}.so"
     shutil.copyfile(host.library, library)
     (staging / f"{stem}{UNIT_SUFFIX}").write_text(unit.key)
     log_path.write_text(f"NVRTC {nvrtc.version()} {' '.join(options)}\n"
-                        f"front end: {len(kernels)} kernels checked; each compiles on its first launch or in the "
-                        f"background ({queued} queued), its ptxas report in nvrtc-kernels/<kernel key>.log (unit "
-                        f"{unit.key})\nhost library: {host.library} (nvcc, host key {views.host_key[:16]})\n")
+                        f"front end: {len(kernels)} kernels checked; each compiles on its first launch, the rest "
+                        f"in the background after the first, its ptxas report in nvrtc-kernels/<kernel key>.log "
+                        f"(unit {unit.key})\nhost library: {host.library} (nvcc, host key {views.host_key[:16]})\n")
     deps = [str(path) for _, path in closure.files]
     return Compiled(library, time.perf_counter() - start, deps,
                     {"device_compiler": "nvrtc", "nvrtc_version": nvrtc.version(), "nvrtc_options": options,

@@ -46,8 +46,8 @@ def unit_of(library: pathlib.Path) -> str | None:
 
 
 def attach(library: pathlib.Path) -> bool:
-    """Give a loaded NVRTC tier library its provider and queue its kernels not yet compiled (a build
-    from the cache whose kernels another process left half done). False: not such a library."""
+    """Give a loaded NVRTC tier library its provider (its first launch queues the kernels not yet
+    compiled, build/nvrtc_kernels.py). False: not such a library."""
     key = str(library)
     if key in _attached:
         return True
@@ -58,5 +58,4 @@ def attach(library: pathlib.Path) -> bool:
     provider = _provider(unit_key)
     handle.wb_nvrtc_set_provider(provider)
     _attached[key] = (handle, provider)
-    nvrtc_kernels.submit(nvrtc_kernels.unit(unit_key))
     return True
