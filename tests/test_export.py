@@ -62,6 +62,8 @@ def test_installed_package_passes_its_own_test_without_the_workbench(exported):
     assert "PASSED tests/test_bias_gelu.py::test_the_package_stands_alone" in proc.stdout, proc.stdout
     assert "PASSED tests/test_bias_gelu.py::test_compile_fullgraph[cpu]" in proc.stdout
     assert "PASSED tests/test_bias_gelu.py::test_opcheck[cpu]" in proc.stdout
+    assert "PASSED tests/test_bias_gelu.py::test_autograd_is_the_cpp_kernel" in proc.stdout
+    assert "PASSED tests/test_bias_gelu.py::test_create_graph_gives_second_derivatives" in proc.stdout
 
 
 def test_installed_library_holds_every_variant(exported):
@@ -138,6 +140,29 @@ def test_the_package_carries_the_one_call_check_and_the_math(wb, tmp_path):
     assert not (package / "opspec.py").exists() and not (package / "spec").exists()  # no stand-in model
     init = (package / "__init__.py").read_text()
     assert "check_call(" in init and "must be a finite number" not in init  # the words live in _shapes.py
+
+
+def test_the_package_runs_the_harness_autograd_in_cpp(wb, tmp_path):
+    """Issue 26, item 2: the package's Autograd key is the workbench's C++ kernel (op_autograd.cpp,
+    copied as call_check is, its ops looked up in the package's namespace) registered by op.cpp; its
+    __init__ registers no Python autograd formula, only <op>_backward_backward (create_graph=True)."""
+    from workbench.ship import export_files
+
+    out = wb.export("bias_gelu", "cpu", tmp_path / "pkg", namespace="my_ops")
+    harness = (config.BINDINGS_DIR / "harness" / "op_autograd.cpp").read_text()
+    copied = (out / "csrc/harness/op_autograd.cpp").read_text()
+    assert copied == export_files.autograd_source("my_ops")
+    assert copied.split("\n", 1)[1] == harness.replace('("workbench::" + name)', '("my_ops::" + name)')
+    assert '("workbench::' not in copied and '("my_ops::" + name)' in copied
+    op_cpp = (out / "csrc/harness/op.cpp").read_text()
+    assert '#include "op_autograd.cpp"' in op_cpp
+    assert "TORCH_LIBRARY_IMPL(my_ops, Autograd, m)" in op_cpp and "register_autograd_kernels(" in op_cpp
+    assert "double_backward_schema(" in op_cpp
+    init = (out / "wb_bias_gelu" / "__init__.py").read_text()
+    assert "register_autograd" not in init and "setup_context" not in init
+    assert '_library.impl(f"{OP}_backward_backward", _double_backward, "CompositeImplicitAutograd")' in init
+    test = (out / "tests" / "test_bias_gelu.py").read_text()
+    assert "def test_autograd_is_the_cpp_kernel" in test and "def test_create_graph_gives_second_derivatives" in test
 
 
 def test_cuda_variants_make_a_cuda_extension(wb, tmp_path):

@@ -1,7 +1,8 @@
 """What an exported package holds, file by file, generated from the op's declaration (export.py
-writes them): the C++ entry points and TORCH_LIBRARY registration, the harness's sources copied, the
-variants' sources and the headers they include, the op's math module and the call check as Python
-files, spec.py, __init__.py, setup.py, a README and a test. Templates: export_templates/."""
+writes them): the C++ entry points and TORCH_LIBRARY registration, the harness's sources copied (the
+call contract, the C++ autograd), the variants' sources and the headers they include, the op's math
+module and the call check as Python files, spec.py, __init__.py, setup.py, a README and a test.
+Templates: export_templates/."""
 from __future__ import annotations
 
 import ast
@@ -154,6 +155,14 @@ def _op_cpp(spec, variants: list[dict], namespace: str, with_cuda: bool) -> str:
     impls = [f'  m.impl("{spec.name}", &{spec.name});'] + ([f'  m.impl("{spec.name}_backward", &{spec.name}_backward);']
                                                           if bwd else [])
     keys = ["CPU"] + (["CUDA"] if with_cuda else [])
+    # <op>_backward_backward (the backward's derivative, __init__.py's) and the Autograd key's C++
+    # kernels (op_autograd.cpp), registered after the schemas they look up: one file, in order.
+    double = ["  m.def(workbench::double_backward_schema(declaration()).c_str());"] if bwd else []
+    autograd = (f"""
+TORCH_LIBRARY_IMPL({namespace}, Autograd, m) {{
+  workbench::register_autograd_kernels(declaration(), m);
+}}
+""" if bwd else "")
     externs = "\n".join(f'extern "C" const WbVariantInfo* {v["symbol"]}(void);' for v in variants)
     table = ",\n".join(f'      {{"{v["name"]}", {v["symbol"]}}}' for v in variants)
     defs = [f'  m.def(R"wb({fwd})wb");'] + ([f'  m.def(R"wb({bwd})wb");'] if bwd else [])
@@ -172,9 +181,11 @@ def _op_cpp(spec, variants: list[dict], namespace: str, with_cuda: bool) -> str:
 
 #include <tuple>
 
-// The harness is compiled as part of this file: one translation unit parses torch's headers once
-// (about 10 s less on a 2-core machine than two).
+// The harness and the workbench's C++ autograd (op_autograd.cpp: the Autograd key's kernels, no
+// Python per call) are compiled as part of this file: one translation unit parses torch's headers
+// once (about 10 s less on a 2-core machine than two).
 #include "harness.cpp"
+#include "op_autograd.cpp"
 
 {externs}
 extern "C" const WbOpBinding* {namespace}_op_binding(void);
@@ -190,18 +201,40 @@ const wb_export::Op& op() {{
   return instance;
 }}
 
+const workbench::OpDecl& declaration() {{
+  static const workbench::OpDecl parsed = workbench::OpDecl::parse(kDeclaration);
+  return parsed;
+}}
+
 {chr(10).join(entries)}
 
 }}  // namespace
 
 TORCH_LIBRARY({namespace}, m) {{
-{chr(10).join(defs)}
+{chr(10).join(defs + double)}
 }}
 """ + "".join(f"""
 TORCH_LIBRARY_IMPL({namespace}, {key}, m) {{
 {chr(10).join(impls)}
 }}
-""" for key in keys)
+""" for key in keys) + autograd
+
+
+# op_autograd.cpp's one look-up of the ops it calls by name (handle_of): the harness's namespace,
+# which the package's copy names its own.
+_AUTOGRAD_LOOKUP = '("workbench::" + name)'
+
+
+def autograd_source(namespace: str) -> str:
+    """bindings/harness/op_autograd.cpp as the package compiles it: the same file, the ops it calls
+    (<op>_backward, <op>_backward_backward) looked up in the package's namespace."""
+    path = config.BINDINGS_DIR / "harness" / "op_autograd.cpp"
+    text = path.read_text()
+    if text.count(_AUTOGRAD_LOOKUP) != 1:
+        raise ValueError(f"{path}: expected the ops' look-up {_AUTOGRAD_LOOKUP} once (the package's copy names its "
+                         f"own namespace there); found it {text.count(_AUTOGRAD_LOOKUP)} times")
+    return (f"// Copied from bindings/harness/op_autograd.cpp by export, the ops looked up in {namespace}::.\n"
+            + text.replace(_AUTOGRAD_LOOKUP, f'("{namespace}::" + name)'))
 
 
 def _wrapper(symbol_from: str, symbol_to: str, include: str, what: str) -> str:
@@ -309,6 +342,7 @@ def package_files(op: str, spec, names: list[str], package: str, namespace: str)
         files[f"csrc/harness/{f}"] = (harness_dir / f).read_bytes()
     for f in ("harness.h", "harness.cpp", "module.cpp"):
         files[f"csrc/harness/{f}"] = (TEMPLATES / f).read_bytes()
+    files["csrc/harness/op_autograd.cpp"] = autograd_source(namespace)  # op.cpp includes it
     files["csrc/harness/op.cpp"] = _op_cpp(spec, variants, namespace, with_cuda)
 
     fwd, bwd = _schemas(spec)

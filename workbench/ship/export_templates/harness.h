@@ -2,7 +2,7 @@
 // declaration (call_check.h: devices, dtypes, shapes, attributes), picks the variant, allocates the outputs and
 // runs the variant's launcher table through the op's binding. Written by the workbench's
 // `export`; op.cpp (generated) holds the op's declaration, its typed entry points and its
-// TORCH_LIBRARY registration.
+// TORCH_LIBRARY registration, the Autograd key's kernels (op_autograd.cpp) included.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -13,6 +13,18 @@
 #include "call_check.h"
 #include "op_decl.h"
 #include "wb_op.h"
+
+namespace torch {
+class Library;
+}
+
+namespace workbench {
+// The workbench's C++ autograd (op_autograd.cpp, copied): the schema of <op>_backward_backward (the
+// backward's derivative, which __init__.py implements from the spec) and the Autograd key's kernels
+// of <op> and <op>_backward, which record a node calling the next op: no Python per call.
+std::string double_backward_schema(const OpDecl& decl);
+void register_autograd_kernels(const OpDecl& decl, torch::Library& impls);
+}  // namespace workbench
 
 namespace wb_export {
 
