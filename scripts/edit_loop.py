@@ -9,7 +9,9 @@ call has returned (wb.load_source + one call + synchronize); without one, to the
 (the build pipeline's get_or_build, nothing loaded). The nvrtc tier compiles the kernels that call
 did not need in the background (build/nvrtc_kernels.py): a second column times each edit until
 every kernel is compiled (on the 2-core machine, the "compile alone" figure). The first build of
-each copy (the host side's, for nvrtc) is not timed: the loop is about the edits after it.
+each copy (the host side's, for nvrtc) is not timed: the loop is about the edits after it. "its
+kernels" is what NVRTC took over the kernels the first call asked for (an edit's build starts on
+those the previous edit's first call asked for, beside NVRTC's front end).
 
 --gpu-time (GPU only) also times every committed CUDA variant built both ways, side by side: the
 forward's GPU time at one size (workbench.measure.timing.time_cuda), and the ratio nvrtc / nvcc.
@@ -60,9 +62,10 @@ def first_call(op: str, kernel) -> None:
 
 
 def time_edits(op: str, variant: str, tier: str, edits: int, arch: str | None, gpu: bool,
-               rows: list) -> tuple[list[float], list[float]]:
+               rows: list) -> tuple[list[float], list[float], list[float]]:
     """Per edit: (seconds until the first call returned, or the build returned without a GPU;
-    seconds until every kernel is compiled). The nvrtc tier compiles kernels past the first call's
+    seconds until every kernel is compiled; seconds NVRTC took over the kernels the first call asked
+    for, beside the rest or before it). The nvrtc tier compiles kernels past the first call's
     in the background (build/nvrtc_kernels.py); each edit starts with none of them pending."""
     from workbench.build import BuildOptions, get_or_build, nvrtc_kernels
     from workbench.build.tree import variant_piece
@@ -72,7 +75,7 @@ def time_edits(op: str, variant: str, tier: str, edits: int, arch: str | None, g
     r = registry.resolve(op)
     original = r.variant_source(variant).read_text()
     options = BuildOptions(compiler=tier, arch=arch)
-    first, whole = [], []
+    first, whole, kernels = [], [], []
     base = time.time_ns() % 10**9  # constants no earlier run used: no edit is a warm hit in a kept cache
     with tempfile.TemporaryDirectory() as tmp:
         path = pathlib.Path(tmp) / f"{variant}_edit.cu"
@@ -87,6 +90,8 @@ def time_edits(op: str, variant: str, tier: str, edits: int, arch: str | None, g
             else:
                 unit = get_or_build(variant_piece(r, f"{variant}_{tier}_edit", path, options)).record.get("nvrtc_unit")
             ready = time.perf_counter() - start
+            launched = [(unit, n) for n in nvrtc_kernels._queue.launched.get(f"{op}/{variant}_{tier}_edit", [])]
+            kernel_s = [nvrtc_kernels.compile_seconds.get(k) for k in launched]
             if unit:
                 nvrtc_kernels.compile_all(unit)  # the kernels no call asked for yet
             took = time.perf_counter() - start
@@ -94,10 +99,11 @@ def time_edits(op: str, variant: str, tier: str, edits: int, arch: str | None, g
                 continue  # the copy's first build (its host side, for nvrtc): not an edit
             first.append(ready)
             whole.append(took)
+            kernels.append(sum(x for x in kernel_s if x is not None))
             rows.append({"kind": "edit", "variant": f"{op}/{variant}", "tier": tier, "edit": n, "seconds": ready,
-                         "all_kernels_seconds": took,
+                         "all_kernels_seconds": took, "first_call_kernels_compile_seconds": kernel_s,
                          "measured": "rebuilt+loaded+first call" if gpu else "build returned (front end)"})
-    return first, whole
+    return first, whole, kernels
 
 
 def gpu_times(rows: list, lines: list, only: list[str] | None = None) -> None:
@@ -168,15 +174,15 @@ def main() -> int:
     lines = [f"edit loop on {machine}: median seconds per edit over {args.edits} edits, from the edited file to "
              f"a rebuilt variant ({'loaded, ' if gpu else ''}{ready}; nvrtc: its other kernels compile after, "
              f"in the background) and to every kernel compiled",
-             f"{'variant':24s} {'nvrtc ' + ready[:5]:>12s} {'nvrtc all':>10s} {'nvcc s':>8s} "
+             f"{'variant':24s} {'nvrtc ' + ready[:5]:>12s} {'its kernels':>12s} {'nvrtc all':>10s} {'nvcc s':>8s} "
              f"{'nvcc / nvrtc ' + ('first call' if gpu else 'all'):>22s}"]
     for qualified in args.variants:
         op, _, variant = qualified.partition("/")
-        medians, wholes = {}, {}
+        medians, wholes, kernel_s = {}, {}, {}
         for tier in TIERS:
-            first, whole = time_edits(op, variant, tier, args.edits, args.arch, gpu, rows)
-            medians[tier], wholes[tier] = statistics.median(first), statistics.median(whole)
-        lines.append(f"{qualified:24s} {medians['nvrtc']:12.3f} {wholes['nvrtc']:10.3f} {medians['nvcc']:8.3f} "
+            first, whole, kernels = time_edits(op, variant, tier, args.edits, args.arch, gpu, rows)
+            medians[tier], wholes[tier], kernel_s[tier] = map(statistics.median, (first, whole, kernels))
+        lines.append(f"{qualified:24s} {medians['nvrtc']:12.3f} {kernel_s['nvrtc']:12.3f} {wholes['nvrtc']:10.3f} {medians['nvcc']:8.3f} "
                      f"{medians['nvcc'] / (medians if gpu else wholes)['nvrtc']:21.1f}x")
         rows.append({"kind": "median", "variant": qualified, "machine": machine, "measured": ready,
                      **{f"{t}_s": medians[t] for t in TIERS}, **{f"{t}_all_kernels_s": wholes[t] for t in TIERS}})

@@ -35,6 +35,7 @@ import json
 import os
 import pathlib
 import threading
+import time
 
 from . import nvrtc, store
 
@@ -106,6 +107,7 @@ def _compile(u: Unit, names: list[str]) -> None:
     """One NVRTC program for these kernels of the unit: its cubin, and per kernel its .name (the cubin
     and NVRTC's name, written last: it marks the kernel done) and .log."""
     expressions = [u.kernels[n] for n in names]
+    start = time.perf_counter()
     try:
         cubin, lowered, log = nvrtc.compile_program(u.main, u.texts, u.options, expressions)
     except nvrtc.NvrtcError as e:
@@ -117,9 +119,14 @@ def _compile(u: Unit, names: list[str]) -> None:
     tmp = _folder() / f".{name}-{os.getpid()}-{threading.get_ident()}"
     tmp.write_bytes(cubin)
     os.replace(tmp, _folder() / name)
+    seconds = time.perf_counter() - start
     for n, expression in zip(names, expressions):
+        compile_seconds[(u.key, n)] = seconds
         store.write_text(_folder() / f"{u.kernel_key(n)}.log", f"{expression}\n{log}")
         store.write_text(_folder() / f"{u.kernel_key(n)}.name", f"{name}\n{lowered[expression]}")
+
+
+compile_seconds: dict[tuple[str, str], float] = {}  # (unit key, kernel) -> its program's compile, this process
 
 
 class _Queue:
