@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import pathlib
 import re
+import shutil
 import threading
 
 import pytest
@@ -236,6 +237,36 @@ def test_the_provider_hands_a_routed_library_its_kernels(tmp_path):
     assert provider(b"_Z9not_a_kernelv", ctypes.addressof(out), 4096, ctypes.addressof(lowered), 4096) == 1
     assert b"not among the" in out.value
     assert nvrtc_routes.unit_of(built.library) == unit.key and nvrtc_routes.unit_of(tmp_path / "x.so") is None
+
+
+@can_compile
+def test_clean_removes_the_kernels_of_units_no_build_names(tmp_path, monkeypatch):
+    import os
+    import time
+
+    from conftest import private_cache
+    from workbench.build import clean
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(private_cache(tmp_path / "cache", labels=("vector_add-scalar_edit",))))
+    path = _copy(tmp_path)
+    kept = _unit(_build(path))
+    nvrtc_kernels.compile_all(kept.key)
+    path.write_text(path.read_text().replace(KERNEL_SUM, KERNEL_SUM.replace("+ wb_to_acc", "- wb_to_acc")))
+    gone = _unit(_build(path))
+    nvrtc_kernels.compile_all(gone.key)
+    gone_files = nvrtc_kernels.unit_files(gone.key)
+    assert len(gone_files) == 3 * len(gone.kernels) + 1 and all(f.exists() for f in gone_files)
+    for build in store.builds_root().iterdir():          # the edited build's folder is gone from the cache
+        if any(build.glob(f"*{nvrtc_tier.UNIT_SUFFIX}")) and gone.key in next(build.glob(f"*{nvrtc_tier.UNIT_SUFFIX}")).read_text():
+            shutil.rmtree(build)
+    clean.clean(older_than_s=10**9)
+    assert all(f.exists() for f in gone_files)                           # under an hour old: a build may be on its way
+    old = time.time() - 7200
+    for unit in (gone, kept):
+        os.utime(store.subdir("nvrtc-kernels") / f"{unit.key}.json", (old, old))
+    report = clean.clean(older_than_s=10**9)
+    assert not any(f.exists() for f in gone_files) and any(gone.key in r for r in report["removed"])
+    assert all(f.exists() for f in nvrtc_kernels.unit_files(kept.key))   # a build still names it
 
 
 def test_the_timers_wait_for_background_compiles(monkeypatch):

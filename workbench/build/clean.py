@@ -9,7 +9,9 @@ import stat
 import time
 
 from .. import config
+from . import nvrtc_kernels
 from .locks import in_use
+from .nvrtc_tier import UNIT_SUFFIX
 from .store import MARKER, builds_root, check_root_location, discard
 
 
@@ -91,6 +93,7 @@ def clean(*, older_than_s: float | None = None, max_bytes: int | None = None, ev
         total -= size
         freed += size
         removed.append(str(d))
+    freed += _unnamed_nvrtc_units(root, now, removed)
     trash = config.cache_dir() / "trash"
     if os.path.isdir(trash) and not os.path.islink(trash):
         for d in sorted(trash.iterdir()):
@@ -105,3 +108,22 @@ def clean(*, older_than_s: float | None = None, max_bytes: int | None = None, ev
             discard(d)
             removed.append(str(d))
     return {"removed": removed, "in_use": kept_in_use, "skipped": skipped, "freed_bytes": freed}
+
+
+def _unnamed_nvrtc_units(root: pathlib.Path, now: float, removed: list) -> int:
+    """Remove the NVRTC tier's kernels (build/nvrtc_kernels.py) of units that no build left in the cache
+    names, an hour old at least (a build being made saves its unit before it publishes). Bytes freed."""
+    folder = config.cache_dir() / "nvrtc-kernels"
+    if not folder.is_dir() or folder.is_symlink():
+        return 0
+    named = {p.read_text().strip() for p in root.glob(f"*/*{UNIT_SUFFIX}") if not p.is_symlink()}
+    freed = 0
+    for unit in sorted(folder.glob("*.json")):
+        if unit.stem in named or unit.is_symlink() or now - os.lstat(unit).st_mtime <= 3600:
+            continue
+        for path in nvrtc_kernels.unit_files(unit.stem):
+            with contextlib.suppress(FileNotFoundError):
+                freed += os.lstat(path).st_size
+                path.unlink()
+        removed.append(str(unit))
+    return freed

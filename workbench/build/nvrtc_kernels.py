@@ -89,6 +89,20 @@ def unit(key: str) -> Unit:
     return _units[key]
 
 
+def unit_files(key: str) -> list[pathlib.Path]:
+    """Every file of a unit in nvrtc-kernels/ (its kernels' records and cubins, then the unit itself),
+    for `python -m workbench clean`."""
+    folder, files = _folder(), []
+    try:
+        u = Unit(**json.loads((folder / f"{key}.json").read_text()))
+    except (OSError, ValueError, TypeError):
+        u = None
+    for name in u.kernels if u else ():
+        done = compiled(u, name)
+        files += [folder / f"{u.kernel_key(name)}.name", folder / f"{u.kernel_key(name)}.log"] + ([done[0]] if done else [])
+    return files + [folder / f"{key}.json"]
+
+
 class KernelCompileError(Exception):
     """NVRTC could not compile one kernel (past the front end the build checked: the optimizer's or
     ptxas's error, e.g. too much shared memory); args[0] says which and why."""
