@@ -49,12 +49,13 @@ def cmd_list(args) -> int:
 def cmd_build(args) -> int:
     """Every variant asked for is tried: one that fails to build is reported (its error on stderr)
     and the others still build; the exit status is 1 where any failed."""
+    from .explain.sass_diff import cli_report as sass_diff
     from .run import loader
 
     failed = []
     for name in _variants_for(args.op, args.variants, runnable_only=False):
-        if args.compiler:
-            failed += _build_only(args.op, name, args.compiler, args.arch)
+        if args.compiler or args.sass_diff:
+            failed += (sass_diff if args.sass_diff else _build_only)(args.op, name, args.compiler, args.arch)
             continue
         try:
             k = loader.load(args.op, name)
@@ -326,6 +327,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--compiler", choices=["nvrtc", "nvcc"], help="build with this tier, loading nothing (no GPU needed); "
                    "nvrtc: device code by NVRTC, nvcc's host library reused while unchanged")
     s.add_argument("--arch", help="--compiler nvrtc's arch, e.g. sm_90a (default: this GPU's, else the arch list's newest)")
+    s.add_argument("--sass-diff", action="store_true", help="with --compiler nvrtc: each kernel's SASS, NVRTC's vs nvcc's, for one arch (--arch, default sm_90a)")
     s.set_defaults(fn=cmd_build)
 
     for name, fn, helptext in (("check", cmd_check, "correctness matrix against the float64 reference"),

@@ -1,0 +1,286 @@
+"""NVRTC's SASS beside nvcc's, per kernel (issue 27: nvcc stays the compiler of the SASS and ptxas
+reports; the NVRTC build's SASS is shown where it differs).
+
+`compare(op, variant, arch)` builds one CUDA variant both ways for one arch (no GPU needed): nvcc's
+build of the whole file (the arch list set to that one arch) and the NVRTC tier's (every kernel
+compiled, each its own program). Each kernel's SASS comes from cuobjdump -sass (ptxas.sass), nvcc's
+from its library's ELF for that arch, NVRTC's from the kernel's cubin. Kernels are paired by nvcc's
+mangled name (nvrtc_tier.canonical_name: the two spell an anonymous namespace differently).
+
+What is not code is left out before comparing: the instruction addresses (/*0070*/), the encodings
+in comments (/* 0x000fe2... */), and the code addresses a branch, call or convergence barrier names
+(BRA 0x5d0, CALL.REL.NOINC 0x1070, BSSY B0, 0x3c0), which become labels numbered in address order:
+one instruction more at the top shifts every address below it without changing what runs. Registers
+are compared as written (their allocation is the compiler's output too, and a register's number
+picks its bank): a kernel whose instructions agree one for one but for their register numbers is
+reported as "same instructions, other registers", not identical (the allocators reused registers
+differently, so no one renaming maps one onto the other); one whose opcodes agree one for one but
+whose operands differ otherwise, as "same opcodes, operands differ"; any other, as "differs".
+
+`python -m workbench build OP VARIANT --compiler nvrtc --sass-diff [--arch sm_90a]` prints the
+report (cli_report); `python -m workbench.explain.sass_diff OP VARIANT --nvcc-arch sm_90` compares
+against nvcc's build for another arch (what a JIT build compiles on an H100: sm_90, not sm_90a).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import difflib
+import pathlib
+import re
+import sys
+
+from . import ptxas
+from ..build import BuildOptions, nvrtc, nvrtc_kernels, nvrtc_tier, toolchain, tree
+from ..build.guard import environment
+from ..model import registry
+
+DIFF_LINES = 40  # of one kernel's unified diff, at most, in the report
+IDENTICAL, RENAMED, OPERANDS, DIFFERS, NVCC_ONLY, NVRTC_ONLY = (
+    "identical", "same instructions, other registers", "same opcodes, operands differ", "differs", "nvcc only", "nvrtc only")
+# Opcodes whose last operand is an address in the kernel's own code.
+_CODE_ADDRESS_OPS = {"BRA", "BRX", "JMP", "JMX", "CALL", "BSSY", "SSY", "PBK", "PCNT"}  # not RET: its 0x0 is an offset
+_TARGET = re.compile(r"\b0x([0-9a-f]+)\s*$")
+# A register operand: general (R5), uniform (UR4), predicate (P0, UP1), convergence barrier (B0); not
+# the zero and true registers (RZ, URZ, PT, UPT), whose names are fixed.
+_REGISTER = re.compile(r"\b(U?R|U?P|B)\d+\b")
+
+
+@dataclasses.dataclass
+class KernelDiff:
+    name: str                  # nvcc's mangled name, anonymous namespace canonical
+    status: str                # IDENTICAL, OPERANDS, DIFFERS, NVCC_ONLY or NVRTC_ONLY
+    nvcc_count: int = 0        # instructions (padding NOPs included)
+    nvrtc_count: int = 0
+    opcodes: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # opcode -> (nvcc, nvrtc), where they differ
+    diff: list[str] = dataclasses.field(default_factory=list)                      # unified diff, nvcc -> nvrtc
+
+    @property
+    def label(self) -> str:
+        """The kernel as written, template arguments and all: 'smem_kernel<float, false, true>'."""
+        return nvrtc_tier.name_expression(nvrtc_tier.demangle(self.name))[1:]
+
+
+@dataclasses.dataclass
+class Comparison:
+    label: str                 # op/variant
+    nvcc_arch: str
+    nvrtc_arch: str
+    nvcc_version: str
+    nvrtc_version: str
+    nvrtc_options: list[str]
+    kernels: list[KernelDiff]
+    fallback: str | None = None  # why the NVRTC tier built it with nvcc (then nothing is compared)
+
+    @property
+    def identical(self) -> bool:
+        return self.fallback is None and all(k.status == IDENTICAL for k in self.kernels)
+
+    def text(self, diff_lines: int = DIFF_LINES) -> str:
+        """The report: a header, then one block per kernel (a line where identical)."""
+        out = [f"SASS of {self.label}: nvcc {self.nvcc_version} for {self.nvcc_arch} vs NVRTC {self.nvrtc_version} "
+               f"for {self.nvrtc_arch} ({' '.join(self.nvrtc_options)})"]
+        if self.fallback:
+            return "\n".join(out + [f"  nothing to compare: the NVRTC tier built it with nvcc ({self.fallback})"])
+        tally = collections.Counter(k.status for k in self.kernels)
+        out.append(f"  {len(self.kernels)} kernels: " + ", ".join(f"{n} {status}" for status, n in tally.most_common())
+                   + " (instruction addresses, encodings and code addresses left out)")
+        for k in self.kernels:
+            out.append(f"  {k.label}: {k.status} ({k.nvcc_count} / {k.nvrtc_count} instructions, nvcc / nvrtc)  {k.name}")
+            if k.opcodes:
+                out.append("    opcode counts, nvcc -> nvrtc: " + ", ".join(
+                    f"{op} {a}->{b}" for op, (a, b) in sorted(k.opcodes.items())))
+            shown = k.diff[:diff_lines]
+            out.extend(f"    {line}" for line in shown)
+            if len(k.diff) > len(shown):
+                out.append(f"    ... {len(k.diff) - len(shown)} more diff lines")
+        return "\n".join(out)
+
+
+def normalize(code: list[str]) -> list[str]:
+    """One kernel's instruction lines (cuobjdump's, address and encoding still in them) as
+    'PRED OPCODE operands', code addresses as labels L0, L1 ... in address order."""
+    parsed = []
+    for line in code:
+        m = re.match(r"\s*/\*([0-9a-f]+)\*/\s+(.*?)\s*;", line)
+        if m:
+            parsed.append(" ".join(m.group(2).split()))
+    targets: dict[int, str] = {}
+    for text in parsed:
+        m = _TARGET.search(text)
+        if m and _opcode_base(text) in _CODE_ADDRESS_OPS:
+            targets[int(m.group(1), 16)] = ""
+    labels = {address: f"L{k}" for k, address in enumerate(sorted(targets))}
+    out = []
+    for text in parsed:
+        m = _TARGET.search(text)
+        if m and _opcode_base(text) in _CODE_ADDRESS_OPS:
+            text = text[:m.start()] + labels[int(m.group(1), 16)]
+        out.append(text)
+    return out
+
+
+def _opcode(text: str) -> str:
+    """The opcode with its modifiers of a normalized instruction ('@!P0 BRA L1' -> 'BRA')."""
+    words = text.split()
+    return words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
+
+
+def _opcode_base(text: str) -> str:
+    return _opcode(text).split(".")[0]
+
+
+def kernel_code(listing: str, arch: str) -> dict[str, list[str]]:
+    """Canonical kernel name -> its normalized instructions, from a cuobjdump -sass listing, the ELF
+    for `arch` alone (a listing that names no arch, a lone cubin's, is taken whole)."""
+    code: dict[str, list[str]] = {}
+    current, listed = None, ""
+    for line in listing.splitlines():
+        m = re.search(r"\barch = (sm_\w+)|code for (sm_\w+)", line)
+        if m:
+            listed, current = m.group(1) or m.group(2), None
+            continue
+        m = re.search(r"Function : (\S+)", line)
+        if m:
+            current = nvrtc_tier.canonical_name(m.group(1)) if listed in ("", arch) else None
+            if current is not None:
+                code[current] = []
+            continue
+        if current is not None and "/*" in line:
+            code[current].append(line)
+    return {name: normalize(lines) for name, lines in code.items()}
+
+
+def diff_kernel(name: str, nvcc: list[str] | None, nvrtc: list[str] | None) -> KernelDiff:
+    """One kernel's two normalized codes compared (None: that build has no such kernel)."""
+    if nvcc is None or nvrtc is None:
+        return KernelDiff(name, NVRTC_ONLY if nvcc is None else NVCC_ONLY, len(nvcc or []), len(nvrtc or []))
+    result = KernelDiff(name, IDENTICAL, len(nvcc), len(nvrtc))
+    if nvcc == nvrtc:
+        return result
+    a, b = collections.Counter(map(_opcode, nvcc)), collections.Counter(map(_opcode, nvrtc))
+    result.opcodes = {op: (a[op], b[op]) for op in a.keys() | b.keys() if a[op] != b[op]}
+    same_opcodes = [_opcode(t) for t in nvcc] == [_opcode(t) for t in nvrtc]
+    result.status = (RENAMED if renamed(nvcc, nvrtc) else OPERANDS) if same_opcodes else DIFFERS
+    result.diff = list(difflib.unified_diff(nvcc, nvrtc, "nvcc", "nvrtc", n=2, lineterm=""))
+    return result
+
+
+def renamed(a: list[str], b: list[str]) -> bool:
+    """Whether a and b are the same instructions but for which registers they use: each one equal
+    once every register's number is left out (R5 and R7 alike, R5 and UR5 not)."""
+    return len(a) == len(b) and all(_REGISTER.sub(r"\1#", x) == _REGISTER.sub(r"\1#", y) for x, y in zip(a, b))
+
+
+def diff_codes(nvcc: dict[str, list[str]], nvrtc: dict[str, list[str]]) -> list[KernelDiff]:
+    """Every kernel of either build, by name, compared."""
+    return [diff_kernel(name, nvcc.get(name), nvrtc.get(name)) for name in sorted(nvcc.keys() | nvrtc.keys())]
+
+
+def _arch_list_entry(arch: str) -> str:
+    """TORCH_CUDA_ARCH_LIST's spelling of an arch: sm_90a -> 9.0a, sm_120 -> 12.0."""
+    m = re.fullmatch(r"sm_(\d+)(\d)([a-z]?)", arch)
+    if not m:
+        raise ValueError(f"arch must look like sm_90a or sm_80; got {arch!r}")
+    return f"{m.group(1)}.{m.group(2)}{m.group(3)}"
+
+
+def _require_tools() -> None:
+    missing = [what for what, ok in (("nvcc (set CUDA_HOME)", toolchain.nvcc_path()),
+                                     ("the NVRTC library (torch's CUDA wheels bring libnvrtc)", nvrtc.available()),
+                                     ("cuobjdump (the CUDA toolkit or the triton package)", ptxas.cuobjdump()))
+               if not ok]
+    if missing:
+        raise RuntimeError("a SASS diff needs " + " and ".join(missing))
+
+
+def cuda_source(op: str, variant: str) -> pathlib.Path:
+    """The variant's file (a variant's name, or a path to a file being edited, as the CLI's build takes
+    them); ValueError for an unknown op or variant, or one that is not CUDA C++."""
+    path = pathlib.Path(variant)
+    source = path if path.suffix in registry.SUFFIXES and path.is_file() else registry.variant_source(op, variant)
+    if source.suffix != ".cu":
+        kind = "a Python variant (Triton compiles it)" if source.suffix == ".py" else "a CPU variant (C++)"
+        raise ValueError(f"{op}/{variant} is {kind}: only a CUDA variant (.cu) has nvcc and NVRTC SASS to compare")
+    return source
+
+
+def nvcc_code(op: str, variant: str, arch: str) -> dict[str, list[str]]:
+    """Each kernel's normalized SASS in nvcc's build of the variant (a name, or a path to a .cu file)
+    for `arch` alone: the build the nvcc tier makes, with the arch list set to that arch."""
+    cuda_source(op, variant)
+    with environment(TORCH_CUDA_ARCH_LIST=_arch_list_entry(arch)):
+        name, built = tree.build_variant(op, variant, BuildOptions(compiler="nvcc"))
+    code = kernel_code(ptxas.sass(built.library), arch)
+    if not code:
+        raise RuntimeError(f"{op}/{name}: nvcc's build {built.library} holds no SASS for {arch}")
+    return code
+
+
+def nvrtc_code(op: str, variant: str, arch: str) -> tuple[dict[str, list[str]], dict]:
+    """(each kernel's normalized SASS in the NVRTC tier's build for `arch`, the build's record); the
+    SASS is {} where the tier fell back to nvcc (the record's nvrtc_fallback says why)."""
+    cuda_source(op, variant)
+    _, built = tree.build_variant(op, variant, BuildOptions(compiler="nvrtc", arch=arch))
+    if not built.record.get("nvrtc_unit"):
+        return {}, built.record
+    unit = nvrtc_kernels.unit(built.record["nvrtc_unit"])
+    listings: dict[pathlib.Path, dict[str, list[str]]] = {}  # a cubin may hold several kernels
+    code = {}
+    for kernel in unit.kernels:
+        cubin, lowered = nvrtc_kernels.compiled(unit, kernel)
+        if cubin not in listings:
+            listings[cubin] = kernel_code(ptxas.sass(cubin), arch)
+        code[kernel] = listings[cubin][nvrtc_tier.canonical_name(lowered)]
+    return code, built.record
+
+
+def compare(op: str, variant: str, arch: str = "sm_90a", *, nvcc_arch: str | None = None) -> Comparison:
+    """The variant's kernels' SASS, nvcc's build for `nvcc_arch` (default: `arch`) against the NVRTC
+    tier's for `arch`. Raises ValueError for an unknown op or variant, one that is not CUDA C++ or a
+    malformed arch, RuntimeError where a tool is missing, BuildError where a build fails."""
+    nvcc_arch = nvcc_arch or arch
+    for what, value in (("arch", arch), ("nvcc_arch", nvcc_arch)):
+        if not isinstance(value, str) or not re.fullmatch(r"sm_\d+[a-z]?", value):
+            raise ValueError(f"{what} must look like sm_90a or sm_80; got {value!r}")
+    cuda_source(op, variant)
+    _require_tools()
+    nvrtc_side, record = nvrtc_code(op, variant, arch)
+    label = record.get("label", f"{op}/{variant}")
+    common = dict(label=label, nvcc_arch=nvcc_arch, nvrtc_arch=arch, nvcc_version=toolchain.nvcc_version() or "?",
+                  nvrtc_version=nvrtc.version(), nvrtc_options=list(record.get("nvrtc_options", [])))
+    if record.get("nvrtc_fallback"):
+        return Comparison(**common, kernels=[], fallback=record["nvrtc_fallback"])
+    return Comparison(**common, kernels=diff_codes(nvcc_code(op, variant, nvcc_arch), nvrtc_side))
+
+
+def cli_report(op: str, variant: str, compiler: str | None, arch: str | None) -> list[str]:
+    """`build OP VARIANT --compiler nvrtc --sass-diff`: print the comparison; returns [variant] where
+    it could not be made (the reason on stderr). A difference is a finding, not a failure."""
+    if compiler not in (None, "nvrtc"):
+        print(f"{op}/{variant}: --sass-diff compares NVRTC's build with nvcc's: use --compiler nvrtc, "
+              f"not {compiler}", file=sys.stderr)
+        return [variant]
+    try:
+        print(compare(op, variant, arch or "sm_90a").text())
+    except Exception as e:  # noqa: BLE001 - reported, and the exit status says so
+        print(f"{op}/{variant}: no SASS diff: {type(e).__name__}: {e}", file=sys.stderr)
+        return [variant]
+    return []
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m workbench.explain.sass_diff", description=__doc__.split("\n\n")[0])
+    p.add_argument("op")
+    p.add_argument("variant")
+    p.add_argument("--arch", default="sm_90a", help="NVRTC's arch (default sm_90a)")
+    p.add_argument("--nvcc-arch", help="nvcc's arch (default: --arch), e.g. sm_90: what a JIT build on an H100 makes")
+    p.add_argument("--diff-lines", type=int, default=DIFF_LINES, help="of each kernel's diff, at most")
+    args = p.parse_args(argv)
+    print(compare(args.op, args.variant, args.arch, nvcc_arch=args.nvcc_arch).text(args.diff_lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
