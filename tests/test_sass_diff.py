@@ -79,6 +79,7 @@ def test_a_variant_whose_builds_agree_is_identical_for_every_kernel():
     assert found.fallback is None and (found.nvcc_arch, found.nvrtc_arch) == (ARCH, ARCH)
     assert len(found.kernels) == 8  # forward and backward, four dtypes each
     assert {k.status for k in found.kernels} == {sass_diff.IDENTICAL} and found.identical
+    assert all(k.registers[0] == k.registers[1] and k.registers[0] > 0 and not k.resources for k in found.kernels)
     report = found.text()
     assert f"for {ARCH} vs NVRTC" in report and "8 kernels: 8 identical" in report
     assert "forward_kernel<float>: identical" in report

@@ -15,7 +15,9 @@ are compared as written (their allocation is the compiler's output too, and a re
 picks its bank): a kernel whose instructions agree one for one but for their register numbers is
 reported as "same instructions, other registers", not identical (the allocators reused registers
 differently, so no one renaming maps one onto the other); one whose opcodes agree one for one but
-whose operands differ otherwise, as "same opcodes, operands differ"; any other, as "differs".
+whose operands differ otherwise, as "same opcodes, operands differ"; any other, as "differs". Each
+kernel's registers (and any other resource that differs: shared, local, constant bytes) come from
+cuobjdump -res-usage of the same binaries.
 
 `python -m workbench build OP VARIANT --compiler nvrtc --sass-diff [--arch sm_90a]` prints the
 report (cli_report); `python -m workbench.explain.sass_diff OP VARIANT --nvcc-arch sm_90` compares
@@ -29,6 +31,7 @@ import dataclasses
 import difflib
 import pathlib
 import re
+import subprocess
 import sys
 
 from . import ptxas
@@ -50,11 +53,13 @@ _REGISTER = re.compile(r"\b(U?R|U?P|B)\d+\b")
 @dataclasses.dataclass
 class KernelDiff:
     name: str                  # nvcc's mangled name, anonymous namespace canonical
-    status: str                # IDENTICAL, OPERANDS, DIFFERS, NVCC_ONLY or NVRTC_ONLY
+    status: str                # IDENTICAL, RENAMED, OPERANDS, DIFFERS, NVCC_ONLY or NVRTC_ONLY
     nvcc_count: int = 0        # instructions (padding NOPs included)
     nvrtc_count: int = 0
     opcodes: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # opcode -> (nvcc, nvrtc), where they differ
     diff: list[str] = dataclasses.field(default_factory=list)                      # unified diff, nvcc -> nvrtc
+    registers: tuple[int | None, int | None] = (None, None)                        # nvcc, nvrtc (cuobjdump -res-usage)
+    resources: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # others that differ: SHARED, LOCAL ...
 
     @property
     def label(self) -> str:
@@ -87,7 +92,12 @@ class Comparison:
         out.append(f"  {len(self.kernels)} kernels: " + ", ".join(f"{n} {status}" for status, n in tally.most_common())
                    + " (instruction addresses, encodings and code addresses left out)")
         for k in self.kernels:
-            out.append(f"  {k.label}: {k.status} ({k.nvcc_count} / {k.nvrtc_count} instructions, nvcc / nvrtc)  {k.name}")
+            regs = f", {k.registers[0]} / {k.registers[1]} registers" if k.registers != (None, None) else ""
+            out.append(f"  {k.label}: {k.status} ({k.nvcc_count} / {k.nvrtc_count} instructions{regs}, nvcc / nvrtc)"
+                       f"  {k.name}")
+            if k.resources:
+                out.append("    resources, nvcc -> nvrtc: " + ", ".join(
+                    f"{what} {a}->{b}" for what, (a, b) in sorted(k.resources.items())))
             if k.opcodes:
                 out.append("    opcode counts, nvcc -> nvrtc: " + ", ".join(
                     f"{op} {a}->{b}" for op, (a, b) in sorted(k.opcodes.items())))
@@ -131,25 +141,55 @@ def _opcode_base(text: str) -> str:
     return _opcode(text).split(".")[0]
 
 
-def kernel_code(listing: str, arch: str) -> dict[str, list[str]]:
-    """Canonical kernel name -> its normalized instructions, from a cuobjdump -sass listing, the ELF
-    for `arch` alone (a listing that names no arch, a lone cubin's, is taken whole)."""
-    code: dict[str, list[str]] = {}
+def _kernel_lines(listing: str, arch: str, function: str):
+    """(canonical kernel name, line) for each line of a cuobjdump listing inside a kernel of the ELF
+    for `arch` (a listing that names no arch, a lone cubin's, is taken whole); `function` is the
+    pattern that opens a kernel, its name the first group."""
     current, listed = None, ""
     for line in listing.splitlines():
         m = re.search(r"\barch = (sm_\w+)|code for (sm_\w+)", line)
         if m:
             listed, current = m.group(1) or m.group(2), None
-            continue
-        m = re.search(r"Function : (\S+)", line)
-        if m:
+        elif m := re.search(function, line):
             current = nvrtc_tier.canonical_name(m.group(1)) if listed in ("", arch) else None
             if current is not None:
-                code[current] = []
-            continue
-        if current is not None and "/*" in line:
-            code[current].append(line)
+                yield current, None  # a kernel whose code is empty is still listed
+        elif current is not None:
+            yield current, line
+
+
+def kernel_code(listing: str, arch: str) -> dict[str, list[str]]:
+    """Canonical kernel name -> its normalized instructions, from a cuobjdump -sass listing (the ELF
+    for `arch`: _kernel_lines)."""
+    code: dict[str, list[str]] = {}
+    for name, line in _kernel_lines(listing, arch, r"Function : (\S+)"):
+        code.setdefault(name, [])
+        if line is not None and "/*" in line:
+            code[name].append(line)
     return {name: normalize(lines) for name, lines in code.items()}
+
+
+def kernel_resources(binary: pathlib.Path, arch: str) -> dict[str, dict[str, int]]:
+    """Canonical kernel name -> its resources as cuobjdump -res-usage reports them (REG, STACK,
+    SHARED, LOCAL, CONSTANT[0] ... in bytes but REG), the ELF for `arch` alone (a lone cubin: all)."""
+    tool = ptxas.cuobjdump()
+    if tool is None:
+        raise RuntimeError("cuobjdump not found (the CUDA toolkit or the triton package carries it)")
+    text = subprocess.run([tool, "-res-usage", str(binary)], capture_output=True, text=True, timeout=300,
+                          check=True).stdout
+    found: dict[str, dict[str, int]] = {}
+    for name, line in _kernel_lines(text, arch, r"^\s*Function (\S+):"):
+        if line is not None and "REG:" in line and name not in found:
+            found[name] = {k: int(v) for k, v in re.findall(r"(\S+?):(\d+)", line)}
+    return found
+
+
+def _with_resources(k: KernelDiff, nvcc: dict[str, int] | None, nvrtc: dict[str, int] | None) -> KernelDiff:
+    nvcc, nvrtc = nvcc or {}, nvrtc or {}
+    k.registers = (nvcc.get("REG"), nvrtc.get("REG"))
+    k.resources = {what: (nvcc.get(what, 0), nvrtc.get(what, 0)) for what in (nvcc.keys() | nvrtc.keys()) - {"REG"}
+                   if nvcc.get(what, 0) != nvrtc.get(what, 0)}
+    return k
 
 
 def diff_kernel(name: str, nvcc: list[str] | None, nvrtc: list[str] | None) -> KernelDiff:
@@ -209,31 +249,41 @@ def cuda_source(op: str, variant: str) -> pathlib.Path:
 def nvcc_code(op: str, variant: str, arch: str) -> dict[str, list[str]]:
     """Each kernel's normalized SASS in nvcc's build of the variant (a name, or a path to a .cu file)
     for `arch` alone: the build the nvcc tier makes, with the arch list set to that arch."""
+    return _nvcc_build(op, variant, arch)[0]
+
+
+def _nvcc_build(op: str, variant: str, arch: str) -> tuple[dict[str, list[str]], dict[str, dict[str, int]]]:
     cuda_source(op, variant)
     with environment(TORCH_CUDA_ARCH_LIST=_arch_list_entry(arch)):
         name, built = tree.build_variant(op, variant, BuildOptions(compiler="nvcc"))
     code = kernel_code(ptxas.sass(built.library), arch)
     if not code:
         raise RuntimeError(f"{op}/{name}: nvcc's build {built.library} holds no SASS for {arch}")
-    return code
+    return code, kernel_resources(built.library, arch)
 
 
 def nvrtc_code(op: str, variant: str, arch: str) -> tuple[dict[str, list[str]], dict]:
     """(each kernel's normalized SASS in the NVRTC tier's build for `arch`, the build's record); the
     SASS is {} where the tier fell back to nvcc (the record's nvrtc_fallback says why)."""
+    code, _, record = _nvrtc_build(op, variant, arch)
+    return code, record
+
+
+def _nvrtc_build(op: str, variant: str, arch: str) -> tuple[dict[str, list[str]], dict[str, dict[str, int]], dict]:
     cuda_source(op, variant)
     _, built = tree.build_variant(op, variant, BuildOptions(compiler="nvrtc", arch=arch))
     if not built.record.get("nvrtc_unit"):
-        return {}, built.record
+        return {}, {}, built.record
     unit = nvrtc_kernels.unit(built.record["nvrtc_unit"])
-    listings: dict[pathlib.Path, dict[str, list[str]]] = {}  # a cubin may hold several kernels
-    code = {}
+    listings: dict[pathlib.Path, tuple[dict, dict]] = {}  # a cubin may hold several kernels
+    code, resources = {}, {}
     for kernel in unit.kernels:
         cubin, lowered = nvrtc_kernels.compiled(unit, kernel)
         if cubin not in listings:
-            listings[cubin] = kernel_code(ptxas.sass(cubin), arch)
-        code[kernel] = listings[cubin][nvrtc_tier.canonical_name(lowered)]
-    return code, built.record
+            listings[cubin] = kernel_code(ptxas.sass(cubin), arch), kernel_resources(cubin, arch)
+        lowered = nvrtc_tier.canonical_name(lowered)
+        code[kernel], resources[kernel] = listings[cubin][0][lowered], listings[cubin][1].get(lowered)
+    return code, resources, built.record
 
 
 def compare(op: str, variant: str, arch: str = "sm_90a", *, nvcc_arch: str | None = None) -> Comparison:
@@ -246,13 +296,16 @@ def compare(op: str, variant: str, arch: str = "sm_90a", *, nvcc_arch: str | Non
             raise ValueError(f"{what} must look like sm_90a or sm_80; got {value!r}")
     cuda_source(op, variant)
     _require_tools()
-    nvrtc_side, record = nvrtc_code(op, variant, arch)
+    nvrtc_side, nvrtc_resources, record = _nvrtc_build(op, variant, arch)
     label = record.get("label", f"{op}/{variant}")
     common = dict(label=label, nvcc_arch=nvcc_arch, nvrtc_arch=arch, nvcc_version=toolchain.nvcc_version() or "?",
                   nvrtc_version=nvrtc.version(), nvrtc_options=list(record.get("nvrtc_options", [])))
     if record.get("nvrtc_fallback"):
         return Comparison(**common, kernels=[], fallback=record["nvrtc_fallback"])
-    return Comparison(**common, kernels=diff_codes(nvcc_code(op, variant, nvcc_arch), nvrtc_side))
+    nvcc_side, nvcc_resources = _nvcc_build(op, variant, nvcc_arch)
+    kernels = [_with_resources(k, nvcc_resources.get(k.name), nvrtc_resources.get(k.name))
+               for k in diff_codes(nvcc_side, nvrtc_side)]
+    return Comparison(**common, kernels=kernels)
 
 
 def cli_report(op: str, variant: str, compiler: str | None, arch: str | None) -> list[str]:
