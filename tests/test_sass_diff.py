@@ -89,9 +89,9 @@ def test_a_variant_whose_builds_agree_is_identical_for_every_kernel():
 def test_a_difference_names_its_kernel(tmp_path):
     edited = tmp_path / "scalar_edit.cu"  # forward_kernel multiplies: nvcc builds the file, NVRTC the edit
     edited.write_text(SCALAR.read_text().replace(KERNEL_SUM, KERNEL_SUM.replace(" + ", " * ")))
-    nvrtc_side, record = sass_diff.nvrtc_code("vector_add", str(edited), ARCH)
+    code, facts, record = sass_diff.nvrtc_build("vector_add", str(edited), ARCH)
     assert record["device_compiler"] == "nvrtc"
-    found = {k.label: k for k in sass_diff.diff_codes(sass_diff.nvcc_code("vector_add", "scalar", ARCH), nvrtc_side)}
+    found = {k.label: k for k in sass_diff.diff_builds(sass_diff.nvcc_build("vector_add", "scalar", ARCH), (code, facts))}
     for dtype in ("float", "double", "wb_half_t", "wb_bf16_t"):
         assert found[f"backward_kernel<{dtype}>"].status == sass_diff.IDENTICAL
         forward = found[f"forward_kernel<{dtype}>"]
@@ -99,6 +99,8 @@ def test_a_difference_names_its_kernel(tmp_path):
     forward = found["forward_kernel<float>"]  # the add became a multiply (unrolled: five of each)
     assert forward.status == sass_diff.DIFFERS and set(forward.opcodes) == {"FADD", "FMUL"}
     assert forward.opcodes["FADD"][1] == forward.opcodes["FMUL"][0] == 0
+    assert forward.loops[0] == forward.loops[1] and forward.loops[0]  # the grid-stride loop, its size kept
+    assert set(forward.loop_opcodes) == {"FADD", "FMUL"} and forward.loop_opcodes["FMUL"][1] > 0
     assert "forward_kernel<float>: differs" in sass_diff.Comparison("vector_add/scalar_edit", ARCH, ARCH, "nvcc", "nvrtc",
                                                                      [], list(found.values())).text()
 

@@ -17,7 +17,8 @@ reported as "same instructions, other registers", not identical (the allocators 
 differently, so no one renaming maps one onto the other); one whose opcodes agree one for one but
 whose operands differ otherwise, as "same opcodes, operands differ"; any other, as "differs". Each
 kernel's registers (and any other resource that differs: shared, local, constant bytes) come from
-cuobjdump -res-usage of the same binaries.
+cuobjdump -res-usage of the same binaries; a kernel that is not identical also gets its innermost
+loops' sizes and opcodes (ptxas.inner_loops: the code that runs most), where a difference costs time.
 
 `python -m workbench build OP VARIANT --compiler nvrtc --sass-diff [--arch sm_90a]` prints the
 report (cli_report); `python -m workbench.explain.sass_diff OP VARIANT --nvcc-arch sm_90` compares
@@ -60,6 +61,8 @@ class KernelDiff:
     diff: list[str] = dataclasses.field(default_factory=list)                      # unified diff, nvcc -> nvrtc
     registers: tuple[int | None, int | None] = (None, None)                        # nvcc, nvrtc (cuobjdump -res-usage)
     resources: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # others that differ: SHARED, LOCAL ...
+    loops: tuple[list[int], list[int]] = ([], [])  # each innermost loop's instructions, nvcc's and nvrtc's
+    loop_opcodes: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # in those loops, where they differ
 
     @property
     def label(self) -> str:
@@ -101,6 +104,10 @@ class Comparison:
             if k.opcodes:
                 out.append("    opcode counts, nvcc -> nvrtc: " + ", ".join(
                     f"{op} {a}->{b}" for op, (a, b) in sorted(k.opcodes.items())))
+            if k.status != IDENTICAL and k.loops != ([], []):
+                out.append(f"    innermost loops' instructions, nvcc -> nvrtc: {k.loops[0]} -> {k.loops[1]}" + (
+                    "; their opcodes: " + ", ".join(f"{op} {a}->{b}" for op, (a, b) in sorted(k.loop_opcodes.items()))
+                    if k.loop_opcodes else ""))
             shown = k.diff[:diff_lines]
             out.extend(f"    {line}" for line in shown)
             if len(k.diff) > len(shown):
@@ -169,6 +176,18 @@ def kernel_code(listing: str, arch: str) -> dict[str, list[str]]:
     return {name: normalize(lines) for name, lines in code.items()}
 
 
+def innermost_loops(listing: str, arch: str) -> dict[str, list[collections.Counter]]:
+    """Canonical kernel name -> the opcodes of each of its innermost loops (ptxas.inner_loops: what
+    runs most), in address order, from a cuobjdump -sass listing (the ELF for `arch`)."""
+    found = {}
+    for (listed, name), code in ptxas.sass_instructions(listing).items():
+        if listed in ("", arch):
+            found[nvrtc_tier.canonical_name(name)] = [
+                collections.Counter(i.opcode for i in code if first <= i.address <= last)
+                for first, last in ptxas.inner_loops(code)]
+    return found
+
+
 def kernel_resources(binary: pathlib.Path, arch: str) -> dict[str, dict[str, int]]:
     """Canonical kernel name -> its resources as cuobjdump -res-usage reports them (REG, STACK,
     SHARED, LOCAL, CONSTANT[0] ... in bytes but REG), the ELF for `arch` alone (a lone cubin: all)."""
@@ -184,11 +203,25 @@ def kernel_resources(binary: pathlib.Path, arch: str) -> dict[str, dict[str, int
     return found
 
 
-def _with_resources(k: KernelDiff, nvcc: dict[str, int] | None, nvrtc: dict[str, int] | None) -> KernelDiff:
-    nvcc, nvrtc = nvcc or {}, nvrtc or {}
-    k.registers = (nvcc.get("REG"), nvrtc.get("REG"))
-    k.resources = {what: (nvcc.get(what, 0), nvrtc.get(what, 0)) for what in (nvcc.keys() | nvrtc.keys()) - {"REG"}
-                   if nvcc.get(what, 0) != nvrtc.get(what, 0)}
+def _counts_that_differ(a, b) -> dict:
+    return {key: (a.get(key, 0), b.get(key, 0)) for key in a.keys() | b.keys() if a.get(key, 0) != b.get(key, 0)}
+
+
+@dataclasses.dataclass
+class Facts:
+    """What one build says of each kernel beside its code: resources (kernel_resources) and innermost
+    loops (innermost_loops), by canonical name."""
+    resources: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    loops: dict[str, list[collections.Counter]] = dataclasses.field(default_factory=dict)
+
+
+def _with_facts(k: KernelDiff, nvcc: Facts, nvrtc: Facts) -> KernelDiff:
+    a, b = nvcc.resources.get(k.name, {}), nvrtc.resources.get(k.name, {})
+    k.registers = (a.get("REG"), b.get("REG"))
+    k.resources = _counts_that_differ({w: n for w, n in a.items() if w != "REG"}, {w: n for w, n in b.items() if w != "REG"})
+    a, b = nvcc.loops.get(k.name, []), nvrtc.loops.get(k.name, [])
+    k.loops = ([sum(c.values()) for c in a], [sum(c.values()) for c in b])
+    k.loop_opcodes = _counts_that_differ(sum(a, collections.Counter()), sum(b, collections.Counter()))
     return k
 
 
@@ -216,6 +249,12 @@ def renamed(a: list[str], b: list[str]) -> bool:
 def diff_codes(nvcc: dict[str, list[str]], nvrtc: dict[str, list[str]]) -> list[KernelDiff]:
     """Every kernel of either build, by name, compared."""
     return [diff_kernel(name, nvcc.get(name), nvrtc.get(name)) for name in sorted(nvcc.keys() | nvrtc.keys())]
+
+
+def diff_builds(nvcc: tuple[dict[str, list[str]], Facts], nvrtc: tuple[dict[str, list[str]], Facts]) -> list[KernelDiff]:
+    """Every kernel of two builds ((code, Facts) each: nvcc_build, nvrtc_build) compared, with its
+    resources and innermost loops."""
+    return [_with_facts(k, nvcc[1], nvrtc[1]) for k in diff_codes(nvcc[0], nvrtc[0])]
 
 
 def _arch_list_entry(arch: str) -> str:
@@ -246,44 +285,39 @@ def cuda_source(op: str, variant: str) -> pathlib.Path:
     return source
 
 
-def nvcc_code(op: str, variant: str, arch: str) -> dict[str, list[str]]:
-    """Each kernel's normalized SASS in nvcc's build of the variant (a name, or a path to a .cu file)
-    for `arch` alone: the build the nvcc tier makes, with the arch list set to that arch."""
-    return _nvcc_build(op, variant, arch)[0]
-
-
-def _nvcc_build(op: str, variant: str, arch: str) -> tuple[dict[str, list[str]], dict[str, dict[str, int]]]:
+def nvcc_build(op: str, variant: str, arch: str) -> tuple[dict[str, list[str]], Facts]:
+    """(each kernel's normalized SASS, Facts) of nvcc's build of the variant (a name, or a path to a
+    .cu file) for `arch` alone: the build the nvcc tier makes, with the arch list set to that arch."""
     cuda_source(op, variant)
     with environment(TORCH_CUDA_ARCH_LIST=_arch_list_entry(arch)):
         name, built = tree.build_variant(op, variant, BuildOptions(compiler="nvcc"))
-    code = kernel_code(ptxas.sass(built.library), arch)
+    listing = ptxas.sass(built.library)
+    code = kernel_code(listing, arch)
     if not code:
         raise RuntimeError(f"{op}/{name}: nvcc's build {built.library} holds no SASS for {arch}")
-    return code, kernel_resources(built.library, arch)
+    return code, Facts(kernel_resources(built.library, arch), innermost_loops(listing, arch))
 
 
-def nvrtc_code(op: str, variant: str, arch: str) -> tuple[dict[str, list[str]], dict]:
-    """(each kernel's normalized SASS in the NVRTC tier's build for `arch`, the build's record); the
-    SASS is {} where the tier fell back to nvcc (the record's nvrtc_fallback says why)."""
-    code, _, record = _nvrtc_build(op, variant, arch)
-    return code, record
-
-
-def _nvrtc_build(op: str, variant: str, arch: str) -> tuple[dict[str, list[str]], dict[str, dict[str, int]], dict]:
+def nvrtc_build(op: str, variant: str, arch: str) -> tuple[dict[str, list[str]], Facts, dict]:
+    """(each kernel's normalized SASS, Facts, the build's record) of the NVRTC tier's build for `arch`;
+    the SASS is {} where the tier fell back to nvcc (the record's nvrtc_fallback says why)."""
     cuda_source(op, variant)
     _, built = tree.build_variant(op, variant, BuildOptions(compiler="nvrtc", arch=arch))
     if not built.record.get("nvrtc_unit"):
-        return {}, {}, built.record
+        return {}, Facts(), built.record
     unit = nvrtc_kernels.unit(built.record["nvrtc_unit"])
-    listings: dict[pathlib.Path, tuple[dict, dict]] = {}  # a cubin may hold several kernels
-    code, resources = {}, {}
+    read: dict[pathlib.Path, tuple[dict, Facts]] = {}  # a cubin may hold several kernels
+    code, facts = {}, Facts()
     for kernel in unit.kernels:
         cubin, lowered = nvrtc_kernels.compiled(unit, kernel)
-        if cubin not in listings:
-            listings[cubin] = kernel_code(ptxas.sass(cubin), arch), kernel_resources(cubin, arch)
+        if cubin not in read:
+            listing = ptxas.sass(cubin)
+            read[cubin] = kernel_code(listing, arch), Facts(kernel_resources(cubin, arch), innermost_loops(listing, arch))
         lowered = nvrtc_tier.canonical_name(lowered)
-        code[kernel], resources[kernel] = listings[cubin][0][lowered], listings[cubin][1].get(lowered)
-    return code, resources, built.record
+        code[kernel] = read[cubin][0][lowered]
+        facts.resources[kernel] = read[cubin][1].resources.get(lowered, {})
+        facts.loops[kernel] = read[cubin][1].loops.get(lowered, [])
+    return code, facts, built.record
 
 
 def compare(op: str, variant: str, arch: str = "sm_90a", *, nvcc_arch: str | None = None) -> Comparison:
@@ -296,16 +330,13 @@ def compare(op: str, variant: str, arch: str = "sm_90a", *, nvcc_arch: str | Non
             raise ValueError(f"{what} must look like sm_90a or sm_80; got {value!r}")
     cuda_source(op, variant)
     _require_tools()
-    nvrtc_side, nvrtc_resources, record = _nvrtc_build(op, variant, arch)
+    nvrtc_side, nvrtc_facts, record = nvrtc_build(op, variant, arch)
     label = record.get("label", f"{op}/{variant}")
     common = dict(label=label, nvcc_arch=nvcc_arch, nvrtc_arch=arch, nvcc_version=toolchain.nvcc_version() or "?",
                   nvrtc_version=nvrtc.version(), nvrtc_options=list(record.get("nvrtc_options", [])))
     if record.get("nvrtc_fallback"):
         return Comparison(**common, kernels=[], fallback=record["nvrtc_fallback"])
-    nvcc_side, nvcc_resources = _nvcc_build(op, variant, nvcc_arch)
-    kernels = [_with_resources(k, nvcc_resources.get(k.name), nvrtc_resources.get(k.name))
-               for k in diff_codes(nvcc_side, nvrtc_side)]
-    return Comparison(**common, kernels=kernels)
+    return Comparison(**common, kernels=diff_builds(nvcc_build(op, variant, nvcc_arch), (nvrtc_side, nvrtc_facts)))
 
 
 def cli_report(op: str, variant: str, compiler: str | None, arch: str | None) -> list[str]:
