@@ -6,6 +6,7 @@ The listings' normalization is tested on text; the comparison builds vector_add/
 sm_90a (no GPU needed: nvcc and NVRTC compile here)."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -133,3 +134,17 @@ def test_the_cli_refuses_what_it_cannot_compare():
     assert out.returncode == 1 and "rmsnorm/triton is a Python variant" in out.stderr, out.stderr
     out = _cli("vector_add", "scalar", "--compiler", "nvcc", "--sass-diff")
     assert out.returncode == 1 and "use --compiler nvrtc, not nvcc" in out.stderr, out.stderr
+
+
+@can_compile
+def test_several_variants_end_with_a_line_each(capsys):
+    assert sass_diff.main(["vector_add/scalar", "vector_add/scalar", "--diff-lines", "0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-3] == "per variant, nvcc vs NVRTC:"
+    assert all(re.fullmatch(r"vector_add/scalar\s+8 kernels: 8 identical", line) for line in lines[-2:]), lines[-2:]
+
+
+def test_the_module_names_variants_as_op_slash_variant(capsys):
+    with pytest.raises(SystemExit):
+        sass_diff.main(["vector_add", "scalar"])
+    assert "name variants as OP/VARIANT" in capsys.readouterr().err

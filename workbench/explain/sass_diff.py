@@ -21,8 +21,9 @@ cuobjdump -res-usage of the same binaries; a kernel that is not identical also g
 loops' sizes and opcodes (ptxas.inner_loops: the code that runs most), where a difference costs time.
 
 `python -m workbench build OP VARIANT --compiler nvrtc --sass-diff [--arch sm_90a]` prints the
-report (cli_report); `python -m workbench.explain.sass_diff OP VARIANT --nvcc-arch sm_90` compares
-against nvcc's build for another arch (what a JIT build compiles on an H100: sm_90, not sm_90a).
+report (cli_report); `python -m workbench.explain.sass_diff OP/VARIANT ... | --all [--nvcc-arch sm_90]
+[--diff-lines N]` prints several and a line per variant, and compares against nvcc's build for another
+arch where asked (what a JIT build compiles on an H100: sm_90, not sm_90a).
 """
 from __future__ import annotations
 
@@ -354,15 +355,37 @@ def cli_report(op: str, variant: str, compiler: str | None, arch: str | None) ->
     return []
 
 
+def tree_cuda_variants() -> list[str]:
+    """Every CUDA variant of the tree's ops, as OP/VARIANT."""
+    return [f"{op}/{name}" for op in registry.ops() for name, source in registry.variant_sources(op).items()
+            if source.suffix == ".cu"]
+
+
+def summary_line(c: Comparison) -> str:
+    """One line for a comparison: the variant and how many kernels have each status."""
+    if c.fallback:
+        return f"{c.label:36s} not compared: the NVRTC tier falls back to nvcc ({c.fallback})"
+    tally = collections.Counter(k.status for k in c.kernels)
+    return f"{c.label:36s} {len(c.kernels):3d} kernels: " + ", ".join(f"{n} {s}" for s, n in tally.most_common())
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m workbench.explain.sass_diff", description=__doc__.split("\n\n")[0])
-    p.add_argument("op")
-    p.add_argument("variant")
+    p.add_argument("variants", nargs="*", metavar="OP/VARIANT", help="e.g. matmul/smem_tiling")
+    p.add_argument("--all", action="store_true", help="every CUDA variant of the tree")
     p.add_argument("--arch", default="sm_90a", help="NVRTC's arch (default sm_90a)")
     p.add_argument("--nvcc-arch", help="nvcc's arch (default: --arch), e.g. sm_90: what a JIT build on an H100 makes")
     p.add_argument("--diff-lines", type=int, default=DIFF_LINES, help="of each kernel's diff, at most")
     args = p.parse_args(argv)
-    print(compare(args.op, args.variant, args.arch, nvcc_arch=args.nvcc_arch).text(args.diff_lines))
+    if bool(args.variants) == args.all or any(v.count("/") != 1 for v in args.variants):
+        p.error("name variants as OP/VARIANT (e.g. matmul/smem_tiling), or give --all")
+    summary = []
+    for qualified in tree_cuda_variants() if args.all else args.variants:
+        c = compare(*qualified.split("/"), args.arch, nvcc_arch=args.nvcc_arch)
+        print(c.text(args.diff_lines), flush=True)
+        summary.append(summary_line(c))
+    if len(summary) > 1:
+        print("\nper variant, nvcc vs NVRTC:\n" + "\n".join(summary))
     return 0
 
 
