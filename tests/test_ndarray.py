@@ -242,6 +242,22 @@ def test_unknown_op_and_variant_list_what_exists():
         wbn.load("rmsnorm", "triton")
 
 
+def test_the_module_keeps_its_cpp_runtime_to_itself(cpu):
+    """A compiler that links libstdc++ statically (the H100 machine's CXX) made the module export
+    __cxa_throw and the rest, and a bad call's ValueError crashed pytest there: the runtime's symbols
+    are linked hidden (--exclude-libs), so none is exported whichever way the compiler links it."""
+    import shutil
+    import subprocess
+
+    from workbench.ship import ndarray_build
+
+    assert "-Wl,--exclude-libs,ALL" in ndarray_build.MODULE_FLAGS
+    if shutil.which("nm"):
+        exported = subprocess.run(["nm", "-D", "--defined-only", wbn.extension().__file__], capture_output=True,
+                                  text=True, check=True).stdout
+        assert "__cxa_throw" not in exported and "__cxa_begin_catch" not in exported
+
+
 def test_the_module_refuses_what_the_python_checks_refuse(cpu):
     """The extension's own second line: a read-only output and a strided buffer, called directly."""
     f, ext = cpu["vector_add"], wbn.extension()

@@ -31,7 +31,10 @@ MODULE_NAME = "wb_ndarray_ext"   # PYBIND11_MODULE's name in bindings/ndarray/nd
 MODULE_SOURCE = config.BINDINGS_DIR / "ndarray" / "ndarray_module.cpp"
 CPU_FLAGS = ["-O3", "-std=c++17", "-fPIC", "-shared"]
 CUDA_FLAGS = ["-O3", "-Xptxas=-v", "-std=c++17", "-Xcompiler", "-fPIC", "-shared", "-cudart", "shared"]
-MODULE_FLAGS = ["-O2", "-std=c++17", "-fPIC", "-shared", "-fvisibility=hidden"]
+# --exclude-libs: a compiler that links its C++ runtime statically (the H100 machine's CXX does) would
+# otherwise export it, and the module's own throws could bind to another library's runtime (one
+# loaded before it, globally: the torch harness): its ValueError crashed pytest there.
+MODULE_FLAGS = ["-O2", "-std=c++17", "-fPIC", "-shared", "-fvisibility=hidden", "-Wl,--exclude-libs,ALL"]
 
 
 def host_compiler() -> list[str]:
