@@ -144,7 +144,11 @@ def test_several_variants_end_with_a_line_each(capsys):
     assert all(re.fullmatch(r"vector_add/scalar\s+8 kernels: 8 identical", line) for line in lines[-2:]), lines[-2:]
 
 
-def test_the_module_names_variants_as_op_slash_variant(capsys):
+def test_the_module_names_variants_as_op_slash_variant_and_goes_on_past_a_bad_one(capsys):
     with pytest.raises(SystemExit):
         sass_diff.main(["vector_add", "scalar"])
     assert "name variants as OP/VARIANT" in capsys.readouterr().err
+    assert sass_diff.main(["vector_add/nope", "rmsnorm/triton"]) == 1
+    out, err = capsys.readouterr()
+    assert "vector_add/nope: no SASS diff: ValueError" in err and "rmsnorm/triton is a Python variant" in err
+    assert re.search(r"vector_add/nope\s+not compared: ValueError", out), out

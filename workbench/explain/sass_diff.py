@@ -379,14 +379,20 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if bool(args.variants) == args.all or any(v.count("/") != 1 for v in args.variants):
         p.error("name variants as OP/VARIANT (e.g. matmul/smem_tiling), or give --all")
-    summary = []
+    summary, failed = [], 0
     for qualified in tree_cuda_variants() if args.all else args.variants:
-        c = compare(*qualified.split("/"), args.arch, nvcc_arch=args.nvcc_arch)
+        try:
+            c = compare(*qualified.split("/"), args.arch, nvcc_arch=args.nvcc_arch)
+        except Exception as e:  # noqa: BLE001 - the others are still compared; the exit status says so
+            failed += 1
+            print(f"{qualified}: no SASS diff: {type(e).__name__}: {e}", file=sys.stderr)
+            summary.append(f"{qualified:36s} not compared: {type(e).__name__}")
+            continue
         print(c.text(args.diff_lines), flush=True)
         summary.append(summary_line(c))
     if len(summary) > 1:
         print("\nper variant, nvcc vs NVRTC:\n" + "\n".join(summary))
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
