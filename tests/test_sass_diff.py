@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from conftest import REPO_ROOT
-from workbench.build import nvrtc, toolchain
+from workbench.build import BuildOptions, nvrtc, nvrtc_tier, toolchain
 from workbench.explain import ptxas, sass_diff
 
 SCALAR = REPO_ROOT / "kernels" / "vector_add" / "scalar.cu"
@@ -123,10 +123,12 @@ def _cli(*args):
 
 
 @can_compile
-def test_the_cli_prints_the_comparison():
-    out = _cli("vector_add", "scalar", "--compiler", "nvrtc", "--sass-diff", "--arch", ARCH)
+def test_the_cli_prints_the_comparison_for_the_tiers_own_arch():
+    out = _cli("vector_add", "scalar", "--compiler", "nvrtc", "--sass-diff")
     assert out.returncode == 0, out.stderr
-    assert "SASS of vector_add/scalar" in out.stdout and "8 kernels: 8 identical" in out.stdout, out.stdout
+    arch = nvrtc_tier.exact_arch(BuildOptions(compiler="nvrtc"))  # as --compiler nvrtc builds without --arch
+    assert f"SASS of vector_add/scalar: nvcc {toolchain.nvcc_version()} for {arch} vs NVRTC" in out.stdout, out.stdout
+    assert f"for {arch} (-arch={arch} " in out.stdout and "8 kernels: 8 identical" in out.stdout, out.stdout
 
 
 def test_the_cli_refuses_what_it_cannot_compare():

@@ -327,7 +327,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--compiler", choices=["nvrtc", "nvcc"], help="build with this tier, loading nothing (no GPU needed); "
                    "nvrtc: device code by NVRTC, nvcc's host library reused while unchanged")
     s.add_argument("--arch", help="--compiler nvrtc's arch, e.g. sm_90a (default: this GPU's, else the arch list's newest)")
-    s.add_argument("--sass-diff", action="store_true", help="with --compiler nvrtc: each kernel's SASS, NVRTC's vs nvcc's, for one arch (--arch, default sm_90a)")
+    s.add_argument("--sass-diff", action="store_true", help="with --compiler nvrtc: each kernel's SASS, NVRTC's vs nvcc's, for one arch (--arch)")
     s.set_defaults(fn=cmd_build)
 
     for name, fn, helptext in (("check", cmd_check, "correctness matrix against the float64 reference"),

@@ -321,10 +321,12 @@ def nvrtc_build(op: str, variant: str, arch: str) -> tuple[dict[str, list[str]],
     return code, facts, built.record
 
 
-def compare(op: str, variant: str, arch: str = "sm_90a", *, nvcc_arch: str | None = None) -> Comparison:
+def compare(op: str, variant: str, arch: str | None = None, *, nvcc_arch: str | None = None) -> Comparison:
     """The variant's kernels' SASS, nvcc's build for `nvcc_arch` (default: `arch`) against the NVRTC
-    tier's for `arch`. Raises ValueError for an unknown op or variant, one that is not CUDA C++ or a
+    tier's for `arch` (default: the tier's own, nvrtc_tier.exact_arch: this GPU's, else the arch
+    list's newest, sm_90a with no GPU to ask). Raises ValueError for an unknown op or variant, one that is not CUDA C++ or a
     malformed arch, RuntimeError where a tool is missing, BuildError where a build fails."""
+    arch = arch or nvrtc_tier.exact_arch(BuildOptions(compiler="nvrtc"))
     nvcc_arch = nvcc_arch or arch
     for what, value in (("arch", arch), ("nvcc_arch", nvcc_arch)):
         if not isinstance(value, str) or not re.fullmatch(r"sm_\d+[a-z]?", value):
@@ -348,7 +350,7 @@ def cli_report(op: str, variant: str, compiler: str | None, arch: str | None) ->
               f"not {compiler}", file=sys.stderr)
         return [variant]
     try:
-        print(compare(op, variant, arch or "sm_90a").text())
+        print(compare(op, variant, arch).text())
     except Exception as e:  # noqa: BLE001 - reported, and the exit status says so
         print(f"{op}/{variant}: no SASS diff: {type(e).__name__}: {e}", file=sys.stderr)
         return [variant]
@@ -373,7 +375,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m workbench.explain.sass_diff", description=__doc__.split("\n\n")[0])
     p.add_argument("variants", nargs="*", metavar="OP/VARIANT", help="e.g. matmul/smem_tiling")
     p.add_argument("--all", action="store_true", help="every CUDA variant of the tree")
-    p.add_argument("--arch", default="sm_90a", help="NVRTC's arch (default sm_90a)")
+    p.add_argument("--arch", help="NVRTC's arch (default: this GPU's, else the arch list's newest: sm_90a)")
     p.add_argument("--nvcc-arch", help="nvcc's arch (default: --arch), e.g. sm_90: what a JIT build on an H100 makes")
     p.add_argument("--diff-lines", type=int, default=DIFF_LINES, help="of each kernel's diff, at most")
     args = p.parse_args(argv)
