@@ -5,7 +5,10 @@ For each pairing (torch's expression / the workbench op):
   a * b / elementwise_mul    x + y / vector_add    x.sum(-1) / reduce_sum
   F.rms_norm / rmsnorm       F.gelu(x + b, approximate="tanh") / bias_gelu (a fused op against the eager ops it fuses)
 it times, as the median over --repeats loops of --calls calls each (a CUDA loop is synchronised at
-its end only, so a call costs what the host needs to issue it while the GPU keeps up):
+its end only, so a call costs what the host needs to issue it while the GPU keeps up). A wb row and
+the row it is judged against are timed interleaved, a loop of one then a loop of the other, round
+after round, so both medians come from the same window: a host whose speed drifts over a run (the
+H100 machine's native rows moved by several us between rows measured minutes apart) moves both:
   forward   native (the expression), aten (torch.ops.aten.* of the same op), wb (the Kernel handle
             k(...)), wb_ops (torch.ops.workbench.<op>.default(..., variant));
   fwd+bwd   native and wb, inputs requiring grad, y.backward(g);
@@ -43,19 +46,23 @@ CUDA_VARIANTS = {"elementwise_mul": "vec4", "vector_add": "vec4", "reduce_sum": 
 FORWARD_US, BACKWARD_RATIO, TRITON_RATIO = 3.0, 1.2, 2.0
 
 
-def per_call_us(fn, calls: int, repeats: int, sync) -> float:
-    """Median over `repeats` loops of `calls` calls of fn, in microseconds per call."""
-    for _ in range(max(calls // 10, 20)):
-        fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
+def per_call_us(fns: list, calls: int, repeats: int, sync) -> list[float]:
+    """For each of fns, the median over `repeats` loops of `calls` calls, in microseconds per call;
+    the loops interleaved (round r times fns[0], fns[1], ..., then round r + 1), so the medians of
+    a row and of its twin come from the same stretch of the host's time."""
+    for fn in fns:
+        for _ in range(max(calls // 10, 20)):
             fn()
-        sync()
-        times.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(times)
+    sync()
+    times = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, loops in zip(fns, times):
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            sync()
+            loops.append((time.perf_counter() - start) / calls * 1e6)
+    return [statistics.median(loops) for loops in times]
 
 
 def pairings(device: str, dtype):
@@ -83,34 +90,35 @@ def forward_and_backward(fn, inputs, grad):
     return run
 
 
-def measure(device: str, calls: int, repeats: int) -> list[dict]:
+def measure(device: str, calls_per_loop: int, repeats: int) -> list[dict]:
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     dtype = torch.float32
     rows = []
 
-    def row(kind, op, call, fn, variant=""):
-        us = per_call_us(fn, calls, repeats, sync)
-        rows.append({"kind": kind, "op": op, "call": call, "variant": variant, "us": round(us, 3)})
-        print(f"  {kind:8} {op:16} {call:8} {us:9.2f} us", file=sys.stderr)
+    def side_by_side(kind, op, *calls):
+        """Rows of one kind and op, timed interleaved: each call is (name, fn, variant)."""
+        medians = per_call_us([fn for _, fn, _ in calls], calls_per_loop, repeats, sync)
+        for (call, _, variant), us in zip(calls, medians):
+            rows.append({"kind": kind, "op": op, "call": call, "variant": variant, "us": round(us, 3)})
+            print(f"  {kind:8} {op:16} {call:8} {us:9.2f} us", file=sys.stderr)
 
     for op, inputs, native, aten_op, attrs in pairings(device, dtype):
         name = CUDA_VARIANTS[op] if device == "cuda" else "cpu"
         k = wb.load(op, name)
         overload = getattr(torch.ops.workbench, op).default
         torch.testing.assert_close(k(*inputs), native(*inputs), rtol=1e-4, atol=1e-4)
-        row("forward", op, "native", lambda: native(*inputs))
-        row("forward", op, "aten", lambda: aten_op(*inputs))
-        row("forward", op, "wb", lambda: k(*inputs), k.qualified)
-        row("forward", op, "wb_ops", lambda: overload(*inputs, *attrs, k.qualified), k.qualified)
+        side_by_side("forward", op, ("native", lambda: native(*inputs), ""), ("wb", lambda: k(*inputs), k.qualified))
+        side_by_side("forward", op, ("aten", lambda: aten_op(*inputs), ""),
+                     ("wb_ops", lambda: overload(*inputs, *attrs, k.qualified), k.qualified))
         # Where the time goes: the harness's kernel alone (below autograd), the Autograd key's part
         # (wb_ops minus that) and the spec's Python normalisation of a call (what k(...) skips).
         with torch._C._AutoDispatchBelowAutograd():
-            row("part", op, "kernel", lambda: overload(*inputs, *attrs, k.qualified), k.qualified)
-        row("part", op, "call_args", lambda: k.spec.call_args(inputs, {}))
+            side_by_side("part", op, ("kernel", lambda: overload(*inputs, *attrs, k.qualified), k.qualified))
+        side_by_side("part", op, ("call_args", lambda: k.spec.call_args(inputs, {}), ""))
         leaves = [t.detach().clone().requires_grad_() for t in inputs]
         grad = torch.ones_like(native(*inputs))
-        row("fwd+bwd", op, "native", forward_and_backward(native, leaves, grad))
-        row("fwd+bwd", op, "wb", forward_and_backward(k, leaves, grad), k.qualified)
+        side_by_side("fwd+bwd", op, ("native", forward_and_backward(native, leaves, grad), ""),
+                     ("wb", forward_and_backward(k, leaves, grad), k.qualified))
 
     if device == "cuda":
         k = wb.load("rmsnorm", "triton")
@@ -125,9 +133,8 @@ def measure(device: str, calls: int, repeats: int) -> list[dict]:
 
         bare()
         torch.testing.assert_close(y, k(x, w))
-        row("triton", "rmsnorm", "bare", bare)
-        row("triton", "rmsnorm", "wb", lambda: k(x, w), k.qualified)
-        row("triton", "rmsnorm", "wb_ops", lambda: k.build.forward(x, w, eps), k.qualified)
+        side_by_side("triton", "rmsnorm", ("bare", bare, ""), ("wb", lambda: k(x, w), k.qualified),
+                     ("wb_ops", lambda: k.build.forward(x, w, eps), k.qualified))
     return rows
 
 
@@ -158,7 +165,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--calls", type=int, default=2000, help="calls per timed loop (default 2000)")
-    parser.add_argument("--repeats", type=int, default=7, help="timed loops; the median is kept (default 7)")
+    parser.add_argument("--repeats", type=int, default=7,
+                        help="timed loops of each call, interleaved with its twin's; the median is kept (default 7)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--commit", help="the commit the rows name (default: this tree's HEAD)")
     parser.add_argument("--out", type=pathlib.Path, help="JSONL of rows (default results/<cpu|gpu>/<commit>/call_overhead.jsonl)")
@@ -178,7 +186,7 @@ def main() -> int:
             f.write(json.dumps({**r, "device": args.device, "machine": machine, "commit": commit,
                                 "calls": args.calls, "repeats": args.repeats, "torch": torch.__version__}) + "\n")
     print(f"call overhead on {machine} ({args.device}), commit {commit}: median us per call, "
-          f"{args.repeats} loops of {args.calls}")
+          f"{args.repeats} loops of {args.calls}, each wb row's interleaved with its twin's")
     print(f"{'kind':8} {'op':16} {'call':7} {'us':>8}  {'against':7} {'us':>8}  {'measure':>9}  {'target':>10}  verdict")
     for c in checked:
         verdict = "-" if c["ok"] is None else ("ok" if c["ok"] else "MISSED")

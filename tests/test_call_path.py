@@ -4,9 +4,11 @@ records no graph; backward, double backward, torch.compile and opcheck still hol
 tested here: scripts/call_overhead.py measures them."""
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 import pytest
+from conftest import REPO_ROOT
 
 torch = pytest.importorskip("torch")
 
@@ -190,6 +192,20 @@ def test_python_variant_checks_a_call_shape_once(monkeypatch):
         with pytest.raises(ValueError, match=r"weight must have shape \[16\]"):
             k(x, torch.randn(15))
     assert len(checks) == 5
+
+
+def test_overhead_script_times_a_row_and_its_twin_interleaved():
+    """scripts/call_overhead.py times a wb row and its twin loop by loop in turn (A B A B ...), so a
+    host whose speed drifts during the run moves both medians alike."""
+    spec = importlib.util.spec_from_file_location("call_overhead", REPO_ROOT / "scripts" / "call_overhead.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    order = []
+    calls, repeats = 3, 4
+    medians = script.per_call_us([lambda: order.append("a"), lambda: order.append("b")], calls, repeats, lambda: None)
+    timed = "".join(order[-2 * calls * repeats:])  # after each one's warm-up
+    assert timed == ("a" * calls + "b" * calls) * repeats
+    assert len(medians) == 2 and all(m > 0 for m in medians)
 
 
 @pytest.mark.gpu
