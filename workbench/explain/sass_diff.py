@@ -124,11 +124,8 @@ def normalize(code: list[str]) -> list[str]:
         m = re.match(r"\s*/\*([0-9a-f]+)\*/\s+(.*?)\s*;", line)
         if m:
             parsed.append(" ".join(m.group(2).split()))
-    targets: dict[int, str] = {}
-    for text in parsed:
-        m = _TARGET.search(text)
-        if m and _opcode_base(text) in _CODE_ADDRESS_OPS:
-            targets[int(m.group(1), 16)] = ""
+    targets = {int(m.group(1), 16) for text in parsed
+               if (m := _TARGET.search(text)) and _opcode_base(text) in _CODE_ADDRESS_OPS}
     labels = {address: f"L{k}" for k, address in enumerate(sorted(targets))}
     out = []
     for text in parsed:
