@@ -146,6 +146,21 @@ def test_gradcheck_and_double_backward(gelu):
     assert torch.autograd.gradgradcheck(lambda a, b: mul(a, b), (a, b))
 
 
+def test_node_vouches_only_for_gradients_of_its_outputs(gelu):
+    """The node lets its backward skip the call check only where each gradient has its output's
+    shape, dtype and device (the forward's check holds for them); a node called from Python with
+    anything else gets the call check's own words."""
+    x = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    node = gelu(x, bias).grad_fn
+    with pytest.raises(ValueError, match=r"grad_y must have shape \[2, 4\]"):
+        node(torch.ones(3, 4, dtype=torch.float64))
+    with pytest.raises(TypeError, match=r"grad_y must have the dtype of x \(float64\); got float32"):
+        node(torch.ones(2, 4))
+    gx, gbias = node(torch.ones(2, 4, dtype=torch.float64))
+    torch.testing.assert_close(gx, gelu.backward(torch.ones(2, 4, dtype=torch.float64), x, bias)[0])
+
+
 def test_unused_gradient_is_zero(gelu):
     """A backward that gets no gradient for an output (nobody used it) runs on zeros of its shape."""
     x = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)

@@ -1,7 +1,12 @@
 // See call_check.h: call_contract.h's contract on at::Tensors.
 #include "call_check.h"
 
+#include <ATen/Context.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/ops/empty.h>
+#ifdef WORKBENCH_WITH_CUDA
+#include <ATen/cuda/EmptyTensor.h>
+#endif
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
@@ -32,6 +37,22 @@ struct TorchFront {
 
 WbTensor view_of(const at::Tensor& t, void* data) { return wb_tensor(data, t.dim(), t.sizes().data(), t.numel()); }
 
+// An output on x's device, of its dtype, allocated as a native op allocates its outputs (the
+// device's allocator directly), not through the dispatcher's at::empty: the call has been
+// dispatched already, and a tiny call's allocation cost as much again through it. Where
+// uninitialized memory is to be filled (deterministic mode: how wb.check poisons outputs), at::empty,
+// which fills it.
+at::Tensor new_output(const std::vector<int64_t>& shape, const at::Tensor& x) {
+  const auto& context = at::globalContext();
+  if (context.deterministicAlgorithms() && context.deterministicFillUninitializedMemory())
+    return at::empty(shape, x.options());
+  if (x.is_cpu()) return at::detail::empty_cpu(shape, x.options());
+#ifdef WORKBENCH_WITH_CUDA
+  if (x.is_cuda()) return at::detail::empty_cuda(shape, x.options());
+#endif
+  return at::empty(shape, x.options());
+}
+
 }  // namespace
 
 std::vector<CallArg> call_args(const OpDecl& d, int step, const std::vector<at::Tensor>& tensors,
@@ -56,7 +77,7 @@ std::vector<at::Tensor> run_call(const OpDecl& d, int step, const std::vector<Ca
     for (const auto& s : shapes) outs.push_back(at::zeros(s, x.options()));
     return outs;
   }
-  for (const auto& s : shapes) outs.push_back(at::empty(s, x.options()));
+  for (const auto& s : shapes) outs.push_back(new_output(s, x));
 
   WbCall call = wb_call(wb_dtype(x.scalar_type()), args.size(), outs.size(), attrs);
   std::vector<at::Tensor> held;  // contiguous copies live until the run returns

@@ -32,6 +32,9 @@
 namespace torch {
 class Library;
 }
+namespace c10 {
+struct FunctionSchema;
+}
 
 namespace workbench {
 
@@ -69,6 +72,13 @@ void register_op_kernels(const OpDecl& decl);
 // the spec), and the C++ Autograd-key kernels of <op> and <op>_backward (op_autograd.cpp).
 std::string double_backward_schema(const OpDecl& decl);
 void register_autograd_kernels(const OpDecl& decl, torch::Library& impls);
+
+// Whether a call of <op>_backward (`op`, its schema) on `tensors` is the one its node vouches for
+// (op_autograd.cpp): each tensor a saved input that passed the forward's call check, or a gradient
+// the node found of its forward output's shape, on the inputs' device and of their dtype. The step
+// kernel (op_kernel.cpp) then skips the call check, which would find what the forward's found; the
+// variant's own limits are still checked.
+bool vouched_backward_call(const c10::FunctionSchema& op, const std::vector<at::Tensor>& tensors);
 
 // Launch context for tensors on t's device. Construct it after the device guard.
 WbLaunch launch_for(const at::Tensor& t);

@@ -6,7 +6,9 @@
 // its node, saved variables and edges every time). Otherwise it records one StepNode for the call:
 //   <op>:           saves the inputs; its apply calls <op>_backward(grads, inputs, attrs, variant)
 //                   through the dispatcher, so the same variant's backward runs and torch.compile
-//                   traces that op;
+//                   traces that op; it vouches for that call (harness.h, vouched_backward_call)
+//                   where every gradient has its forward output's shape and the inputs' dtype and
+//                   device, so the step kernel does not check again what the forward's check found;
 //   <op>_backward:  saves the gradients and inputs; its apply calls
 //                   <op>_backward_backward(upstream, saved, attrs, variant), the backward's own
 //                   derivative, which the Python side implements from the spec
@@ -15,6 +17,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <ATen/core/LegacyTypeDispatch.h>
+#include <c10/util/SmallVector.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/saved_variable.h>
@@ -27,6 +30,28 @@
 #include "harness.h"
 
 namespace workbench {
+namespace {
+
+// The call a node vouches for (harness.h, vouched_backward_call), on the thread that runs the node,
+// from just before its dispatcher call to just after it. (An exported package compiles this file
+// with a harness of its own, which checks every call and never asks.)
+struct VouchedCall {
+  const c10::FunctionSchema* op = nullptr;
+  const c10::TensorImpl* tensors[2 * WB_MAX_ARGS] = {};
+  size_t n = 0;
+};
+thread_local VouchedCall vouched_backward;
+
+}  // namespace
+
+bool vouched_backward_call(const c10::FunctionSchema& op, const std::vector<at::Tensor>& tensors) {
+  const VouchedCall& v = vouched_backward;
+  if (v.op != &op || v.n != tensors.size()) return false;
+  for (size_t i = 0; i < v.n; ++i)
+    if (tensors[i].unsafeGetTensorImpl() != v.tensors[i]) return false;
+  return true;
+}
+
 namespace {
 
 using torch::autograd::variable_list;
@@ -68,6 +93,7 @@ struct StepNode : torch::autograd::Node {
 
   variable_list apply(variable_list&& grads) override {
     std::lock_guard<std::mutex> lock(mutex_);
+    Unvouch unvouch;  // whatever happens below, a vouch ends with this call
     torch::jit::Stack stack;
     stack.reserve(grads.size() + saved_.size() + tail_.size());
     if (info_->list_args) {  // <op>_backward_backward(Tensor?[] upstream, Tensor[] saved, ...)
@@ -81,21 +107,25 @@ struct StepNode : torch::autograd::Node {
       for (size_t i = 0; i < grads.size(); ++i)
         stack.emplace_back(grads[i].defined() ? grads[i] : input_metadata(i).zeros_like());
       for (const auto& s : saved_) stack.emplace_back(s.unpack());
+      vouch(stack, grads.size());
     }
     for (const auto& v : tail_) stack.push_back(v);
     info_->next.callBoxed(&stack);
-    std::vector<at::Tensor> results;
+    c10::SmallVector<at::Tensor, 2 * WB_MAX_ARGS> results;
     for (auto& v : stack) {
       if (v.isTensorList()) {
         for (const at::Tensor& t : v.toTensorList()) results.push_back(t);
       } else {
-        results.push_back(v.toTensor());
+        results.push_back(std::move(v).toTensor());
       }
     }
     variable_list out(num_outputs());
     for (size_t e = 0; e < out.size(); ++e) {
       const int r = info_->result_of_edge[e];
-      if (r >= 0 && should_compute_output(e)) out[e] = results.at(r);
+      if (r < 0 || !should_compute_output(e)) continue;
+      TORCH_INTERNAL_ASSERT(static_cast<size_t>(r) < results.size(), name(), ": its op returned ", results.size(),
+                            " gradients");
+      out[e] = std::move(results[r]);
     }
     return out;
   }
@@ -104,6 +134,30 @@ struct StepNode : torch::autograd::Node {
   std::vector<c10::IValue> tail_;
 
  private:
+  struct Unvouch {
+    ~Unvouch() { vouched_backward = VouchedCall{}; }
+  };
+
+  // Vouches for the call on the stack's tensors (its first n_grads gradients, then the saved
+  // inputs: the forward checked those) where each gradient is of its output's recorded shape and
+  // of the first input's dtype and device; a gradient that is not (a node called from Python
+  // with anything) leaves the call to the full check.
+  void vouch(const torch::jit::Stack& stack, size_t n_grads) {
+    const size_t n = stack.size();
+    if (n > 2 * WB_MAX_ARGS || n_grads >= n) return;
+    const at::Tensor& x = stack[n_grads].toTensor();
+    for (size_t i = 0; i < n_grads; ++i) {
+      const at::Tensor& g = stack[i].toTensor();
+      if (g.scalar_type() != x.scalar_type() || g.device() != x.device() || !input_metadata(i).is_same_shape(g))
+        return;
+    }
+    VouchedCall v;
+    v.op = &info_->next.schema();
+    for (size_t i = 0; i < n; ++i) v.tensors[i] = stack[i].toTensor().unsafeGetTensorImpl();
+    v.n = n;
+    vouched_backward = v;
+  }
+
   std::mutex mutex_;
   std::shared_ptr<const StepInfo> info_;
 };
@@ -125,8 +179,7 @@ struct AutogradKernel : c10::OperatorKernel {
       op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
       return;
     }
-    std::vector<at::Tensor> tensors;
-    tensors.reserve(n_tensors);
+    c10::SmallVector<at::Tensor, 2 * WB_MAX_ARGS> tensors;  // no allocation for the list itself
     for (size_t i = 0; i < n_tensors; ++i) tensors.push_back(args[i].toTensor());
     auto node = make_node<StepNode>(info);
     node->set_next_edges(torch::autograd::collect_next_edges(at::ArrayRef<at::Tensor>(tensors)));
