@@ -29,6 +29,12 @@
 
 #include "harness.h"
 
+// The namespace of the ops the nodes call (<op>_backward, <op>_backward_backward): the harness's; an
+// exported package's op.cpp defines its own before it includes this file.
+#ifndef WB_OPS_NAMESPACE
+#define WB_OPS_NAMESPACE "workbench"
+#endif
+
 namespace workbench {
 namespace {
 
@@ -212,7 +218,7 @@ std::string camel(const std::string& op) {  // bias_gelu -> BiasGelu
 }
 
 c10::OperatorHandle handle_of(const std::string& name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(("workbench::" + name).c_str(), "");
+  return c10::Dispatcher::singleton().findSchemaOrThrow((WB_OPS_NAMESPACE "::" + name).c_str(), "");
 }
 
 }  // namespace

@@ -185,6 +185,7 @@ TORCH_LIBRARY_IMPL({namespace}, Autograd, m) {{
 // Python per call) are compiled as part of this file: one translation unit parses torch's headers
 // once (about 10 s less on a 2-core machine than two).
 #include "harness.cpp"
+#define WB_OPS_NAMESPACE "{namespace}"  // the ops its nodes call are this package's
 #include "op_autograd.cpp"
 
 {externs}
@@ -220,21 +221,11 @@ TORCH_LIBRARY_IMPL({namespace}, {key}, m) {{
 """ for key in keys) + autograd
 
 
-# op_autograd.cpp's one look-up of the ops it calls by name (handle_of): the harness's namespace,
-# which the package's copy names its own.
-_AUTOGRAD_LOOKUP = '("workbench::" + name)'
-
-
-def autograd_source(namespace: str) -> str:
-    """bindings/harness/op_autograd.cpp as the package compiles it: the same file, the ops it calls
-    (<op>_backward, <op>_backward_backward) looked up in the package's namespace."""
-    path = config.BINDINGS_DIR / "harness" / "op_autograd.cpp"
-    text = path.read_text()
-    if text.count(_AUTOGRAD_LOOKUP) != 1:
-        raise ValueError(f"{path}: expected the ops' look-up {_AUTOGRAD_LOOKUP} once (the package's copy names its "
-                         f"own namespace there); found it {text.count(_AUTOGRAD_LOOKUP)} times")
-    return (f"// Copied from bindings/harness/op_autograd.cpp by export, the ops looked up in {namespace}::.\n"
-            + text.replace(_AUTOGRAD_LOOKUP, f'("{namespace}::" + name)'))
+def autograd_source() -> str:
+    """bindings/harness/op_autograd.cpp as the package compiles it: the same file; op.cpp defines
+    WB_OPS_NAMESPACE, the namespace its nodes look the ops up in, before including it."""
+    return ("// Copied from bindings/harness/op_autograd.cpp by export.\n"
+            + (config.BINDINGS_DIR / "harness" / "op_autograd.cpp").read_text())
 
 
 def _wrapper(symbol_from: str, symbol_to: str, include: str, what: str) -> str:
@@ -342,7 +333,7 @@ def package_files(op: str, spec, names: list[str], package: str, namespace: str)
         files[f"csrc/harness/{f}"] = (harness_dir / f).read_bytes()
     for f in ("harness.h", "harness.cpp", "module.cpp"):
         files[f"csrc/harness/{f}"] = (TEMPLATES / f).read_bytes()
-    files["csrc/harness/op_autograd.cpp"] = autograd_source(namespace)  # op.cpp includes it
+    files["csrc/harness/op_autograd.cpp"] = autograd_source()  # op.cpp includes it
     files["csrc/harness/op.cpp"] = _op_cpp(spec, variants, namespace, with_cuda)
 
     fwd, bwd = _schemas(spec)
