@@ -370,14 +370,14 @@ def summary_line(c: Comparison) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m workbench.explain.sass_diff", description=__doc__.split("\n\n")[0])
-    p.add_argument("variants", nargs="*", metavar="OP/VARIANT", help="e.g. matmul/smem_tiling")
+    p.add_argument("variants", nargs="*", metavar="OP/VARIANT", help="a CUDA variant, as `python -m workbench list` names them")
     p.add_argument("--all", action="store_true", help="every CUDA variant of the tree")
     p.add_argument("--arch", help="NVRTC's arch (default: this GPU's, else the arch list's newest: sm_90a)")
     p.add_argument("--nvcc-arch", help="nvcc's arch (default: --arch), e.g. sm_90: what a JIT build on an H100 makes")
     p.add_argument("--diff-lines", type=int, default=DIFF_LINES, help="of each kernel's diff, at most")
     args = p.parse_args(argv)
     if bool(args.variants) == args.all or any(v.count("/") != 1 for v in args.variants):
-        p.error("name variants as OP/VARIANT (e.g. matmul/smem_tiling), or give --all")
+        p.error("name variants as OP/VARIANT (`python -m workbench list` lists them), or give --all")
     summary, failed = [], 0
     for qualified in tree_cuda_variants() if args.all else args.variants:
         try:
