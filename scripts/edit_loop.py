@@ -164,10 +164,10 @@ def main() -> int:
     gpu = toolchain.gpu_available()
     if not gpu:
         # The same one arch for both tiers (nvcc would otherwise build the whole JIT arch list).
-        from workbench.build.nvrtc_tier import _arch_list_entry
+        from workbench.build.nvrtc_tier import arch_list_entry
 
         args.arch = args.arch or "sm_90a"
-        os.environ["TORCH_CUDA_ARCH_LIST"] = _arch_list_entry(args.arch).rstrip("a")
+        os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list_entry(args.arch).rstrip("a")
     machine = torch_device() if gpu else f"{platform.node()} ({_cores()} cores, no GPU)"
     rows: list = []
     ready = "first call returned" if gpu else "build returned"

@@ -11,7 +11,6 @@ import time
 from .. import config
 from . import nvrtc_kernels
 from .locks import in_use
-from .nvrtc_tier import UNIT_SUFFIX
 from .store import MARKER, builds_root, check_root_location, discard
 
 
@@ -116,7 +115,10 @@ def _unnamed_nvrtc_units(root: pathlib.Path, now: float, removed: list) -> int:
     folder = config.cache_dir() / "nvrtc-kernels"
     if not folder.is_dir() or folder.is_symlink():
         return 0
-    named = {p.read_text().strip() for p in root.glob(f"*/*{UNIT_SUFFIX}") if not p.is_symlink()}
+    named = set()
+    for meta in root.glob("*/meta.json"):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            named.add(json.loads(meta.read_text()).get("nvrtc_unit"))
     freed = 0
     for unit in sorted(folder.glob("*.json")):
         if unit.stem in named or unit.is_symlink() or now - os.lstat(unit).st_mtime <= 3600:

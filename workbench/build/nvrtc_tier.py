@@ -13,8 +13,8 @@ into the content-keyed cache like any other (pipeline.cached_build: its lock, st
    run per kernel, one program each, on the kernel's first launch or before it in the background
    (nvrtc_kernels.py), for this device's exact arch.
 4. The build folder holds a copy of the host library (its own path: dlopen gives each build its own
-   routing state) and the key of its kernels' unit beside it; the library's runtime calls route its
-   launches to the kernels' modules, which the loader's provider hands it
+   routing state); its record names its kernels' unit (nvrtc_unit); the library's runtime calls route
+   its launches to the kernels' modules, which the loader's provider hands it
    (kernels/common/wb_nvrtc_route.h, run/nvrtc_routes.py).
 
 An NVRTC error inside a device function is the user's: a BuildError naming file:line, as nvcc's
@@ -40,7 +40,6 @@ from ..errors import BuildError
 
 ROUTED_FLAG = "-DWB_NVRTC_ROUTED"
 SYNTAX_ONLY = "-fdevice-syntax-only"
-UNIT_SUFFIX = ".nvrtc-unit"  # beside the host library: the key of its kernels' unit (nvrtc_kernels.py)
 TIER_FORMAT = 10  # bump when the split, the routing or the files a build holds change (it is in the key)
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 
@@ -66,9 +65,12 @@ def nvrtc_arch(p: Piece) -> str:
     return next(o.split("=", 1)[1] for o in p.command if o.startswith("-arch="))
 
 
-def _arch_list_entry(arch: str) -> str:
-    num = arch[3:]
-    return f"{num[:-2] if num[-1].isalpha() else num[:-1]}.{num[-2:] if num[-1].isalpha() else num[-1]}"
+def arch_list_entry(arch: str) -> str:
+    """TORCH_CUDA_ARCH_LIST's spelling of an arch: sm_90a -> 9.0a, sm_120 -> 12.0."""
+    m = re.fullmatch(r"sm_(\d+)(\d)([a-z]?)", arch)
+    if not m:
+        raise ValueError(f"arch must look like sm_90a or sm_80; got {arch!r}")
+    return f"{m.group(1)}.{m.group(2)}{m.group(3)}"
 
 
 def nvrtc_options(arch: str, cuda_cflags) -> list[str]:
@@ -88,7 +90,7 @@ def piece(*, label: str, source: pathlib.Path, include_dirs, cflags, cuda_cflags
         return None
     arch = exact_arch(options)
     return Piece(label=label, kind="variant", sources=[source], include_dirs=include_dirs, with_cuda=True,
-                 cflags=cflags, cuda_cflags=cuda_cflags, compiler=NVRTC, arch_list=_arch_list_entry(arch),
+                 cflags=cflags, cuda_cflags=cuda_cflags, compiler=NVRTC, arch_list=arch_list_entry(arch),
                  command=[f"nvrtc-{nvrtc.version()}", f"tier-{TIER_FORMAT}-{nvrtc.headers_digest()}",
                           *nvrtc_options(arch, cuda_cflags)])
 
@@ -238,7 +240,6 @@ def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | N
     stem = f"{p.label.replace('/', '_')}-{key[:12]}-{uuid.uuid4().hex[:6]}"
     library = staging / f"{stem}.so"
     shutil.copyfile(host.library, library)
-    (staging / f"{stem}{UNIT_SUFFIX}").write_text(unit.key)
     log_path.write_text(f"NVRTC {nvrtc.version()} {' '.join(options)}\n"
                         f"front end: {len(kernels)} kernels checked; each compiles on its first launch, the rest "
                         f"in the background after the first, its ptxas report in nvrtc-kernels/<kernel key>.log "

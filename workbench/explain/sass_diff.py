@@ -255,14 +255,6 @@ def diff_builds(nvcc: tuple[dict[str, list[str]], Facts], nvrtc: tuple[dict[str,
     return [_with_facts(k, nvcc[1], nvrtc[1]) for k in diff_codes(nvcc[0], nvrtc[0])]
 
 
-def _arch_list_entry(arch: str) -> str:
-    """TORCH_CUDA_ARCH_LIST's spelling of an arch: sm_90a -> 9.0a, sm_120 -> 12.0."""
-    m = re.fullmatch(r"sm_(\d+)(\d)([a-z]?)", arch)
-    if not m:
-        raise ValueError(f"arch must look like sm_90a or sm_80; got {arch!r}")
-    return f"{m.group(1)}.{m.group(2)}{m.group(3)}"
-
-
 def _require_tools() -> None:
     missing = [what for what, ok in (("nvcc (set CUDA_HOME)", toolchain.nvcc_path()),
                                      ("the NVRTC library (torch's CUDA wheels bring libnvrtc)", nvrtc.available()),
@@ -287,7 +279,7 @@ def nvcc_build(op: str, variant: str, arch: str) -> tuple[dict[str, list[str]], 
     """(each kernel's normalized SASS, Facts) of nvcc's build of the variant (a name, or a path to a
     .cu file) for `arch` alone: the build the nvcc tier makes, with the arch list set to that arch."""
     cuda_source(op, variant)
-    with environment(TORCH_CUDA_ARCH_LIST=_arch_list_entry(arch)):
+    with environment(TORCH_CUDA_ARCH_LIST=nvrtc_tier.arch_list_entry(arch)):
         name, built = tree.build_variant(op, variant, BuildOptions(compiler="nvcc"))
     listing = ptxas.sass(built.library)
     code = kernel_code(listing, arch)

@@ -364,20 +364,18 @@ class OpSpec:
 
     # ------------------------------------------------------------------ checks (the fake's side)
 
-    def check_call(self, step: str, tensors, attrs, *, prefix: str | None = None, device_of=None,
-                   dtype_of=None) -> ShapeBinder:
+    def check_call(self, step: str, tensors, attrs) -> ShapeBinder:
         """What the C++ harness checks before it looks at the variant, in its order and words
-        (shapes.check_call): devices, dtypes, shapes, attributes. Torch tensors by default; the
-        NumPy front end passes its prefix and how to read an array's device (None) and dtype.
+        (shapes.check_call): devices, dtypes, shapes, attributes of torch tensors (the fakes' and
+        Python variants' side; the NumPy front end runs the C++ contract itself).
         Raises RuntimeError / TypeError / ValueError."""
         bwd = step == "bwd"
         names = ([f"grad_{o.name}" for o in self.outputs] if bwd else []) + [t.name for t in self.inputs]
         patterns = ([o.pattern for o in self.outputs] if bwd else []) + [t.pattern for t in self.inputs]
-        return check_call(f"workbench::{self.name}: " if prefix is None else prefix, names, patterns, tensors,
-                          len(names) - len(self.inputs),
+        return check_call(f"workbench::{self.name}: ", names, patterns, tensors, len(names) - len(self.inputs),
                           [(a.name, _KINDS[a.kind], a.min, a.max, a.finite) for a in self.attrs], attrs,
-                          device_of=device_of or (lambda t: t.device),
-                          dtype_of=dtype_of or (lambda t: dtypes_.name_of(t.dtype)), float_dtypes=dtypes_.NAMES)
+                          device_of=lambda t: t.device, dtype_of=lambda t: dtypes_.name_of(t.dtype),
+                          float_dtypes=dtypes_.NAMES)
 
     def all_error_cases(self, device: str = "cpu") -> list[ErrorCase]:
         """Bad input every op is held to, derived from its declaration, then the op's own cases."""

@@ -150,14 +150,14 @@ def _register(r: ResolvedOp, name: str, source: pathlib.Path, *, inline_label: s
         registry.static_variant(op, source, name)
     _check_can_build(r, name, source)
     rename = {str(source): inline_label} if inline_label else None
-    lib, bdir, built, key, _ = get_or_build(variant_piece(r, name, source, options), rename=rename,
-                                            last_good=STATE.last_good.get((op, name)))
+    lib, bdir, built, key, record = get_or_build(variant_piece(r, name, source, options), rename=rename,
+                                                 last_good=STATE.last_good.get((op, name)))
     build_id = key[:10]
     with STATE.lock:
         # The contract of the binding just ensured: the variant's build key covers the same header.
         info = json.loads(_call_harness("workbench_register_variant", op, name, build_id, str(lib),
                                         STATE.bindings[op][1]))
-        nvrtc_routes.attach(lib)  # an NVRTC tier library's kernels come from its provider
+        nvrtc_routes.attach(lib, record.get("nvrtc_unit"))  # an NVRTC tier library's kernels: its provider
         cache.mark_in_use(bdir)
         kernel = Kernel(op=op, name=name, build_id=build_id, device=info["device"], dtypes=tuple(info["dtypes"]),
                         description=info["description"], library=lib, source=source, built=built,

@@ -7,10 +7,10 @@ runs without it).
 from __future__ import annotations
 
 import ctypes
+import json
 import pathlib
 
 from ..build import nvrtc_kernels
-from ..build.nvrtc_tier import UNIT_SUFFIX
 
 # (name, cubin path out, its size, NVRTC's name out, its size) -> 0, or nonzero with the reason in the path's buffer
 _PROVIDER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
@@ -38,20 +38,20 @@ def _provider(unit_key: str):
 
 
 def unit_of(library: pathlib.Path) -> str | None:
-    """The key of the kernels' unit of an NVRTC tier library (None: not one)."""
+    """The key of an NVRTC tier library's kernels' unit, from its build's record (None: not one)."""
     try:
-        return library.with_name(library.name.removesuffix(".so") + UNIT_SUFFIX).read_text().strip()
-    except FileNotFoundError:
+        return json.loads((library.parent / "meta.json").read_text()).get("nvrtc_unit")
+    except (OSError, ValueError):
         return None
 
 
-def attach(library: pathlib.Path) -> bool:
-    """Give a loaded NVRTC tier library its provider (its first launch queues the kernels not yet
-    compiled, build/nvrtc_kernels.py). False: not such a library."""
+def attach(library: pathlib.Path, unit_key: str | None) -> bool:
+    """Give a loaded NVRTC tier library (its build record's nvrtc_unit: `unit_key`) its provider (its
+    first launch queues the kernels not yet compiled, build/nvrtc_kernels.py). False: not such a
+    library (unit_key None)."""
     key = str(library)
     if key in _attached:
         return True
-    unit_key = unit_of(library)
     if unit_key is None:
         return False
     handle = ctypes.CDLL(key)  # the handle the harness's dlopen already holds
