@@ -91,7 +91,9 @@ def test_a_wrong_gradient_fails_gradcheck_with_its_numbers():
     k = wb.variant(byo_impls.bias_gelu_torch, op="bias_gelu", backward=byo_impls.bias_gelu_backward_wrong,
                    dtypes=["float64", "float32"], device="cpu", name="wrong_grad")
     assert k.steps == ("forward", "backward") and "declared" in k.probe
-    rep = wb.gradcheck("bias_gelu", k)
+    # A fixed seed: the first failing case is one element, whose error |1 - GELU'(x + b)| is tiny where
+    # x + b is large; a random draw made it 1.4e-4 once (a fresh-clone CI run), under the 1e-3 below.
+    rep = wb.gradcheck("bias_gelu", k, seed=4)
     assert not rep.ok and rep.failures, rep.summary()
     first = rep.failures[0]
     assert first.what == "gradcheck" and first.dtype == "float64"
