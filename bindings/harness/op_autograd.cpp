@@ -116,7 +116,14 @@ struct StepNode : torch::autograd::Node {
       vouch(stack, grads.size());
     }
     for (const auto& v : tail_) stack.push_back(v);
-    info_->next.callBoxed(&stack);
+    if (info_->list_args || at::GradMode::is_enabled()) {
+      // create_graph: the next op's Autograd kernel records its node. <op>_backward_backward always
+      // goes through it: its kernel may be Python that runs autograd through the eager math.
+      info_->next.callBoxed(&stack);
+    } else {  // <op>_backward with nothing to record: straight to the harness's step kernel
+      at::AutoDispatchBelowAutograd below;
+      info_->next.callBoxed(&stack);
+    }
     c10::SmallVector<at::Tensor, 2 * WB_MAX_ARGS> results;
     for (auto& v : stack) {
       if (v.isTensorList()) {
