@@ -232,13 +232,18 @@ def test_triton_variant_runs_direct_only_without_a_graph():
     assert k.build.runs_direct((x, w))
     torch.testing.assert_close(k(x, w), k.build.forward(x, w, k.spec.attrs[0].default))
     seen = []  # the direct path runs the body as triton_op's eager backend does: wrap_triton off
-    real = k.build.run_forward
-    k.build.run_forward = lambda *a: (seen.append(torch._library.triton.is_wrap_triton_enabled()), real(*a))[1]
+    real = k.build.module.forward
+    k.build.module.forward = lambda *a: (seen.append(torch._library.triton.is_wrap_triton_enabled()), real(*a))[1]
     try:
         k(x, w)
+        with pytest.raises(RuntimeError, match="runs on CUDA tensors"):  # checked before the switch
+            k(x.cpu(), w.cpu())
+        k.build.module.forward = lambda *a: 1 / 0
+        with pytest.raises(ZeroDivisionError):  # the switch is restored however the body ends
+            k(x, w)
     finally:
-        k.build.run_forward = real
-    assert seen == [False]
+        k.build.module.forward = real
+    assert seen == [False] and torch._library.triton.is_wrap_triton_enabled()
     w.requires_grad_()
     assert not k.build.runs_direct((x, w))
     assert k(x, w).grad_fn is not None

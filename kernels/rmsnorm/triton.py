@@ -134,7 +134,9 @@ def _plan(h, cap):
     to `cap`, else chunks of LOOP_CHUNK; warps grow with the block (256 elements each, 1 to 16)."""
     h = int(h)  # block sizes are constexprs: concrete even where torch.compile traces a symbolic h
     loop = h > cap
-    block = LOOP_CHUNK if loop else triton.next_power_of_2(h)
+    # 1 << bit_length, not triton.next_power_of_2: that one is a constexpr function in Triton 3.x,
+    # a few microseconds a call through its wrapper, and this runs on every call (issue 26).
+    block = LOOP_CHUNK if loop else 1 << max(h - 1, 0).bit_length()
     return block, loop, min(max(block // 256, 1), 16)
 
 

@@ -138,8 +138,8 @@ class PythonKernel(Kernel):
             if spec is not self._defaults_spec:
                 self._set_defaults(spec)
             if self._defaults is not None:
-                run = self.build.run_direct if self.build.runs_direct(args) else self.build.forward
-                return run(*args, *self._defaults)
+                out = self.build.call_direct(args, self._defaults, spec)
+                return self.build.forward(*args, *self._defaults) if out is NotImplemented else out
         tensors, values = spec.call_args(args, attrs)
         return self.build.forward(*tensors, *values)
 

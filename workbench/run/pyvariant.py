@@ -23,6 +23,7 @@ double_backward, else autograd through the eager math, as for the harness's ops)
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import linecache
@@ -61,11 +62,12 @@ class Build:
     passed: set = field(default_factory=set)  # keys of calls that passed the checks (see checked)
     passed_spec: Any = None                   # the spec they passed under
 
-    def checked(self, step: str, args: tuple) -> tuple[list, tuple]:
-        """(contiguous tensors, attribute values) of a call, after the harness's checks. A call
-        like one that passed already (same spec, step, attributes and each tensor's shape, dtype
-        and device: all the checks read) is not checked again."""
-        spec = self.spec_of()
+    def checked(self, step: str, args: tuple, spec=None) -> tuple[list, tuple]:
+        """(contiguous tensors, attribute values) of a call, after the harness's checks, under the
+        op's current spec (`spec` where the caller has just looked it up). A call like one that
+        passed already (same spec, step, attributes and each tensor's shape, dtype and device: all
+        the checks read) is not checked again."""
+        spec = self.spec_of() if spec is None else spec
         n = len(spec.inputs) + (len(spec.outputs) if step == "bwd" else 0)
         tensors, attrs = args[:n], tuple(args[n:])
         if self.passed_spec is not spec:  # the op's spec defined again: check everything anew
@@ -103,15 +105,33 @@ class Build:
             return _one_or_tuple(self.function.apply(*tensors, *attrs))
         return self._launch(self.module.forward, tensors, attrs)
 
-    def run_direct(self, *args):
-        """run_forward outside the custom op (runs_direct said so), as triton_op's own eager backend
-        runs its body: with wrap_triton off, so the variant's wrap_triton(kernel)[grid](...) launches
-        the kernel itself rather than going through the higher-order op's dispatch (~150 us a call
-        on the H100: the direct path measured 218 us against a bare launch's 18 before this)."""
-        from torch._library.triton import set_wrap_triton_enabled
+    def call_direct(self, args: tuple, defaults: tuple, spec):
+        """A handle's forward call of the op's tensors alone (PythonKernel.__call__, which passes the
+        op's spec), run outside the custom op where nothing needs the dispatcher (runs_direct), else
+        NotImplemented. It runs the checked body as triton_op's own eager backend does: with
+        wrap_triton off, so the variant's wrap_triton(kernel)[grid](...) launches the kernel itself
+        rather than going through the higher-order op's dispatch (~150 us a call on the H100: this
+        path measured 218 us against a bare launch's 18 before). The body is called here, not through
+        run_forward and _launch, where the tensors are on the current device: on the H100's host each
+        layer's frame and look-ups cost about a microsecond, against a bare launch's 14 to 22."""
+        if not self.runs_direct(args):
+            return NotImplemented
+        tensors, attrs = self.checked("fwd", args + defaults, spec)
+        switch = _wrap_triton_switch()
+        if switch is None:  # a torch without the thread-local flag: its context manager
+            from torch._library.triton import set_wrap_triton_enabled
 
-        with set_wrap_triton_enabled(False):
-            return self.run_forward(*args)
+            with set_wrap_triton_enabled(False):
+                return self._launch(self.module.forward, tensors, attrs)
+        flag = switch.wrap_triton_enabled
+        was = getattr(flag, "value", switch.wrap_triton_enabled_default)
+        flag.value = False
+        try:
+            if tensors[0].get_device() == _torch_state().cuda_device():
+                return _one_or_tuple(self.module.forward(*tensors, *attrs))
+            return self._launch(self.module.forward, tensors, attrs)  # another device: made current there
+        finally:
+            flag.value = was
 
     def run_backward(self, *args):
         tensors, attrs = self.checked("bwd", args)
@@ -124,23 +144,23 @@ class Build:
             import torch
 
             # Triton launches on the current device: make it the tensors' (the harness's DeviceScope).
-            if tensors[0].get_device() != torch.cuda.current_device():
+            # torch._C's look-up, not torch.cuda.current_device(): a CUDA tensor means CUDA is
+            # initialised, and that function's lazy-init check cost a microsecond or two a call.
+            if tensors[0].get_device() != _torch_state().cuda_device():
                 with torch.cuda.device(tensors[0].device):
                     return _one_or_tuple(fn(*tensors, *attrs))
         return _one_or_tuple(fn(*tensors, *attrs))
 
     def runs_direct(self, tensors) -> bool:
-        """Whether a forward call of a kind triton build may skip its custom op and run run_forward
-        itself: nothing for the dispatcher to do (no graph to record, no tracing, no mode, no
-        functorch transform, plain tensors), so the op's Python autograd and triton_op layers
-        would only cost time (issue 26: a Triton variant within 2x of a bare launch)."""
-        import torch
-
-        if self.info.kind != "triton" or torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() \
-                or torch._C._is_torch_function_mode_enabled() or torch._C._are_functorch_transforms_active():
+        """Whether a forward call of a kind triton build may skip its custom op (call_direct): nothing
+        for the dispatcher to do (no graph to record, no tracing, no mode, no functorch transform,
+        plain tensors), so the op's Python autograd and triton_op layers would only cost time."""
+        c = _torch_state()
+        if self.info.kind != "triton" or c.is_compiling() or c.dispatch_modes() or c.function_mode() \
+                or c.functorch():
             return False
-        grad = torch.is_grad_enabled()
-        return all(type(t) is torch.Tensor and not (grad and t.requires_grad) for t in tensors)
+        grad, plain = c.grad_enabled(), c.Tensor
+        return all(type(t) is plain and not (grad and t.requires_grad) for t in tensors)
 
     def _autograd_backward(self, tensors, attrs):
         """Kind torch without a backward: autograd through its forward."""
@@ -320,3 +340,34 @@ def _fake(build: Build, step: str, args: tuple) -> Any:
     spec = build.spec_of()
     n = len(spec.inputs) + (len(spec.outputs) if step == "bwd" else 0)
     return torchops.fake_outputs(spec, step, args[:n], args[n:])
+
+
+def _wrap_triton_switch():
+    """torch's module behind set_wrap_triton_enabled where it keeps the switch as a thread-local
+    `wrap_triton_enabled` beside its default (torch 2.11 and 2.14 do), else None."""
+    global _WRAP_SWITCH
+    if _WRAP_SWITCH is False:
+        try:
+            from torch._library import triton as switch
+        except ImportError:
+            switch = None
+        if not (hasattr(switch, "wrap_triton_enabled") and hasattr(switch, "wrap_triton_enabled_default")):
+            switch = None
+        _WRAP_SWITCH = switch
+    return _WRAP_SWITCH
+
+
+_WRAP_SWITCH: Any = False  # not looked up yet
+
+
+@functools.cache
+def _torch_state() -> types.SimpleNamespace:
+    """The state runs_direct reads, each a callable bound once (not looked up through torch's
+    modules on every call)."""
+    import torch
+
+    return types.SimpleNamespace(
+        is_compiling=torch.compiler.is_compiling, dispatch_modes=torch._C._len_torch_dispatch_stack,
+        function_mode=torch._C._is_torch_function_mode_enabled, functorch=torch._C._are_functorch_transforms_active,
+        grad_enabled=torch.is_grad_enabled, Tensor=torch.Tensor,
+        cuda_device=getattr(torch._C, "_cuda_getDevice", lambda: -1))  # -1: a torch without CUDA
