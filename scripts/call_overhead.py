@@ -30,7 +30,6 @@ import json
 import pathlib
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
@@ -39,6 +38,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import workbench as wb  # noqa: E402
+from workbench.measure import results  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CUDA_VARIANTS = {"elementwise_mul": "vec4", "vector_add": "vec4", "reduce_sum": "warp_shuffle",
@@ -168,14 +168,14 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=7,
                         help="timed loops of each call, interleaved with its twin's; the median is kept (default 7)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    parser.add_argument("--commit", help="the commit the rows name (default: this tree's HEAD)")
+    parser.add_argument("--commit", help="the commit the rows name (default: WORKBENCH_COMMIT, else this tree's HEAD, "
+                                         "-dirty where tracked files differ from it)")
     parser.add_argument("--out", type=pathlib.Path, help="JSONL of rows (default results/<cpu|gpu>/<commit>/call_overhead.jsonl)")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device")
     torch.set_num_threads(args.threads)
-    commit = args.commit or subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=ROOT, capture_output=True,
-                                           text=True).stdout.strip() or "unknown"
+    commit = args.commit or results.commit(ROOT)  # a copy with edits since its HEAD says so
     machine = torch.cuda.get_device_name() if args.device == "cuda" else f"{platform.processor() or platform.machine()}"
     rows = measure(args.device, args.calls, args.repeats)
     checked = verdicts(rows)
