@@ -451,3 +451,27 @@ def test_the_fallback_shares_the_nvcc_tiers_cache_entry(tmp_path):
         tiered = variant_piece(r, "scalar_edit", path, BuildOptions(compiler="nvrtc", arch="sm_90a", line_info=line_info))
         nvcc = variant_piece(r, "scalar_edit", path, BuildOptions(compiler="nvcc", line_info=line_info))
         assert nvrtc_tier.nvcc_piece(tiered).key(tc) == nvcc.key(tc)
+
+
+@can_compile
+def test_kernel_cost_script_times_a_kernel_each_way(tmp_path, monkeypatch, capsys):
+    """scripts/nvrtc_kernel_cost.py (the edit loop's floor): a kernel compiled alone in a fresh
+    process with the tier's options, to PTX only and with --Ofast-compile=mid, then the whole unit in
+    one program; each row's seconds are positive; a bad --kernels is refused by name."""
+    import importlib.util
+    import json
+    import sys
+
+    spec = importlib.util.spec_from_file_location("nvrtc_kernel_cost", REPO_ROOT / "scripts" / "nvrtc_kernel_cost.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(sys, "argv", ["nvrtc_kernel_cost.py", "vector_add/scalar", "--kernels", "1", "--out", str(tmp_path)])
+    assert script.main() == 0
+    rows = [json.loads(line) for line in (tmp_path / "kernel_cost.jsonl").read_text().splitlines()]
+    assert [r["options"] for r in rows] == ["tier", "ptx", "fast-mid", "tier"]
+    assert rows[-1]["kernel"].startswith("all ") and len({r["kernel"] for r in rows[:3]}) == 1
+    assert all(r["wall_s"] > 0 and r["user_s"] >= 0 for r in rows)
+    monkeypatch.setattr(sys, "argv", ["nvrtc_kernel_cost.py", "vector_add/scalar", "--kernels", "0"])
+    with pytest.raises(SystemExit):
+        script.main()
+    assert "--kernels must be at least 1; got 0" in capsys.readouterr().err
