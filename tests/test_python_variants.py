@@ -402,6 +402,8 @@ import workbench as wb
 k = wb.load_source("rmsnorm", {path!r}, name="triton_any")
 assert k.kind == "triton" and k.device == "cpu" and len(k.info["ops"]) == 2
 x, w = torch.randn(6, 40, requires_grad=True), torch.randn(40, requires_grad=True)
+y = k(x.detach(), w.detach())  # the handle's direct path, CPU tensors: no CUDA look-up on the way
+assert torch.equal(y, k.op_overload(x.detach(), w.detach(), 1e-6)) and not torch.cuda.is_initialized()
 k(x, w).pow(2).sum().backward()  # autograd: the forward op's formula calls the backward op
 dx, dw = k.backward(torch.ones(6, 40), x.detach(), w.detach())
 ref = k.spec.run_reference_backward([torch.ones(6, 40)], [x, w], {{"eps": 1e-6}})
