@@ -22,6 +22,7 @@ with each wb row's difference or ratio to its native twin and its verdict is pri
 
   PYTHONPATH=. python3 scripts/call_overhead.py                     # CPU variants ('cpu')
   PYTHONPATH=. python3 scripts/call_overhead.py --device cuda --out $OUT/call_path.jsonl
+  PYTHONPATH=. python3 scripts/call_overhead.py --device cuda --kinds triton   # the Triton rows alone
 """
 from __future__ import annotations
 
@@ -90,7 +91,10 @@ def forward_and_backward(fn, inputs, grad):
     return run
 
 
-def measure(device: str, calls_per_loop: int, repeats: int) -> list[dict]:
+KINDS = ("ops", "triton")  # --kinds: the C++ ops' pairings; rmsnorm's Triton variant against a bare launch
+
+
+def measure(device: str, calls_per_loop: int, repeats: int, kinds: tuple[str, ...] = KINDS) -> list[dict]:
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     dtype = torch.float32
     rows = []
@@ -102,7 +106,7 @@ def measure(device: str, calls_per_loop: int, repeats: int) -> list[dict]:
             rows.append({"kind": kind, "op": op, "call": call, "variant": variant, "us": round(us, 3)})
             print(f"  {kind:8} {op:16} {call:8} {us:9.2f} us", file=sys.stderr)
 
-    for op, inputs, native, aten_op, attrs in pairings(device, dtype):
+    for op, inputs, native, aten_op, attrs in pairings(device, dtype) if "ops" in kinds else ():
         name = CUDA_VARIANTS[op] if device == "cuda" else "cpu"
         k = wb.load(op, name)
         overload = getattr(torch.ops.workbench, op).default
@@ -120,7 +124,7 @@ def measure(device: str, calls_per_loop: int, repeats: int) -> list[dict]:
         side_by_side("fwd+bwd", op, ("native", forward_and_backward(native, leaves, grad), ""),
                      ("wb", forward_and_backward(k, leaves, grad), k.qualified))
 
-    if device == "cuda":
+    if device == "cuda" and "triton" in kinds:
         k = wb.load("rmsnorm", "triton")
         x, w = torch.randn(4, 64, device=device), torch.randn(64, device=device)
         mod, eps = k.build.module, 1e-6
@@ -168,16 +172,21 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=7,
                         help="timed loops of each call, interleaved with its twin's; the median is kept (default 7)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS),
+                        help="what to time: the op pairings (forward, fwd+bwd, part rows) and/or the Triton rows "
+                             "(default both)")
     parser.add_argument("--commit", help="the commit the rows name (default: WORKBENCH_COMMIT, else this tree's HEAD, "
                                          "-dirty where tracked files differ from it)")
     parser.add_argument("--out", type=pathlib.Path, help="JSONL of rows (default results/<cpu|gpu>/<commit>/call_overhead.jsonl)")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device")
+    if args.kinds == ["triton"] and args.device != "cuda":
+        parser.error("--kinds triton times a Triton variant: it needs --device cuda")
     torch.set_num_threads(args.threads)
     commit = args.commit or results.commit(ROOT)  # a copy with edits since its HEAD says so
     machine = torch.cuda.get_device_name() if args.device == "cuda" else f"{platform.processor() or platform.machine()}"
-    rows = measure(args.device, args.calls, args.repeats)
+    rows = measure(args.device, args.calls, args.repeats, tuple(args.kinds))
     checked = verdicts(rows)
     out = args.out or ROOT / "results" / ("gpu" if args.device == "cuda" else "cpu") / commit / "call_overhead.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)

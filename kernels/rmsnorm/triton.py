@@ -144,9 +144,16 @@ def _rows(x):
     return math.prod(x.shape[:-1])  # 1 for a 1-D x
 
 
+def _row_major(t):
+    """An uninitialised tensor like t, row-major whatever strides t's size-1 dims carry (empty_like
+    alone keeps them). Not t.new_empty(t.shape): parsing a shape argument cost twice as much a call."""
+    return torch.empty_like(t, memory_format=torch.contiguous_format)
+
+
 def forward(x, weight, eps):
-    y = x.new_empty(x.shape)  # row-major, whatever strides x's size-1 dims carry (empty_like keeps them)
-    h, rows = x.shape[-1], _rows(x)
+    y = _row_major(x)
+    h = x.shape[-1]
+    rows = x.numel() // h if h else 0  # _rows without its product: this runs on every call
     if h == 0 or rows == 0:
         return y
     block, loop, warps = _plan(h, ROW_CAP)
@@ -162,7 +169,7 @@ def _programs(rows, warps, device):
 
 def backward(grad_y, x, weight, eps):
     h, rows = x.shape[-1], _rows(x)
-    dx = x.new_empty(x.shape)
+    dx = _row_major(x)
     if h == 0 or rows == 0:
         return dx, torch.zeros_like(weight)  # a sum over no rows
     block, loop, warps = _plan(h, BACKWARD_ROW_CAP)
@@ -171,7 +178,7 @@ def backward(grad_y, x, weight, eps):
     stats = torch.empty((2 * rows if loop else 1,), dtype=torch.float32, device=x.device)
     torch.library.wrap_triton(_backward_kernel)[(programs,)](
         grad_y, x, weight, dx, partial, stats, rows, h, eps, programs, BLOCK=block, LOOP=loop, num_warps=warps)
-    dweight = weight.new_empty(weight.shape)
+    dweight = _row_major(weight)
     torch.library.wrap_triton(_sum_partials_kernel)[(triton.cdiv(h, SUM_BLOCK),)](
         partial, dweight, programs, h, BLOCK=SUM_BLOCK, num_warps=4)
     return dx, dweight
