@@ -223,6 +223,19 @@ def test_overhead_script_times_a_row_and_its_twin_interleaved():
     assert len(medians) == 2 and all(m > 0 for m in medians)
 
 
+def test_the_triton_switch_is_torchs_thread_local():
+    """The direct path flips torch's wrap_triton switch itself where torch keeps it as a thread-local
+    beside its default (the context manager is the fallback): this torch does, and the flag read
+    without a value set is that default."""
+    from torch._library import triton as switch
+
+    from workbench.run import pyvariant
+
+    assert pyvariant._wrap_triton_switch() is switch
+    assert getattr(switch.wrap_triton_enabled, "value", switch.wrap_triton_enabled_default) == \
+        switch.is_wrap_triton_enabled()
+
+
 @pytest.mark.gpu
 def test_triton_variant_runs_direct_only_without_a_graph():
     """A kind triton forward with nothing for the dispatcher to do runs its checked body directly;

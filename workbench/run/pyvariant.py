@@ -366,8 +366,8 @@ _WRAP_SWITCH: Any = False  # not looked up yet
 
 @functools.cache
 def _torch_state() -> types.SimpleNamespace:
-    """The state runs_direct reads, each a callable bound once (not looked up through torch's
-    modules on every call)."""
+    """torch's state the direct path reads (runs_direct, call_direct, _launch), each a callable bound
+    once, not looked up through torch's modules on every call."""
     import torch
 
     return types.SimpleNamespace(
