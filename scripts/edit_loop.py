@@ -188,11 +188,9 @@ def main() -> int:
                      **{f"{t}_s": medians[t] for t in TIERS}, **{f"{t}_all_kernels_s": wholes[t] for t in TIERS}})
     if args.gpu_time and gpu:
         gpu_times(rows, lines, args.gpu_time_only)
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "edit_loop.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (out / "edit_loop.txt").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    from workbench.measure import results
+
+    results.write_report(args.out, "edit_loop", rows, lines)
     return 0
 
 

@@ -39,21 +39,7 @@ options, expressions = json.loads(sys.argv[3]), json.loads(sys.argv[4])
 ptx = any(o.startswith("-arch=compute_") for o in options)
 nvrtc.library()
 before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-if ptx:
-    import ctypes
-    lib = nvrtc.library()
-    headers = {**nvrtc.SYSTEM_HEADERS, **{k: v for k, v in u.texts.items() if k != u.main}}
-    prog = ctypes.c_void_p()
-    lib.nvrtcCreateProgram(ctypes.byref(prog), u.texts[u.main].encode(), u.main.encode(), len(headers),
-                           nvrtc._strings(list(headers.values())), nvrtc._strings(list(headers)))
-    for e in expressions:
-        lib.nvrtcAddNameExpression(prog, e.encode())
-    status = lib.nvrtcCompileProgram(prog, len(options), nvrtc._strings(options))
-    lib.nvrtcDestroyProgram(ctypes.byref(prog))
-    if status != 0:
-        raise SystemExit(f"NVRTC status {status}")
-else:
-    nvrtc.compile_program(u.main, u.texts, options, expressions)
+nvrtc.compile_program(u.main, u.texts, options, expressions, ptx=ptx)
 wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"wall_s": wall, "user_s": after.ru_utime - before.ru_utime, "sys_s": after.ru_stime - before.ru_stime}))
 """
@@ -109,11 +95,9 @@ def main() -> int:
                      "machine": machine, "arch": args.arch})
         lines.append(f"{qualified:20s} {'all ' + str(len(expressions)) + ' kernels, one program':58s} {'tier':9s} "
                      f"{r['wall_s']:6.3f} {r['user_s']:6.3f} {r['sys_s']:6.3f}")
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "kernel_cost.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (out / "kernel_cost.txt").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    from workbench.measure import results
+
+    results.write_report(args.out, "kernel_cost", rows, lines)
     return 0
 
 

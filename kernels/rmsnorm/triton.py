@@ -16,6 +16,10 @@
 # these kernels (no graph break) and autograd calls the backward. rstd is cast to float32 where it
 # is computed: under torch.compile, inductor passes eps as a float64 scalar, which would otherwise
 # promote the row math (and the dweight registers) to float64.
+# Host side: a call runs only what its launch needs (block size by int.bit_length, not Triton's
+# constexpr helper; the output by empty_like, not new_empty's shape parsing). Issue 26 asked for the
+# handle within 2x of a bare cached launch; results/gpu/bdae8f9-h100/call_path.log measured 2.11x
+# (2.80x before; the empty_like allocation came after that run).
 import math
 
 import torch
@@ -141,7 +145,8 @@ def _plan(h, cap):
 
 
 def _rows(x):
-    return math.prod(x.shape[:-1])  # 1 for a 1-D x
+    h = x.shape[-1]  # numel // h, not a product over the leading dims: this runs on every call
+    return x.numel() // h if h else math.prod(x.shape[:-1])  # 1 for a 1-D x
 
 
 def _row_major(t):
@@ -152,8 +157,7 @@ def _row_major(t):
 
 def forward(x, weight, eps):
     y = _row_major(x)
-    h = x.shape[-1]
-    rows = x.numel() // h if h else 0  # _rows without its product: this runs on every call
+    h, rows = x.shape[-1], _rows(x)
     if h == 0 or rows == 0:
         return y
     block, loop, warps = _plan(h, ROW_CAP)

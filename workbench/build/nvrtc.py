@@ -154,9 +154,10 @@ def _strings(values) -> ctypes.Array:
 
 
 def compile_program(main_name: str, texts: dict[str, str], options: list[str],
-                    name_expressions: list[str]) -> tuple[bytes, dict[str, str], str]:
+                    name_expressions: list[str], *, ptx: bool = False) -> tuple[bytes, dict[str, str], str]:
     """(cubin, {name expression: lowered name}, log) for texts[main_name] with every other text as a
-    header by its include name (and SYSTEM_HEADERS). Raises NvrtcError(log) when it does not compile."""
+    header by its include name (and SYSTEM_HEADERS); with ptx, the PTX instead (options name a
+    virtual arch, compute_XX: no ptxas runs). Raises NvrtcError(log) when it does not compile."""
     lib = library()
     headers = {**SYSTEM_HEADERS, **{k: v for k, v in texts.items() if k != main_name}}
     prog = ctypes.c_void_p()
@@ -182,6 +183,11 @@ def compile_program(main_name: str, texts: dict[str, str], options: list[str],
             name = ctypes.c_char_p()
             _check(lib.nvrtcGetLoweredName(prog, expr.encode(), ctypes.byref(name)), f"nvrtcGetLoweredName({expr})")
             lowered[expr] = name.value.decode()
+        if ptx:
+            lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
+            text = ctypes.create_string_buffer(size.value)
+            _check(lib.nvrtcGetPTX(prog, text), "nvrtcGetPTX")
+            return text.raw, lowered, log
         lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
         if size.value == 0:
             raise NvrtcError(f"{log}\nNVRTC made no cubin (is the arch a real one, sm_XX, not compute_XX?)")

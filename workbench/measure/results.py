@@ -197,6 +197,17 @@ def read_rows(path: pathlib.Path) -> list[dict[str, Any]]:
     return rows
 
 
+def write_report(folder: pathlib.Path | str, stem: str, rows: Iterable[dict[str, Any]], lines: list[str]) -> None:
+    """A measuring script's report (scripts/edit_loop.py, nvrtc_kernel_cost.py): its rows as
+    <stem>.jsonl (any keys: not benchmark rows) and its table as <stem>.txt, both replaced; the table
+    is printed."""
+    folder = pathlib.Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{stem}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / f"{stem}.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def to_dataframe(rows: Iterable[dict[str, Any]]) -> pandas.DataFrame:
     """Rows as a pandas DataFrame: SCHEMA columns first, in SCHEMA order, then any extras."""
     try:

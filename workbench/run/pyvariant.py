@@ -346,22 +346,15 @@ def _fake(build: Build, step: str, args: tuple) -> Any:
     return torchops.fake_outputs(spec, step, args[:n], args[n:])
 
 
+@functools.cache
 def _wrap_triton_switch():
     """torch's module behind set_wrap_triton_enabled where it keeps the switch as a thread-local
     `wrap_triton_enabled` beside its default (torch 2.11 and 2.14 do), else None."""
-    global _WRAP_SWITCH
-    if _WRAP_SWITCH is False:
-        try:
-            from torch._library import triton as switch
-        except ImportError:
-            switch = None
-        if not (hasattr(switch, "wrap_triton_enabled") and hasattr(switch, "wrap_triton_enabled_default")):
-            switch = None
-        _WRAP_SWITCH = switch
-    return _WRAP_SWITCH
-
-
-_WRAP_SWITCH: Any = False  # not looked up yet
+    try:
+        from torch._library import triton as switch
+    except ImportError:
+        return None
+    return switch if hasattr(switch, "wrap_triton_enabled") and hasattr(switch, "wrap_triton_enabled_default") else None
 
 
 @functools.cache
