@@ -4,6 +4,7 @@ records no graph; backward, double backward, torch.compile and opcheck still hol
 tested here: scripts/call_overhead.py measures them."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 
@@ -14,9 +15,9 @@ torch = pytest.importorskip("torch")
 
 import workbench as wb  # noqa: E402
 
-# Python frames that may run for a call through a Kernel handle: its __call__, the registry's spec
-# look-up and torch.compiler.is_compiling (which asks torch.jit.is_scripting).
-HANDLE_FRAMES = {"__call__", "spec", "is_compiling", "is_scripting"}
+# Python frames that run for a plain call through a Kernel handle: its __call__ and
+# torch.compiler.is_dynamo_compiling; the op is called from C (bindings/harness/fast_call.cpp).
+HANDLE_FRAMES = {"__call__", "is_dynamo_compiling"}
 # Where a Python autograd formula would run: torch.library's autograd, autograd.Function, ours.
 PYTHON_AUTOGRAD = ("/torch/_library/", "/torch/library.py", "/torch/autograd/function.py", "/workbench/")
 
@@ -77,6 +78,74 @@ def test_handle_call_runs_only_the_handle(mul, gelu):
     rms = wb.load("rmsnorm", "cpu")
     rms(a, b[0])
     assert {f.rsplit(":", 1)[1] for f in python_frames(lambda: rms(a, b[0]))} <= HANDLE_FRAMES
+
+
+class Marked(torch.Tensor):
+    """A tensor subclass: its calls go through __torch_function__, so never the C fast call."""
+
+
+def test_fast_call_hands_back_what_it_does_not_serve(mul):
+    """The handle's C caller runs a plain call (exact tensors, as many as the op's inputs) and
+    returns NotImplemented for anything else, which the handle then runs through torch.ops: a
+    subclass, a __torch_function__ mode, torch.jit tracing each see the op as they would there."""
+    a, b = torch.randn(8), torch.randn(8)
+    fast = mul._fast
+    assert type(fast).__name__ == "FastCall"
+    torch.testing.assert_close(fast((a, b)), a * b)
+    torch.testing.assert_close(fast((torch.nn.Parameter(a), b)), a * b)  # torch's check treats it as a tensor
+    assert fast((a,)) is NotImplemented and fast((a, b, a)) is NotImplemented
+    assert fast((a.as_subclass(Marked), b)) is NotImplemented
+    assert fast((a, None)) is NotImplemented
+    out = mul(a.as_subclass(Marked), b)
+    assert type(out) is Marked
+    torch.testing.assert_close(out.as_subclass(torch.Tensor), a * b)
+
+    seen = []
+
+    class Spy(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with Spy():
+        assert fast((a, b)) is NotImplemented
+        torch.testing.assert_close(mul(a, b), a * b)
+    assert torch.ops.workbench.elementwise_mul.default in seen
+    traced = torch.jit.trace(lambda x, y: mul(x, y), (a, b))
+    assert "workbench::elementwise_mul" in str(traced.graph)
+    with pytest.raises(TypeError, match="expected one tuple of tensors"):
+        fast(a, b)
+
+
+def test_fast_call_raises_as_torch_ops_does(mul):
+    """A call the harness refuses fails through the C caller with the type and the words it has
+    through torch.ops."""
+    a = torch.randn(8)
+    overload = torch.ops.workbench.elementwise_mul.default
+    for b, error in ((torch.randn(8, dtype=torch.float64), TypeError), (torch.randn(7), ValueError)):
+        with pytest.raises(error) as through_ops:
+            overload(a, b, mul.qualified)
+        with pytest.raises(error) as through_handle:
+            mul(a, b)
+        assert str(through_handle.value) == str(through_ops.value)
+        assert str(through_handle.value).startswith("workbench::elementwise_mul: b must have ")
+
+
+def test_fast_call_follows_a_redefined_spec():
+    """The C caller holds the attributes' defaults of the spec it was made for; a handle whose op
+    is defined again with another default makes a new one (an op defined in a notebook)."""
+    rms = wb.load("rmsnorm", "cpu")
+    x, w = torch.randn(3, 16), torch.randn(16)
+    rms(x, w)
+    first = rms._fast
+    spec = rms.spec
+    try:
+        wb.registry._specs["rmsnorm"] = dataclasses.replace(spec, attrs=[dataclasses.replace(spec.attrs[0], default=0.5)])
+        torch.testing.assert_close(rms(x, w), rms(x, w, 0.5))
+        assert rms._fast is not first
+    finally:
+        wb.registry._specs["rmsnorm"] = spec
+    torch.testing.assert_close(rms(x, w), rms(x, w, spec.attrs[0].default))
 
 
 def test_fast_and_normalised_calls_agree():

@@ -68,6 +68,9 @@ class OpSources:
 
 _specs: dict[str, object] = {}                  # op -> its OpSpec: the one store of specs in this process
 _inline_sources: dict[str, OpSources] = {}      # op -> its sources, for an op from define_op
+# loaded_spec(op): the op's spec where it is imported or defined already, else None; a dict's own
+# look-up, no Python frame (a Kernel handle's call asks it whether its defaults are current).
+loaded_spec = _specs.get
 
 
 @dataclass(frozen=True)

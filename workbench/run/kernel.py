@@ -4,6 +4,8 @@ PythonKernel is one imported content of a Python variant (run/pyvariant.py), the
 """
 from __future__ import annotations
 
+import ctypes
+import functools
 import pathlib
 from dataclasses import dataclass, field
 
@@ -12,6 +14,13 @@ from ..errors import WorkbenchError
 from ..model import registry
 from . import pyvariant
 from .loaded import STATE
+
+
+@functools.cache
+def _fast_call_new(harness: ctypes.CDLL):
+    """The harness's workbench_fast_call_new, called with the GIL held (it makes a Python object)."""
+    proto = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_char_p, ctypes.c_ssize_t, ctypes.py_object)
+    return proto(("workbench_fast_call_new", harness))
 
 
 @dataclass
@@ -66,27 +75,44 @@ class Kernel:
                      getattr(ns, f"{self.op}_backward").default if self.spec.differentiable else None)
         self._qualified = self.qualified
         # The forward overload's own C++ callable (OpOverload.__call__ is one more Python frame),
-        # and the spec whose attribute defaults _defaults holds (see __call__).
+        # the spec whose attribute defaults _defaults holds, and the harness's C caller of the op
+        # with those defaults (see __call__).
         self._direct = self._ops[0]._op
-        self._defaults_spec, self._defaults = None, None
+        self._defaults_spec, self._defaults, self._fast = None, None, None
         self._compiling = torch.compiler.is_compiling
+        self._dynamo_compiling = torch.compiler.is_dynamo_compiling
 
     def _set_defaults(self, spec) -> None:
         """The attribute values of a call that gives none (None where an attribute has no default),
         for `spec`, kept until the op's spec is defined again."""
         attrs = spec.attrs
         self._defaults = None if any(a.required for a in attrs) else tuple(a.value(a.default, spec.name) for a in attrs)
+        self._fast = None if self._defaults is None else self._fast_caller(spec)
         self._defaults_spec = spec
+
+    def _fast_caller(self, spec):
+        """The harness's C caller of this build with the defaults (fast_call.cpp), or None where
+        the op's schema is not one it serves."""
+        return _fast_call_new(STATE.harness_lib)(f"workbench::{self.op}".encode(), len(spec.inputs),
+                                                 (*self._defaults, self._qualified))
 
     @property
     def op_overload(self):
         return self._ops[0]
 
     def __call__(self, *args, **attrs):
+        # The fast path: the op's tensors alone, every attribute at its default, handed to the
+        # harness's C caller (fast_call.cpp: no Python frame and no schema parsing of torch's; it
+        # returns NotImplemented for a call it does not serve). Dynamo cannot trace into C, and
+        # is_dynamo_compiling is a constant to it: compiled, the overload below is in the graph.
+        if not attrs and not self._dynamo_compiling() and self._fast is not None \
+                and self._defaults_spec is registry.loaded_spec(self.op):
+            out = self._fast(args)
+            if out is not NotImplemented:
+                return out
         spec = registry.spec(self.op)
-        # The fast path: the op's tensors alone, every attribute at its default, run by the overload's
-        # C++ callable (no normalisation in Python; the harness checks the call either way). Under
-        # torch.compile, the overload itself, which dynamo puts in the graph.
+        # Else the overload's C++ callable (no normalisation in Python; the harness checks the call
+        # either way). Under torch.compile, the overload itself, which dynamo puts in the graph.
         if not attrs and len(args) == len(spec.inputs) and not self._compiling():
             if spec is not self._defaults_spec:
                 self._set_defaults(spec)
@@ -121,7 +147,11 @@ class PythonKernel(Kernel):
     build: pyvariant.Build | None = None
 
     def __post_init__(self):
-        self._defaults_spec, self._defaults = None, None  # no harness ops: the build's own entry points
+        # no harness ops: the build's own entry points
+        self._defaults_spec, self._defaults, self._fast = None, None, None
+
+    def _fast_caller(self, spec):
+        return None  # its own entry points (call_direct), not the harness's
 
     @property
     def spec(self):
