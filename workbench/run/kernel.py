@@ -163,13 +163,16 @@ class PythonKernel(Kernel):
         return self.build.forward if self.kind == "triton" else None
 
     def __call__(self, *args, **attrs):
-        spec = self.build.spec_of()
-        if not attrs and len(args) == len(spec.inputs):  # the op's tensors alone (see Kernel.__call__)
-            if spec is not self._defaults_spec:
+        # The op's tensors alone (see Kernel.__call__): the build's direct path with the defaults of
+        # the spec they were read from, while that spec is the op's (a dict look-up, no frame).
+        spec = self._defaults_spec
+        if attrs or spec is None or spec is not registry.loaded_spec(self.op):
+            spec = self.build.spec_of()
+            if not attrs and spec is not self._defaults_spec:
                 self._set_defaults(spec)
-            if self._defaults is not None:
-                out = self.build.call_direct(args, self._defaults, spec)
-                return self.build.forward(*args, *self._defaults) if out is NotImplemented else out
+        if not attrs and self._defaults is not None and len(args) == len(spec.inputs):
+            out = self.build.call_direct(args, self._defaults, spec)
+            return self.build.forward(*args, *self._defaults) if out is NotImplemented else out
         tensors, values = spec.call_args(args, attrs)
         return self.build.forward(*tensors, *values)
 

@@ -72,18 +72,26 @@ class Build:
         tensors, attrs = args[:n], tuple(args[n:])
         if self.passed_spec is not spec:  # the op's spec defined again: check everything anew
             self.passed, self.passed_spec = set(), spec
+        # Loops, not comprehensions: on Python 3.11 each comprehension is a frame of its own (a
+        # Triton handle's call runs this; issue 26 counts its microseconds).
+        key = [step, attrs]
         try:
-            key = (step, attrs, *[(t.shape, t.dtype, t.device) for t in tensors])
-            if key in self.passed:
-                return [t.contiguous() for t in tensors], attrs
+            for t in tensors:
+                key += t.shape, t.dtype, t.device
+            key = tuple(key)
+            seen = key in self.passed
         except (AttributeError, TypeError):  # not a tensor, or a symbolic shape: no key
-            key = None
-        self._check(spec, step, tensors, attrs)
-        if key is not None:
-            if len(self.passed) >= 256:  # a sweep over many shapes: keep the newest
-                self.passed.clear()
-            self.passed.add(key)
-        return [t.contiguous() for t in tensors], attrs
+            key, seen = None, False
+        if not seen:
+            self._check(spec, step, tensors, attrs)
+            if key is not None:
+                if len(self.passed) >= 256:  # a sweep over many shapes: keep the newest
+                    self.passed.clear()
+                self.passed.add(key)
+        contiguous = []
+        for t in tensors:
+            contiguous.append(t.contiguous())
+        return contiguous, attrs
 
     def _check(self, spec, step: str, tensors, attrs) -> None:
         n = len(tensors)
@@ -114,10 +122,11 @@ class Build:
         path measured 218 us against a bare launch's 18 before). The body is called here, not through
         run_forward and _launch, where the tensors are on the current device: on the H100's host each
         layer's frame and look-ups cost about a microsecond, against a bare launch's 14 to 22."""
-        if not self.runs_direct(args):
+        c = _torch_state()
+        if not self.runs_direct(args, c):
             return NotImplemented
         tensors, attrs = self.checked("fwd", args + defaults, spec)
-        switch = _wrap_triton_switch()
+        switch = c.wrap_triton_switch
         if switch is None:  # a torch without the thread-local flag: its context manager
             from torch._library.triton import set_wrap_triton_enabled
 
@@ -128,7 +137,7 @@ class Build:
         flag.value = False
         try:
             x = tensors[0]
-            if x.is_cuda and x.get_device() == _torch_state().cuda_device():
+            if x.is_cuda and x.get_device() == c.cuda_device():
                 return _one_or_tuple(self.module.forward(*tensors, *attrs))
             return self._launch(self.module.forward, tensors, attrs)  # another GPU (made current there), or none
         finally:
@@ -152,12 +161,15 @@ class Build:
                     return _one_or_tuple(fn(*tensors, *attrs))
         return _one_or_tuple(fn(*tensors, *attrs))
 
-    def runs_direct(self, tensors) -> bool:
+    def runs_direct(self, tensors, c=None) -> bool:
         """Whether a forward call of a kind triton build may skip its custom op (call_direct): nothing
         for the dispatcher to do (no graph to record, no tracing, no mode, no functorch transform,
-        plain tensors), so the op's Python autograd and triton_op layers would only cost time."""
-        c = _torch_state()
-        if self.info.kind != "triton" or c.is_compiling() or c.dispatch_modes() or c.function_mode() \
+        plain tensors), so the op's Python autograd and triton_op layers would only cost time. `c`:
+        _torch_state(), where the caller has it. Dynamo's tracing is asked (a constant to dynamo);
+        other tracers (make_fx, non-strict export) work through a mode or with tensor subclasses,
+        which the rest refuses."""
+        c = _torch_state() if c is None else c
+        if self.info.kind != "triton" or c.dynamo_compiling() or c.dispatch_modes() or c.function_mode() \
                 or c.functorch():
             return False
         grad, plain = c.grad_enabled(), c.Tensor
@@ -364,7 +376,8 @@ def _torch_state() -> types.SimpleNamespace:
     import torch
 
     return types.SimpleNamespace(
-        is_compiling=torch.compiler.is_compiling, dispatch_modes=torch._C._len_torch_dispatch_stack,
+        dynamo_compiling=torch.compiler.is_dynamo_compiling, dispatch_modes=torch._C._len_torch_dispatch_stack,
+        wrap_triton_switch=_wrap_triton_switch(),
         function_mode=torch._C._is_torch_function_mode_enabled, functorch=torch._C._are_functorch_transforms_active,
         grad_enabled=torch.is_grad_enabled, Tensor=torch.Tensor,
         cuda_device=getattr(torch._C, "_cuda_getDevice", lambda: -1))  # -1: a torch without CUDA
