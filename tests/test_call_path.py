@@ -117,6 +117,18 @@ def test_fast_call_hands_back_what_it_does_not_serve(mul):
         fast(a, b)
 
 
+def test_a_handle_copies(mul):
+    """copy.deepcopy of a handle (a model holding one is deep-copied whole) gives a handle that
+    calls the same build, through the same C caller."""
+    import copy
+
+    a, b = torch.randn(8), torch.randn(8)
+    mul(a, b)
+    for twin in (copy.copy(mul), copy.deepcopy(mul)):
+        assert twin._fast is mul._fast and twin.qualified == mul.qualified
+        torch.testing.assert_close(twin(a, b), a * b)
+
+
 def test_fast_call_raises_as_torch_ops_does(mul):
     """A call the harness refuses fails through the C caller with the type and the words it has
     through torch.ops."""

@@ -95,6 +95,16 @@ PyObject* fast_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObje
   END_HANDLE_TH_ERRORS
 }
 
+// Immutable: a copy, shallow or deep, is the object itself (copy.deepcopy of a model holding a
+// Kernel handle copies the handle's attributes).
+PyObject* fast_call_self(PyObject* self, PyObject*) { return Py_NewRef(self); }
+
+PyMethodDef fast_call_methods[] = {
+    {"__copy__", fast_call_self, METH_NOARGS, nullptr},
+    {"__deepcopy__", fast_call_self, METH_O, nullptr},
+    {nullptr, nullptr, 0, nullptr},
+};
+
 void fast_call_dealloc(PyObject* self) {
   reinterpret_cast<FastCall*>(self)->state.~optional();
   Py_TYPE(self)->tp_free(self);
@@ -110,6 +120,7 @@ PyTypeObject* fast_call_type() {
     t.tp_vectorcall_offset = offsetof(FastCall, vectorcall);
     t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
     t.tp_doc = "A Kernel handle's call of its op: (tensors,) -> the op's outputs, or NotImplemented.";
+    t.tp_methods = fast_call_methods;
     return t;
   }();
   static const bool ready = PyType_Ready(&type) == 0;
