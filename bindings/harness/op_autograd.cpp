@@ -25,6 +25,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <type_traits>
 
 #include "harness.h"
@@ -116,14 +117,12 @@ struct StepNode : torch::autograd::Node {
       vouch(stack, grads.size());
     }
     for (const auto& v : tail_) stack.push_back(v);
-    if (info_->list_args || at::GradMode::is_enabled()) {
-      // create_graph: the next op's Autograd kernel records its node. <op>_backward_backward always
-      // goes through it: its kernel may be Python that runs autograd through the eager math.
-      info_->next.callBoxed(&stack);
-    } else {  // <op>_backward with nothing to record: straight to the harness's step kernel
-      at::AutoDispatchBelowAutograd below;
-      info_->next.callBoxed(&stack);
-    }
+    // <op>_backward with nothing to record goes straight to the harness's step kernel. Under
+    // create_graph the next op's Autograd kernel records its node; <op>_backward_backward always
+    // goes through it: its kernel may be Python that runs autograd through the eager math.
+    std::optional<at::AutoDispatchBelowAutograd> below;
+    if (!info_->list_args && !at::GradMode::is_enabled()) below.emplace();
+    info_->next.callBoxed(&stack);
     c10::SmallVector<at::Tensor, 2 * WB_MAX_ARGS> results;
     for (auto& v : stack) {
       if (v.isTensorList()) {

@@ -18,8 +18,10 @@
 # promote the row math (and the dweight registers) to float64.
 # Host side: a call runs only what its launch needs (block size by int.bit_length, not Triton's
 # constexpr helper; the output by empty_like, not new_empty's shape parsing). Issue 26 asked for the
-# handle within 2x of a bare cached launch; results/gpu/bdae8f9-h100/call_path.log measured 2.11x
-# (2.80x before; the empty_like allocation came after that run).
+# handle within 2x of a bare cached launch. results/gpu/bdae8f9-h100/call_path.log measured 2.11x
+# with bit_length (2.80x before). empty_like was predicted to take ~2 us more off on the H100's host
+# (1.1 us on the 2-core machine), about 2.0x; results/gpu/b78cb11-h100/call_path.log measured 1.85x,
+# with the handle's leaner Python path (b78cb11) in the same run.
 import math
 
 import torch

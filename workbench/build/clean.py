@@ -115,10 +115,7 @@ def _unnamed_nvrtc_units(root: pathlib.Path, now: float, removed: list) -> int:
     folder = config.cache_dir() / "nvrtc-kernels"
     if not folder.is_dir() or folder.is_symlink():
         return 0
-    named = set()
-    for meta in root.glob("*/meta.json"):
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            named.add(json.loads(meta.read_text()).get("nvrtc_unit"))
+    named = {nvrtc_kernels.unit_named_by(meta.parent) for meta in root.glob("*/meta.json")}
     freed = 0
     for unit in sorted(folder.glob("*.json")):
         if unit.stem in named or unit.is_symlink() or now - os.lstat(unit).st_mtime <= 3600:

@@ -77,6 +77,15 @@ def save(unit: Unit) -> None:
 _units: dict[str, Unit] = {}
 
 
+def unit_named_by(build_dir: pathlib.Path) -> str | None:
+    """The key of the unit a build's record names (an NVRTC tier build's nvrtc_unit), or None: no
+    such build, or no readable record."""
+    try:
+        return json.loads((build_dir / "meta.json").read_text()).get("nvrtc_unit")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def unit(key: str) -> Unit:
     """The unit of that key (this process's, else the stored one)."""
     if key not in _units:

@@ -7,7 +7,6 @@ runs without it).
 from __future__ import annotations
 
 import ctypes
-import json
 import pathlib
 
 from ..build import nvrtc_kernels
@@ -39,10 +38,7 @@ def _provider(unit_key: str):
 
 def unit_of(library: pathlib.Path) -> str | None:
     """The key of an NVRTC tier library's kernels' unit, from its build's record (None: not one)."""
-    try:
-        return json.loads((library.parent / "meta.json").read_text()).get("nvrtc_unit")
-    except (OSError, ValueError):
-        return None
+    return nvrtc_kernels.unit_named_by(library.parent)
 
 
 def attach(library: pathlib.Path, unit_key: str | None) -> bool:
