@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from ..run.isolate import child_env
@@ -28,8 +29,11 @@ from .sizes import new_seed
 
 SUFFIXES = (".cu", ".cpp")
 TIMEOUT_S = 1800.0   # one submission, every check included (the checks' own child limits are 600 s each)
-COLUMNS = ("submission", "status", "verdict", "first_failure", "detail", "checks", "seconds", "seed", "worker")
-_MARK = "[wb-grade] "   # the child's result line: what it prints before it may be the student's output
+COLUMNS = ("submission", "status", "verdict", "first_failure", "failure_class", "detail", "checks", "seconds",
+           "seed", "worker")
+# Besides the columns, what a verdict may carry for a leaderboard: the speed check's worst ratio, the
+# GPU and its clocks, and when the speed was measured.
+EXTRA_FIELDS = ("ratio", "gpu", "clocks", "measured_at")
 
 
 def submissions(folder) -> list[pathlib.Path]:
@@ -63,32 +67,71 @@ def grade_job(job: dict) -> dict:
         return grade_one(job["exercise"], path, seed=job["seed"], speed=job["speed"], timeout_s=job["timeout_s"])
 
 
-def grade_one(exercise, path, *, seed: int, speed: bool = True, timeout_s: float = TIMEOUT_S) -> dict:
-    """`exercise check` of one file in a child process, killed (with everything it started) past
-    timeout_s. Never raises for what the submission does: PASS, FAIL, TIMEOUT or ERROR."""
+def grade_one(exercise, path, *, seed: int, speed: bool = True, timeout_s: float = TIMEOUT_S,
+              on_line=None) -> dict:
+    """`exercise check` of one file in a child process (the checker), killed with everything it
+    started past timeout_s. Never raises for what the submission does: PASS, FAIL, TIMEOUT or ERROR.
+    The verdict comes over a pipe of its own that only the checker holds (the student's code runs
+    in the checker's sandbox, which inherits no descriptor of it); what the checker prints is only
+    shown (on_line(line) for each line, as it comes), never read for a verdict. A checker that
+    ends without writing its verdict, killed or not, is an ERROR."""
     path = pathlib.Path(path)
-    row = dict(submission=path.name, status="ERROR", verdict="", first_failure="", detail="", checks="",
-               seconds=0.0, seed=seed, worker="")
-    cmd = [sys.executable, "-m", "workbench.exercise.grade", str(exercise), str(path), "--seed", str(seed)]
-    env = child_env()  # the repository importable, as every isolated child's
+    row = dict(submission=path.name, status="ERROR", verdict="", first_failure="", failure_class="", detail="",
+               checks="", seconds=0.0, seed=seed, worker="")
+    read_fd, write_fd = os.pipe()
+    cmd = [sys.executable, "-m", "workbench.exercise.grade", str(exercise), str(path), "--seed", str(seed),
+           "--verdict-fd", str(write_fd)] + ([] if speed else ["--no-speed"])
     started = time.perf_counter()
     # A session of its own: on a timeout the whole group goes (the checker's own children included).
-    proc = subprocess.Popen(cmd + ([] if speed else ["--no-speed"]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, text=True, env=env, start_new_session=True)
     try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return dict(row, status="TIMEOUT", verdict=f"TIMEOUT: not graded within {timeout_s:g} s",
-                    detail=f"the check did not finish within {timeout_s:g} s", seconds=time.perf_counter() - started)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                text=True, errors="replace", env=child_env(), start_new_session=True,
+                                pass_fds=(write_fd,))
+    finally:
+        os.close(write_fd)
+    verdict: list[bytes] = []
+    reader = threading.Thread(target=lambda: verdict.append(_read_all(read_fd)), daemon=True)
+    reader.start()
+    lines: list[str] = []
+    timed_out: list[bool] = []
+    timer = threading.Timer(timeout_s, lambda: (timed_out.append(True), _kill_group(proc)))
+    timer.start()
+    try:
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if on_line is not None:
+                on_line(line.rstrip("\n"))
+        proc.wait()
+    finally:
+        timer.cancel()
+        _kill_group(proc)  # whatever the checker left running
+        reader.join(10)
     row["seconds"] = time.perf_counter() - started
-    result = next((json.loads(ln[len(_MARK):]) for ln in reversed(out.splitlines()) if ln.startswith(_MARK)), None)
-    if result is None:
-        tail = " | ".join(out.strip().splitlines()[-3:])
-        return dict(row, verdict=f"ERROR: the checker ended (status {proc.returncode}) without a verdict",
+    if timed_out:
+        return dict(row, status="TIMEOUT", verdict=f"TIMEOUT: not graded within {timeout_s:g} s",
+                    failure_class="timeout", detail=f"the check did not finish within {timeout_s:g} s")
+    try:
+        result = json.loads(verdict[0].decode()) if verdict and verdict[0] else None
+    except ValueError:
+        result = None
+    if not isinstance(result, dict) or proc.returncode != 0:
+        tail = " | ".join(lines[-3:])
+        how = f"status {proc.returncode}" if proc.returncode >= 0 else f"killed by signal {-proc.returncode}"
+        return dict(row, verdict=f"ERROR: the checker ended ({how}) without a verdict", failure_class="checker",
                     detail=tail[-300:])
-    return dict(row, **result)
+    return dict(row, **{k: v for k, v in result.items() if k in row or k in EXTRA_FIELDS})
+
+
+def _read_all(fd: int) -> bytes:
+    with os.fdopen(fd, "rb") as f:
+        return f.read(1 << 20)
+
+
+def _kill_group(proc) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _report_fields(report) -> dict:
@@ -142,7 +185,7 @@ def cli(args, spread=None) -> int:
 
 
 def _child(argv: list[str]) -> int:
-    """The process one submission is checked in: its verdict as one JSON line after _MARK."""
+    """The process one submission is checked in: its verdict, as JSON, on the pipe --verdict-fd."""
     import argparse
 
     from . import check_exercise
@@ -152,12 +195,16 @@ def _child(argv: list[str]) -> int:
     p.add_argument("path")
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--no-speed", action="store_true")
+    p.add_argument("--verdict-fd", type=int, required=True)
     a = p.parse_args(argv)
+    channel = os.fdopen(a.verdict_fd, "w")
+    os.set_inheritable(a.verdict_fd, False)  # nothing this process starts holds the verdict's pipe
     try:
         fields = _report_fields(check_exercise(a.exercise, a.path, seed=a.seed, speed=not a.no_speed))
     except Exception as e:  # noqa: BLE001 - a submission the checker refuses (not a kernel file) is its verdict
         fields = dict(status="ERROR", verdict=f"ERROR: {type(e).__name__}: {e}", detail=str(e)[:300])
-    print(_MARK + json.dumps(fields), flush=True)
+    channel.write(json.dumps(fields))
+    channel.close()
     return 0
 
 
