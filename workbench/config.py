@@ -114,3 +114,10 @@ def prebuilt_mode() -> str:
     if mode not in ("auto", "only", "off"):
         raise ValueError(f"WORKBENCH_PREBUILT must be one of auto, only, off; got {mode!r}")
     return mode
+
+
+def child_env(extra: dict | None = None) -> dict:
+    """The environment of a Python child process: this one's, with the repository importable."""
+    env = dict(os.environ, **(extra or {}))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    return env

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "call_contract.h"
+#include "library_host.h"
 #include "wb_op.h"
 
 // The declarations' parser and shape rule, compiled into this module (the build compiles one
@@ -41,42 +42,11 @@ using namespace pybind11::literals;
 
 namespace {
 
-// ---------------------------------------------------------------- the host thread pool
-
-thread_local int tl_threads = 1;  // set per call; parallel_for runs on the calling thread
-
-// Splits [begin, end) into at most tl_threads chunks of at least `grain` elements; the caller's
-// thread takes the first chunk. Threads are started per call: CPU variants here serve tests and
-// NumPy scripts, where a pool's bookkeeping would buy little.
-void host_parallel_for(int64_t begin, int64_t end, int64_t grain, WbRangeBody body, void* ctx) {
-  const int64_t n = end - begin;
-  if (n <= 0) return;
-  const int64_t by_grain = (n + std::max<int64_t>(grain, 1) - 1) / std::max<int64_t>(grain, 1);
-  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(tl_threads, by_grain));
-  if (chunks == 1) {
-    body(ctx, begin, end);
-    return;
-  }
-  std::vector<std::thread> workers;
-  for (int64_t c = 1; c < chunks; ++c)
-    workers.emplace_back(body, ctx, begin + n * c / chunks, begin + n * (c + 1) / chunks);
-  body(ctx, begin, begin + n / chunks);
-  for (auto& w : workers) w.join();
-}
-
-const WbHost host_services = {host_parallel_for};
+using workbench::host_services;
+using workbench::open_table;
+using workbench::tl_threads;
 
 // ---------------------------------------------------------------- libraries
-
-// The table a library exports through `symbol` (a function returning a pointer to it).
-template <typename Table>
-const Table* open_table(const std::string& path, const char* symbol) {
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);  // never closed: kernels may be in flight
-  if (!handle) throw std::runtime_error(std::string("cannot load ") + path + ": " + dlerror());
-  void* fn = dlsym(handle, symbol);
-  if (!fn) throw std::runtime_error(path + " does not export " + symbol);
-  return reinterpret_cast<const Table* (*)()>(fn)();
-}
 
 // handle and abi_version always; the rest only where the ABI matches (else the layout may differ,
 // and the caller refuses the library by its version).

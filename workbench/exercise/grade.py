@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 
-from ..run.isolate import child_env
+from ..config import child_env
 from .registration import get
 from .sizes import new_seed
 

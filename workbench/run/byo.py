@@ -217,7 +217,7 @@ def variant(fn, op: str, backward=None, dtypes=None, device=None, name: str | No
         raise ValueError(f"variant: name must be a one-line string of at most 200 characters; got {name!r}")
     if name in ("eager", "compile", *spec.baselines):
         raise ValueError(f"variant: name {name!r} is one of {op}'s baselines; pass another name=")
-    if name in {v.name for v in loaded.variants(op)}:
+    if kind != "runner" and name in {v.name for v in loaded.variants(op)}:  # a runner's is that variant itself
         raise ValueError(f"variant: name {name!r} is one of {op}'s own variants (wb.variants({op!r})); rows would "
                          f"not tell them apart: pass another name=")
     if device is not None and device not in ("cuda", "cpu"):

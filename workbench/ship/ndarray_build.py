@@ -126,7 +126,8 @@ def build_host_library(label: str, kind: str, source: pathlib.Path, include_dirs
                                command=host_compiler(), cflags=CPU_FLAGS, toolchain=_toolchain(False, False)))
 
 
-def build_cuda_library(label: str, source: pathlib.Path, include_dirs: list[pathlib.Path], arch_list: str):
+def build_cuda_library(label: str, source: pathlib.Path, include_dirs: list[pathlib.Path], arch_list: str,
+                       extra_flags=()):
     """A CUDA variant: nvcc, the shared CUDA runtime (one runtime in the process: the module's),
     found at run time through an rpath to the toolkit's."""
     if not can_build_cuda():
@@ -134,5 +135,26 @@ def build_cuda_library(label: str, source: pathlib.Path, include_dirs: list[path
                              f"({'no nvcc found (CUDA_HOME / PATH)' if not toolchain.nvcc_path() else 'no libcudart.so'})")
     return _get_or_build(Piece(
         label=label, kind="ndarray-variant", sources=[source], include_dirs=include_dirs, with_cuda=True, compiler=RAW,
-        command=[toolchain.nvcc_path()], cflags=[*CUDA_FLAGS, *gencode_flags(arch_list, sm90a=toolchain.needs_sm90a(source)), *user_nvcc_flags()],
+        command=[toolchain.nvcc_path()], cflags=[*CUDA_FLAGS, *gencode_flags(arch_list, sm90a=toolchain.needs_sm90a(source)),
+                                                 *user_nvcc_flags(), *extra_flags],
         link=["-Xlinker", f"-rpath={cuda_lib_dir()}"], toolchain=_toolchain(True, False), arch_list=arch_list))
+
+
+RUNNER_SOURCE = config.BINDINGS_DIR / "runner" / "wb_runner.cu"
+
+
+def build_runner(arch_list: str) -> tuple[pathlib.Path, pathlib.Path, bool, str]:
+    """The runner (bindings/runner/wb_runner.cu), an executable: nvcc with the shared CUDA runtime
+    where CUDA can be built (its variants share that runtime), else the host compiler alone (CPU
+    variants). torch-free, like everything built here."""
+    includes = [config.COMMON_DIR, config.BINDINGS_DIR / "harness"]
+    if can_build_cuda():
+        return _get_or_build(Piece(
+            label="runner", kind="runner", sources=[RUNNER_SOURCE], include_dirs=includes, with_cuda=True,
+            compiler=RAW, command=[toolchain.nvcc_path()], arch_list=arch_list, suffix="",
+            cflags=["-O2", "-std=c++17", "-DWB_RUNNER_WITH_CUDA", "-cudart", "shared", *gencode_flags(arch_list)],
+            link=["-ldl", "-Xlinker", f"-rpath={cuda_lib_dir()}"], toolchain=_toolchain(True, False)))
+    return _get_or_build(Piece(
+        label="runner", kind="runner", sources=[RUNNER_SOURCE], include_dirs=includes, compiler=RAW,
+        command=host_compiler(), cflags=["-O2", "-std=c++17", "-x", "c++"], link=["-x", "none", "-ldl", "-pthread"],
+        toolchain=_toolchain(False, False), suffix=""))

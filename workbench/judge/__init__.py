@@ -1,0 +1,12 @@
+"""Running a variant's code out of the caller's process, on the caller's memory, and judging it.
+
+    memory.py    arenas: device memory (CUDA IPC) or host memory (memfd) the caller owns and lends
+    runner.py    a runner process (bindings/runner/wb_runner.cu, or pyrunner.py for variants that
+                 need Python) and the Kernel that calls through one: isolated(op, variant)
+    pyrunner.py  the Python runner's entry point
+    sandbox.py   the sandbox a judged runner starts in (bubblewrap)
+
+The rule everything here keeps: a runner makes calls and says only whether they went; what is
+concluded (outputs, their correctness, times) the caller reads from its own memory and its own
+clock. May import: model, build, run, measure, ship (the torch-free builds).
+"""

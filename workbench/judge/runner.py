@@ -1,0 +1,363 @@
+"""A runner process, and the kernel handle that calls through it.
+
+A Runner is a process that loads a variant's library and makes the calls it is told to make on
+memory its caller owns (memory.py), answering only whether each went (bindings/runner/wb_runner.cu
+has the protocol; pyrunner.py speaks it for variants that need Python). It may be started in a
+sandbox (sandbox.py), and behind a tool (Nsight Compute, compute-sanitizer). Its output is a log
+the caller may show, never a result.
+
+A RemoteKernel is what the checks (measure.correctness, measure.gradients) call as they call a
+Kernel: each call copies its inputs into an arena the runner was lent, gives it fresh poisoned
+outputs there, has the runner make the call, and returns copies of the outputs. A kernel that
+faults takes the runner down, never the caller (its CUDA context, its tensors).
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import selectors
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+from .. import config, dtypes as dtypes_
+from ..errors import IsolatedRunError, WorkbenchError
+from ..model import registry
+from ..model.opspec import as_tuple
+from .memory import Arena
+from .sandbox import Sandbox
+
+REPLY_TIMEOUT_S = 600.0    # one command (a batch of calls included); a kernel that never returns fails
+START_TIMEOUT_S = 120.0    # a runner's start, its library's load included
+_LOG_TAIL = 40
+
+
+class CallRefused(RuntimeError):
+    """The runner made the call and the variant refused it (a status it returned, a CUDA error that
+    left the device usable): that call's failure, as the torch harness raises it."""
+
+
+class DeviceLost(IsolatedRunError):
+    """The call left the runner's CUDA context unusable (an illegal address, a trap): the runner is
+    gone; every later call needs a new one. `fatal` tells the checks not to go on in this runner."""
+    fatal = True
+
+
+class Runner:
+    """One runner process (argv), wrapped by `wrap` (a sandbox's command, a tool's prefix)."""
+
+    def __init__(self, argv: list[str], *, label: str, sandbox: Sandbox | None = None, prefix=(),
+                 env: dict | None = None, user: int | None = None):
+        self.label = label
+        self._dir = pathlib.Path(tempfile.mkdtemp(prefix="wb-runner-"))
+        self.log_path = self._dir / "runner.log"
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock, self._buffer, self._arenas = ours, b"", {}
+        os.set_inheritable(theirs.fileno(), True)
+        argv = [*argv, str(theirs.fileno())]
+        cmd = [*prefix, *(sandbox.command(argv) if sandbox else argv)]
+        if sandbox is not None and shutil.which("prlimit"):
+            cmd = sandbox.limits() + cmd
+        with open(self.log_path, "wb") as log:
+            os.chmod(self.log_path, 0o666)  # the runner may run as another user: its stderr is this file
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                         pass_fds=(theirs.fileno(),), env=env, cwd=config.REPO_ROOT,
+                                         start_new_session=True, user=user)
+        theirs.close()
+        self.started = time.perf_counter()
+
+    # ------------------------------------------------------------------ the protocol
+
+    def request(self, line: str, *, fd: int | None = None, timeout_s: float = REPLY_TIMEOUT_S) -> str:
+        """Send one command; return its reply's text after "ok"/"done". An "error" reply raises
+        CallRefused, a "fatal" one DeviceLost, a runner that ends or outlasts timeout_s IsolatedRunError."""
+        data = (line + "\n").encode()
+        try:
+            if fd is None:
+                self._sock.sendall(data)
+            else:
+                socket.send_fds(self._sock, [data], [fd])
+        except OSError:
+            raise self._ended(f"{line.split()[0]}: the runner could not be sent the command") from None
+        reply = self._read_line(timeout_s, line.split()[0])
+        word, _, rest = reply.partition(" ")
+        if word in ("ok", "done"):
+            return rest
+        text = bytes.fromhex(rest).decode(errors="replace") if rest else "?"
+        if word == "fatal":
+            self.close()
+            raise DeviceLost(f"{self.label}: {line.split()[0]}", -1, self.log_tail(), before=f"({text})") from None
+        raise CallRefused(text)
+
+    def _read_line(self, timeout_s: float, what: str) -> str:
+        deadline = time.monotonic() + timeout_s
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._sock, selectors.EVENT_READ)
+            while b"\n" not in self._buffer:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    self.close()
+                    err = IsolatedRunError(f"{self.label}: {what}", -9, self.log_tail(),
+                                           before=f"within {timeout_s:g} s, and was killed")
+                    err.timed_out = True
+                    raise err
+                try:
+                    chunk = self._sock.recv(1 << 16)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    raise self._ended(what)
+                self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode(errors="replace")
+
+    def _ended(self, what: str) -> IsolatedRunError:
+        code = self.proc.wait()
+        return IsolatedRunError(f"{self.label}: {what}", code, self.log_tail(), before="before answering")
+
+    def log_tail(self, n: int = _LOG_TAIL) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, os.path.getsize(self.log_path) - 65536))
+                return "\n".join(f.read().decode(errors="replace").strip().splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def lend(self, arena: Arena) -> int:
+        """The id this runner knows `arena` by (lent on first use)."""
+        key = id(arena)
+        if key not in self._arenas:
+            arena_id = len(self._arenas) + 1
+            message, fd = arena.lend(arena_id)
+            self.request(message, fd=fd)
+            self._arenas[key] = (arena_id, arena)  # kept alive while lent
+        return self._arenas[key][0]
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, 9)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+            self.proc.wait()
+        self._sock.close()
+
+    def discard(self) -> None:
+        self.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def hex_text(text: str) -> str:
+    return text.encode().hex()
+
+
+# ---------------------------------------------------------------------- calls
+
+
+def tensor_words(arena_id: int, offset: int, shape) -> str:
+    return f"{arena_id} {offset} {len(shape)} {' '.join(str(int(s)) for s in shape)}".rstrip()
+
+
+def call_line(step: str, dtype: str, inputs: list[str], outputs: list[str], attrs: list) -> str:
+    """A "call" command: step "forward"/"backward", tensors as tensor_words, attributes as values."""
+    words = ["call", "0" if step == "forward" else "1", str(dtypes_.NAMES.index(dtype)), str(len(inputs)), *inputs,
+             str(len(outputs)), *outputs, str(len(attrs))]
+    for v in attrs:
+        words += ["f", repr(float(v))] if isinstance(v, float) else ["i", str(int(v))]
+    return " ".join(words)
+
+
+class Remote:
+    """A variant in a runner, called as a Kernel is (see kernel()): `forward(*inputs, **attrs)`,
+    `backward(*grads, *inputs, *attrs)`. `start()` makes the runner (again, after one was lost:
+    at most MAX_RESTARTS times) and returns (runner, what it read of the library)."""
+
+    MAX_RESTARTS = 3
+
+    def __init__(self, op: str, device: str, start):
+        self.op, self.spec, self.device = op, registry.spec(op), device
+        self._start, self.runner, self.reported, self.restarts = start, None, {}, 0
+        self._arena: Arena | None = None
+
+    def ensure(self) -> Runner:
+        if self.runner is None or not self.runner.alive:
+            if self.runner is not None:
+                self.runner.discard()
+                self.runner = None
+                if self.restarts >= self.MAX_RESTARTS:
+                    raise DeviceLost(f"{self.op}: the runner", -1, "", before=f"was lost {self.restarts + 1} times; "
+                                                                          f"not started again")
+                self.restarts += 1
+            self.runner, self.reported = self._start()
+        return self.runner
+
+    def forward(self, *args, **attrs):
+        return self._call("forward", args, attrs)
+
+    def backward(self, *args):
+        return self._call("backward", args, {})
+
+    def _call(self, step: str, args, kwargs: dict):
+        spec = self.spec
+        tensors, values = spec.call_args(tuple(args), kwargs, grads=len(spec.outputs) if step == "backward" else 0)
+        binder = spec.check_call("bwd" if step == "backward" else "fwd", tensors, values)
+        if step == "forward":
+            shapes = [binder.shape_of(o.pattern) for o in spec.outputs]
+        else:
+            first = len(spec.outputs)
+            shapes = [tuple(tensors[first + i].shape) for i, t in enumerate(spec.inputs) if t.differentiable]
+        dtype, item = tensors[0].dtype, tensors[0].element_size()
+        arena = self._arena_for(sum(t.numel() * t.element_size() for t in tensors)
+                                + sum(_numel(s) * item for s in shapes) + 512 * (len(tensors) + len(shapes)))
+        runner = self.ensure()
+        arena_id = runner.lend(arena)
+        arena.reset()
+        ins = []
+        for t in tensors:
+            # A strided view reaches a kernel as a contiguous copy (the harness makes one); a view
+            # that starts off a 16-byte boundary keeps that offset (float4 loads are illegal there).
+            offset = arena.place(t.numel() * t.element_size(), t.data_ptr() % 16 if t.is_contiguous() else 0)
+            arena.view(offset, t.shape, dtype).copy_(t)
+            ins.append(tensor_words(arena_id, offset, t.shape))
+        outs, views = [], []
+        for shape in shapes:
+            offset = arena.place(_numel(shape) * item)
+            views.append(arena.view(offset, shape, dtype).fill_(float("nan")))  # unwritten stays NaN
+            outs.append(tensor_words(arena_id, offset, shape))
+        if arena.device == "cuda":
+            torch.cuda.synchronize()  # the inputs and the poison are in place before the runner reads
+        runner.request(call_line(step, dtypes_.name_of(dtype), ins, outs, list(values)))
+        out = tuple(v.clone() for v in views)
+        return out[0] if len(out) == 1 else out
+
+    def _arena_for(self, need: int) -> Arena:
+        if self._arena is None or self._arena.nbytes < need:
+            if self._arena is not None and self.runner is not None:
+                self.runner.discard()  # a runner keeps every arena it was lent mapped: start afresh
+                self.runner = None
+            self._arena = Arena("cuda" if self.device == "cuda" else "cpu", max(need, 64 << 20))
+        return self._arena
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.discard()
+            self.runner = None
+        if self._arena is not None:
+            self._arena.close()
+            self._arena = None
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def kernel(remote: Remote, name: str, dtypes, **fields):
+    """The Kernel the checks call: a CallableKernel (run/byo.py) over the remote's steps, its dtypes
+    as declared (never probed: probing would run the library)."""
+    from ..run import byo
+
+    return byo.variant(remote.forward, remote.op, backward=remote.backward, dtypes=tuple(dtypes), device=remote.device,
+                       name=name, kind="runner", module=remote, **fields)
+
+
+def read_variant_reply(rest: str) -> dict:
+    """What a runner's "variant" reply says of the library (the library's own words, not a verdict)."""
+    op, device, mask, steps, *desc = rest.split(" ")
+    names = tuple(n for i, n in enumerate(dtypes_.NAMES) if int(mask) & (1 << i))
+    return {"op": op, "device": device, "dtypes": names,
+            "steps": tuple(s for i, s in enumerate(("forward", "backward")) if int(steps) & (1 << i)),
+            "description": bytes.fromhex(desc[0]).decode(errors="replace") if desc else ""}
+
+
+# ---------------------------------------------------------------------- starting one
+
+def runner_executable() -> pathlib.Path:
+    """The C++ runner, built once per toolchain (torch-free, like the NumPy front end's builds)."""
+    from ..build.arch import arch_list
+    from ..ship import ndarray_build
+
+    return ndarray_build.build_runner(arch_list())[0]
+
+
+def start_cxx(op: str, variant_library, binding_library, label: str, *, executable=None,
+              sandbox: Sandbox | None = None, prefix=()) -> tuple[Runner, dict]:
+    """A C++ runner holding a variant library (torch-free: the NumPy front end's builds) and its
+    op's binding; returns it with what it read of the library."""
+    r = Runner([str(executable or runner_executable())], label=label, sandbox=sandbox, prefix=prefix,
+               user=sandbox.user() if sandbox else None)
+    try:
+        r.request("declare " + hex_text(registry.spec(op).declaration()), timeout_s=START_TIMEOUT_S)
+        r.request(f"binding {binding_library}", timeout_s=START_TIMEOUT_S)
+        return r, read_variant_reply(r.request(f"variant {variant_library} {label}", timeout_s=START_TIMEOUT_S))
+    except BaseException:
+        r.discard()
+        raise
+
+
+def start_python(address: dict, label: str, *, sandbox: Sandbox | None = None, prefix=()) -> tuple[Runner, dict]:
+    """A Python runner (pyrunner.py) holding the variant at `address` (pyrunner.address_of)."""
+    argv = [sys.executable, "-m", "workbench.judge.pyrunner"]
+    if sandbox is not None:
+        sandbox = Sandbox(**{**sandbox.__dict__, "readable": (*sandbox.readable, config.REPO_ROOT),
+                             "env": (*sandbox.env, ("PYTHONPATH", str(config.REPO_ROOT)))})
+    r = Runner(argv, label=label, sandbox=sandbox, prefix=prefix, env=None if sandbox else config.child_env(),
+               user=sandbox.user() if sandbox else None)
+    try:
+        return r, read_variant_reply(r.request(f"variant {hex_text(json.dumps(address))}", timeout_s=START_TIMEOUT_S))
+    except BaseException:
+        r.discard()
+        raise
+
+
+def isolated(op: str, variant, *, sandbox: Sandbox | None = None, prefix=(), line_info: bool = False):
+    """`variant` (a name, a Kernel, a source path, a callable, an extension) served from a runner of
+    its own, as a Kernel the checks call (kernel()): a C++ variant of the workbench's ABI in the C++
+    runner (its torch-free build), anything else in the Python runner. A fault in it ends the
+    runner, never this process; the next call starts another."""
+    from ..run import byo, loader
+    from ..ship import ndarray_build
+
+    v = byo.as_variant(op, variant)
+    source = None
+    if isinstance(v, (loader.Kernel, loader.BuiltVariant)) and not isinstance(v, byo.CallableKernel):
+        source = pathlib.Path(v.source)
+    elif isinstance(v, str):
+        source = registry.variant_sources(op).get(v) or (pathlib.Path(v) if pathlib.Path(v).is_file() else None)
+    if source is not None and source.suffix in (".cu", ".cpp"):
+        name = v if isinstance(v, str) and not pathlib.Path(v).is_file() else getattr(v, "name", source.stem)
+        info = registry.static_variant(op, source, name)
+        src = registry.sources(op)
+        include = [config.COMMON_DIR, src.kernel_dir, source.parent]
+        flags = ["-lineinfo"] if line_info else []
+        if source.suffix == ".cu":
+            from ..build.arch import arch_list
+            library = ndarray_build.build_cuda_library(f"runner-{op}/{name}", source, include, arch_list(),
+                                                       extra_flags=flags)[0]
+        else:
+            library = ndarray_build.build_host_library(f"runner-{op}/{name}", "ndarray-variant", source, include)[0]
+        binding = ndarray_build.build_host_library(f"ndarray-binding/{op}", "ndarray-binding", src.binding,
+                                                   [config.BINDINGS_DIR, config.COMMON_DIR, src.kernel_dir])[0]
+        remote = Remote(op, info.device, lambda: start_cxx(op, library, binding, name, sandbox=sandbox, prefix=prefix))
+        return kernel(remote, name, info.dtypes, source=source, library=library, description=info.description)
+    from .pyrunner import address_of
+
+    address = address_of(op, v)
+    if line_info:
+        address["options"] = {**address.get("options", {}), "line_info": True}
+    device = getattr(v, "device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
+    remote = Remote(op, device, lambda: start_python(address, address["name"], sandbox=sandbox, prefix=prefix))
+    dtypes = getattr(v, "dtypes", None) or dtypes_.NAMES
+    return kernel(remote, address["name"], dtypes, description=getattr(v, "description", ""))
