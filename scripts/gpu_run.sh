@@ -4,6 +4,7 @@
 #   env.txt build_timings.json gpu_tests.log bench.jsonl bench.log [bench_repeat.*] summary.txt
 #   [*.ipynb: the notebooks executed on the GPU, to commit as they are]
 #   [exercises.log: every exercise checker on its solution and its starter]
+#   [judge_cases.{jsonl,log}: the planted cheats and every exercise's files, graded (scripts/judge_cases.py)]
 #   [exercise_timing.log: the checker's verdict time on an edited solution, check by check]
 #   [reduce_sum_accuracy.{json,log}: float32/bfloat16 sums of 2^28 values against float64 and torch.sum]
 #   [matmul_tune.log: warptile's and tensor_core's tile plans against cuBLAS]
@@ -27,6 +28,11 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export WORKBENCH_CACHE=${WORKBENCH_CACHE:-/tmp/workbench-cache}
 STEPS=${STEPS:-"env timings tests bench"}
+# The judge's sandbox (bubblewrap): the machine has no package manager's network, so the
+# distribution's .deb travels with the call (carry .debs) and is unpacked here, not into /.
+if ! command -v bwrap >/dev/null 2>&1 && [ -z "${WORKBENCH_BWRAP:-}" ] && compgen -G ".debs/bubblewrap*.deb" >/dev/null; then
+  mkdir -p /tmp/bwrap-deb && dpkg -x .debs/bubblewrap*.deb /tmp/bwrap-deb && export WORKBENCH_BWRAP=/tmp/bwrap-deb/usr/bin/bwrap
+fi
 BUDGET=${BUDGET:-0.5}
 OPS=${OPS:-$(python3 -c "import workbench as wb; print(' '.join(wb.ops()))")}
 SHAPES=${SHAPES:-}        # empty: each op's own bench sizes
@@ -74,6 +80,10 @@ for step in $STEPS; do
           echo "### exit $?"
         done
       done 2>&1 | grep -v "^\[bench\]" | tee "$OUT/exercises.log" ;;
+    judge)  # issue 38: every planted cheat and every exercise's solution and starter, each graded as `exercise
+      # grade` grades (a judge process of its own, its verdict on a pipe): verdict, class of failure, seconds
+      timeout 560 python3 scripts/judge_cases.py --out "$OUT" ${JUDGE_ONLY:+--only $JUDGE_ONLY} 2>&1 \
+        | grep -v "^\[bench\]" | tee "$OUT/judge_cases.log" ;;
     exercise_timing)  # a student's loop: edit the solution (a new comment), check it, edit again, check
       # again; the wall time, check by check. The first round also builds the reference variants.
       for round in first edited; do

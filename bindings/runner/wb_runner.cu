@@ -18,6 +18,7 @@
 //   variant <path> <label>                         -> ok <op> <cpu|cuda> <dtype mask> <steps mask> <hex description>
 //   arena <id> cuda <hex IPC handle> <bytes>       map the caller's device allocation
 //   arena <id> host <bytes>                        map the memfd that comes with this message
+//   drop <id>                                      unmap an arena (before its owner frees it)
 //   call <step> <dtype> <n> {<arena> <offset> <ndim> <dims...>}*n <m> {...}*m <k> {<f|i> <value>}*k
 //                                                  run it (inputs then outputs, schema order) and wait
 //   batch <n>, then n "call" lines, then "go"      -> done: the n calls back to back, then one wait
@@ -157,6 +158,19 @@ class Runner {
       return out.str();
     }
     if (cmd == "arena") return map_arena(in);
+    if (cmd == "drop") {
+      int id = 0;
+      in >> id;
+      auto it = arenas_.find(id);
+      if (it == arenas_.end()) throw Failure{"no arena " + std::to_string(id), false};
+      wait();
+#ifdef WB_RUNNER_WITH_CUDA
+      if (it->second.cuda) cudaIpcCloseMemHandle(it->second.base);
+#endif
+      if (!it->second.cuda) munmap(it->second.base, it->second.bytes ? it->second.bytes : 1);
+      arenas_.erase(it);
+      return "ok";
+    }
     if (cmd == "call") {
       Call c = parse_call(in);
       run(c);
@@ -325,14 +339,16 @@ class Runner {
     return host_workspace_.data();
   }
 
+  // Every piece of device work of this process done: the calls' streams, and any other stream a
+  // variant launched on (its results must be there when the call returns).
   void wait() {
 #ifdef WB_RUNNER_WITH_CUDA
     if (!stream_) return;
-    const cudaError_t e = cudaStreamSynchronize(stream_);
+    const cudaError_t e = cudaDeviceSynchronize();
     if (e == cudaSuccess) return;
     cudaGetLastError();
     // Sticky (the context is lost: an illegal address, a trap) or not (cleared above)?
-    const bool sticky = cudaStreamSynchronize(stream_) != cudaSuccess;
+    const bool sticky = cudaDeviceSynchronize() != cudaSuccess;
     throw Failure{std::string("CUDA error: ") + cudaGetErrorString(e), sticky};
 #endif
   }

@@ -1,31 +1,32 @@
-"""Course exercises: find them, and check a student's kernel against one.
+"""Course exercises: find them, and judge a student's kernel against one.
 
     registration.py  exercises/NN_name/exercise.toml: what an exercise asks (and its validation)
     sizes.py         the sizes a check draws from its seed, for any op (an elementwise, reduction or tiled draw)
-    child.py         the child process the student's library is loaded in and the GPU checks run in
-    checks.py        build, load, declared dtypes, correctness, gradcheck
-    speedcheck.py    speed, against the reference variant in one benchmark run
-    sass.py          the SASS rules (opcodes anywhere in a kernel, or in its innermost loops)
-    global_loads.py  the optional counter rule: bytes of global loads, counted by Nsight Compute
+    checks.py        the judge's hold on a submission (Submission: its hashed copy, its sandboxed runner),
+                     build, load, declared dtypes, correctness, gradcheck
+    sass.py          the SASS rules, on the kernels that ran (observed by Nsight Compute) or, without a GPU,
+                     on the machine code as built
+    global_loads.py  the optional counter rule: bytes of global loads of the kernels that ran
+    speedcheck.py    speed against the reference variant, on the judge's clock (workbench/judge/clock.py)
     report.py        the report the checks fill, and how it prints
-    grade.py         a folder of submissions graded (each in its own process, under a time limit): CSV, summary
+    grade.py         a folder of submissions graded (each by a judge process of its own): CSV, summary
 
 A torch extension written the course's way (torch/extension.h; PYBIND11_MODULE or TORCH_LIBRARY
-exporting forward and backward: workbench/run/byo.py) is taken too, for the exercise whose op it fits:
-built here by cpp_extension through the same cache, loaded only in the child, where its dtypes are
-probed (its source declares none); the same checks and verdict rules follow.
+exporting forward and backward: workbench/run/extension.py) is taken too, for the exercise whose op
+it fits: built by cpp_extension, run by the Python runner; the same checks and verdict rules follow.
 
 check_exercise(n, path) builds the file as a variant of the exercise's op and runs, in order:
     build, load, declared dtypes, SASS rules        on any machine that can build CUDA
     correctness, gradcheck, [global loads,] speed   on a GPU (skipped, with the reason, elsewhere)
 
-The student's code never runs in this process: it is built here (compiling is safe) and read as
-files (its declaration from the source text, its SASS from the .so, its registers from the build
-log); "load" loads it in a child process (isolate.Worker, started before the build so its start-up
-overlaps it), and the GPU checks run in that child. A child that ends without handing its result
-over is a FAIL; the verdict and the exit status are this process's alone.
+Nothing the student's process says becomes a verdict. The library is built here (compiling is safe)
+and copied, hashed, into the judge's own folder; a runner loads that copy in a sandbox (bubblewrap:
+judge/sandbox.py) and makes the calls this process asks for on memory this process owns; every
+output, every time and every rule's evidence is read by this process. The runner can only make its
+own checks fail. `exercise check` without bubblewrap says so and goes on unsandboxed; grading
+refuses (grade.py).
 
-May import: every room below the course (model, build, run, measure, explain).
+May import: every room below the course (model, build, run, measure, explain, judge).
 """
 from __future__ import annotations
 
@@ -36,9 +37,12 @@ import sys
 import time
 from collections.abc import Iterator
 
+from concurrent.futures import ThreadPoolExecutor
+
 from ..model import registry
 from ..build import toolchain
-from . import checks, child, global_loads, speedcheck
+from ..judge import observe, sandbox
+from . import checks, global_loads, sass, speedcheck
 from .registration import (CHECKS, EXERCISES_DIR, Exercise, ExerciseConfigError, SassRule, Sizes, Speed, exercises, get, load_exercise, tomllib)
 from .report import LAYOUTS, NEEDS_GPU, Check, ExerciseReport
 from .sass import check_sass
@@ -57,7 +61,7 @@ def _student_path(ex: Exercise, path) -> pathlib.Path:
     if not p.exists():
         raise ValueError(f"path: no such file: {str(path)!r}")
     if p.is_file() and p.suffix in (".cu", ".cpp") and _extension_style(p):
-        return p.resolve()  # a torch extension written the course's way (byo.py): checked as it is
+        return p.resolve()  # a torch extension written the course's way (extension.py): checked as it is
     if not p.is_file() or p.suffix != ".cu":
         raise ValueError(f"path must be a CUDA source file ending in .cu (or a torch extension written the "
                          f"course's way, .cu or .cpp, with PYBIND11_MODULE or TORCH_LIBRARY); got {str(path)!r}")
@@ -78,83 +82,100 @@ def variant_name(ex: Exercise, source: pathlib.Path) -> str:
 
 
 def _prepare(exercise, path, seed):
-    """(exercise, source, report, worker): the worker (the child that loads the student's library
-    and runs the GPU checks) starts first, before this process imports torch."""
     ex = get(exercise)
     source = _student_path(ex, path)
     seed = new_seed() if seed is None else int(seed)
-    likely = child.gpu_likely()
-    worker = child.start_worker(ex, seed)
-    try:
-        shown = checks.shown(source)
-        command = (f"python -m workbench exercise check {ex.number}"
-                   + (f" {shlex.quote(shown)}" if path is not None else "") + f" --seed {seed}")
-        report = ExerciseReport(ex.slug, ex.title, shown, f"{ex.op}/{variant_name(ex, source)}", seed,
-                                ex.sizes.draw(seed, registry.spec(ex.op)), command)
-        if worker is not None and likely and not child.gpu_present():
-            worker.close()  # it would warm up on a GPU that is not usable: one for the load alone
-            worker = child.start_worker(ex, seed, gpu=False)
-    except BaseException:
-        if worker is not None:
-            worker.close()
-        raise
-    return ex, source, report, worker
+    shown = checks.shown(source)
+    command = (f"python -m workbench exercise check {ex.number}"
+               + (f" {shlex.quote(shown)}" if path is not None else "") + f" --seed {seed}")
+    report = ExerciseReport(ex.slug, ex.title, shown, f"{ex.op}/{variant_name(ex, source)}", seed,
+                            ex.sizes.draw(seed, registry.spec(ex.op)), command)
+    return ex, source, report
 
 
-def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool, worker=None) -> Iterator[Check]:
+def _sandboxed(required: bool) -> bool:
+    """Whether runners start in the sandbox: always where bubblewrap is here; without it, grading
+    refuses (ValueError naming what is missing) and a check for oneself goes on, saying so."""
+    missing = sandbox.missing()
+    if missing and required:
+        raise ValueError(f"grading needs the sandbox the student's code runs in, and {missing}")
+    return not missing
+
+
+def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool, sandboxed: bool) -> Iterator[Check]:
     """Run the checks in order, appending each (with its time) to the report and yielding it."""
-    started = [time.perf_counter()]
-
     def add(c: Check) -> Check:
-        now = time.perf_counter()
-        c.seconds, started[0] = now - started[0], now
         report.checks.append(c)
         return c
 
+    def timed(fn, *args, **kw) -> Check:
+        started = time.perf_counter()
+        c = fn(*args, **kw)
+        c.seconds = time.perf_counter() - started
+        return c
+
+    pool = ThreadPoolExecutor(max_workers=2)
+    # In-tree pieces the checks need, built (or found) while the student's file builds.
+    warm = pool.submit(_reference_pieces, ex) if ex.reference else None
+    started = time.perf_counter()
+    built, check = checks.build(ex, source, variant_name(ex, source))
+    check.seconds = time.perf_counter() - started
+    yield add(check)
+    if built is None:
+        why = "the build failed" if check.status == "FAIL" else check.detail
+        for name in ex.checks[1:]:
+            yield add(Check(name, "skipped", why))
+        pool.shutdown(wait=False, cancel_futures=True)
+        return
+    sub = checks.Submission(ex, built, sandboxed)
     try:
-        kernel, built = checks.build(ex, source, variant_name(ex, source))
-        yield add(built)
-        if kernel is None:
-            why = "the build failed" if built.status == "FAIL" else built.detail
-            for name in ex.checks[1:]:
-                yield add(Check(name, "skipped", why))
-            return
-        # The first time the student's code runs: in the child, on every machine.
-        loaded = add(checks.load(ex, kernel, worker))
+        loaded = add(timed(checks.load, ex, sub))
         yield loaded
-        dtypes = add(checks.declared_dtypes(ex, kernel))
+        dtypes = add(checks.declared_dtypes(ex, built))
         yield dtypes
         after_sass = ex.checks[ex.checks.index("SASS rules") + 1:]
-        gpu = kernel.device != "cuda" or child.gpu_present()
-        sanitize = f"python -m workbench sanitize {ex.op} {kernel.name} --source {shlex.quote(report.path)}"
+        gpu = built.device != "cuda" or toolchain.gpu_available()
+        sanitize = f"python -m workbench sanitize {ex.op} {built.name} --source {shlex.quote(report.path)}"
         # A file built for sm_90a (wgmma, TMA) runs on compute capability 9.0 alone: elsewhere its
         # launchers decline, so the GPU checks say why instead of failing every case.
-        unmet = toolchain.unmet_arch(source, "cuda") if gpu and kernel.device == "cuda" else None
-        # The check matrix starts in the child now; the SASS is read here meanwhile.
+        unmet = toolchain.unmet_arch(source, "cuda") if gpu and built.device == "cuda" else None
         run_gpu = gpu and loaded.status == "ok" and not unmet
-        pending = checks.correctness(ex, kernel, report.shapes, report.seed, sanitize, worker) if run_gpu else None
-        yield add(check_sass(ex, kernel))
-        if not gpu:
-            for name in after_sass:
-                yield add(Check(name, "skipped", NEEDS_GPU))
-            return
-        if unmet:
-            for name in after_sass:
-                yield add(Check(name, "skipped", f"this file {unmet}"))
-            return
+        not_seen = observe.unavailable(run_gpu and built.device == "cuda")
+        watch = None
+        if not not_seen and (ex.sass or ex.global_loads):  # observed beside the correctness checks
+            watch = pool.submit(_observe, ex, sub, report.seed)
         if not run_gpu:
+            yield add(timed(check_sass, ex, sub, static_why=not_seen))
+            why = (NEEDS_GPU if not gpu else f"this file {unmet}" if unmet
+                   else "the library did not load in the runner (see load)")
             for name in after_sass:
-                yield add(Check(name, "skipped", "the library did not load in the child process (see load)"))
+                yield add(Check(name, "skipped", why))
             return
-        correct = add(pending())
-        yield correct
-        grads = add(checks.gradcheck(ex, kernel, report.seed, sanitize, worker))
-        yield grads
+        correct = timed(checks.correctness, ex, sub, report.shapes, report.seed, sanitize)
+        grads = timed(checks.gradcheck, ex, sub, report.seed)
+        observed, starter, why, said, watched_s = None, None, not_seen, [], 0.0
+        waited = time.perf_counter()
+        if watch is not None:
+            try:
+                observed, starter, watched_s = watch.result()
+            except Exception as e:  # noqa: BLE001 - the observed run failing is the rules' failure, named
+                said = (str(e) or type(e).__name__).splitlines()
+                why = f"the observed run stopped: {said[0]}"
+        if watch is not None and observed is None:
+            rules = Check("SASS rules", "FAIL", why, said)
+        else:
+            rules = timed(check_sass, ex, sub, observed, starter, static_why=why)
+        if watch is not None:  # the observed run went on beside correctness and gradcheck: its own time
+            rules.seconds = watched_s if observed is not None else time.perf_counter() - waited
+        yield add(rules)
+        yield add(correct)
+        yield add(grads)
         if ex.global_loads is not None:
             if correct.status != "ok" or grads.status != "ok":
                 yield add(Check("global loads", "skipped", "fix correctness first"))
             else:
-                yield add(global_loads.check(ex, kernel))
+                calls = observed.calls[-1] if observed is not None and observed.calls else None
+                yield add(timed(global_loads.check, ex, calls, why))
         if not speed:
             yield add(Check("speed", "skipped", "not asked for (--no-speed)"))
         elif dtypes.status != "ok":
@@ -162,21 +183,44 @@ def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool
         elif correct.status != "ok" or grads.status != "ok":
             yield add(Check("speed", "skipped", "fix correctness first"))
         else:
-            yield add(speedcheck.speed(ex, kernel, worker))
+            if warm is not None:
+                warm.result()
+            reference = checks.reference(ex, python=built.style == "extension")
+            try:
+                yield add(timed(speedcheck.speed, ex, sub, reference))
+            finally:
+                reference.close()
     finally:
-        if worker is not None:
-            report.worker_ready_s = worker.ready_seconds()
-            worker.close()
+        pool.shutdown(wait=False, cancel_futures=True)
+        sub.close()
 
 
-def check_exercise(exercise, path=None, *, seed: int | None = None, speed: bool = True) -> ExerciseReport:
-    """Build `path` (default: the exercise's starter.cu) as a variant of the exercise's op and run
-    its checks: build, load (in a child process), declared dtypes, SASS rules; then, on a GPU, correctness (the check matrix
-    on sizes drawn from `seed`, in a child process), gradcheck, and speed against the reference
-    variant (speed=False skips it). Returns an ExerciseReport: .ok, .checks, .first_failure,
-    .summary(). Raises ValueError for an unknown exercise or a path that is not a .cu file."""
-    ex, source, report, worker = _prepare(exercise, path, seed)
-    for _ in _run(ex, source, report, speed, worker):
+def _reference_pieces(ex: Exercise) -> None:
+    from ..judge.runner import runner_executable
+
+    runner_executable()
+    checks.binding_library(ex.op)
+
+
+def _observe(ex: Exercise, sub: checks.Submission, seed: int):
+    """(what ran in the student's runner, the starter's where a counting rule needs it)."""
+    started = time.perf_counter()
+    seen = sass.observe_rules(ex, lambda prefix: sub.start(prefix=prefix, network=True), seed)
+    starter = sass.observe_starter(ex, seed) if any(r.kind == "fewer_than_starter" for r in ex.sass) else None
+    return seen, starter, time.perf_counter() - started
+
+
+def check_exercise(exercise, path=None, *, seed: int | None = None, speed: bool = True,
+                   require_sandbox: bool = False) -> ExerciseReport:
+    """Build `path` (default: the exercise's starter.cu) as a variant of the exercise's op and judge
+    it: build, load (in a sandboxed runner), declared dtypes, SASS rules; then, on a GPU, correctness
+    (the check matrix on sizes drawn from `seed`), gradcheck, and speed against the reference
+    variant on the judge's clock (speed=False skips it). Returns an ExerciseReport: .ok, .checks,
+    .first_failure, .summary(). Raises ValueError for an unknown exercise, a path that is not a .cu
+    file, or (require_sandbox) a machine without the sandbox."""
+    sandboxed = _sandboxed(require_sandbox)
+    ex, source, report = _prepare(exercise, path, seed)
+    for _ in _run(ex, source, report, speed, sandboxed):
         pass
     return report
 
@@ -197,12 +241,16 @@ def cli_list(args) -> int:
 def cli_check(args) -> int:
     started = time.perf_counter()
     try:
-        ex, source, report, worker = _prepare(args.exercise, args.path, args.seed)
+        sandboxed = _sandboxed(False)
+        ex, source, report = _prepare(args.exercise, args.path, args.seed)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if not sandboxed:
+        print(f"note: not sandboxed: {sandbox.missing()}; your code runs in a runner process of its own, as you "
+              f"(grading refuses without the sandbox)", file=sys.stderr)
     print(report.header() + "\n", flush=True)
-    for c in _run(ex, source, report, not args.no_speed, worker):
+    for c in _run(ex, source, report, not args.no_speed, sandboxed):
         print(f"  {c.line()}", flush=True)
     print(report.tail())
     print(f"({time.perf_counter() - started:.1f} s: {report.timings()})")

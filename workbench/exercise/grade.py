@@ -136,15 +136,21 @@ def _kill_group(proc) -> None:
 
 def _report_fields(report) -> dict:
     bad = report.first_failure
+    measured = next((c.measured for c in report.checks if c.name == "speed" and c.measured), {})
     return dict(status="PASS" if report.ok else "FAIL", verdict=report.verdict(),
-                first_failure=bad.name if bad else "", detail=bad.detail if bad else "",
-                checks="; ".join(f"{c.name}={c.status}" for c in report.checks))
+                first_failure=bad.name if bad else "", failure_class=report.failure_class,
+                detail=bad.detail if bad else "",
+                checks="; ".join(f"{c.name}={c.status}" for c in report.checks), **measured)
 
 
 def grade(exercise, folder, *, seed: int | None = None, speed: bool = True, timeout_s: float = TIMEOUT_S,
           spread=None) -> list[dict]:
     """Every submission's row, by name. spread(jobs) -> rows grades them elsewhere (a cluster's
     workers: workbench/cluster/grading.py); None grades them here, one after another."""
+    from ..judge import sandbox
+
+    if sandbox.missing():
+        raise ValueError(f"grading needs the sandbox the student's code runs in, and {sandbox.missing()}")
     todo = jobs(exercise, folder, seed=seed, speed=speed, timeout_s=timeout_s)
     rows = spread(todo) if spread is not None else [grade_job(j) for j in todo]
     return sorted(rows, key=lambda r: r["submission"])
@@ -164,7 +170,8 @@ def write_csv(rows: list[dict], path) -> pathlib.Path:
 def summary(rows: list[dict]) -> str:
     """One line per submission, then the counts."""
     width = max(len(r["submission"]) for r in rows)
-    lines = [f"{r['submission']:{width}s}  {r['status']:7s}  {r['verdict']}" for r in rows]
+    lines = [f"{r['submission']:{width}s}  {r['status']:7s}  "
+             f"{('[' + r['failure_class'] + '] ') if r.get('failure_class') else ''}{r['verdict']}" for r in rows]
     counts = {s: sum(r["status"] == s for r in rows) for s in ("PASS", "FAIL", "TIMEOUT", "ERROR")}
     return "\n".join(lines + [f"{len(rows)} submissions: " + ", ".join(f"{n} {s}" for s, n in counts.items())])
 
@@ -200,7 +207,8 @@ def _child(argv: list[str]) -> int:
     channel = os.fdopen(a.verdict_fd, "w")
     os.set_inheritable(a.verdict_fd, False)  # nothing this process starts holds the verdict's pipe
     try:
-        fields = _report_fields(check_exercise(a.exercise, a.path, seed=a.seed, speed=not a.no_speed))
+        fields = _report_fields(check_exercise(a.exercise, a.path, seed=a.seed, speed=not a.no_speed,
+                                               require_sandbox=True))
     except Exception as e:  # noqa: BLE001 - a submission the checker refuses (not a kernel file) is its verdict
         fields = dict(status="ERROR", verdict=f"ERROR: {type(e).__name__}: {e}", detail=str(e)[:300])
     channel.write(json.dumps(fields))

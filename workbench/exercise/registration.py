@@ -15,7 +15,11 @@ and exercise.toml, read and validated here.
                kernel names, e.g. 'reduce_kernel<float') limits an opcode rule to some kernels;
                an optional `scope` of an opcode rule: "kernel" (the default: anywhere in a kernel)
                or "inner_loop" (only the instructions of a kernel's innermost loops count: the
-               code from a backward branch's target to the branch, holding no other such loop)
+               code from a backward branch's target to the branch, holding no other such loop);
+               an optional `bytes_share` of a require rule (0 to 1): on a GPU, the matching
+               accesses must move at least that share of the bytes every executed access of their
+               kind (global loads, say) moved. On a GPU every rule judges the kernels that ran
+               during the checked calls, instructions counted as executed (sass.py)
     [sizes]    optional: the sizes a check draws (sizes.py). kind = "elementwise" (the default:
                eight sizes whose innermost dim takes every remainder mod 8, and an empty one),
                "reduction" (the innermost dim is reduced: one size per remainder of its length
@@ -73,6 +77,7 @@ class SassRule:
     hint: str = ""
     kernels: str = ""    # opcode rules: only the kernels whose readable name matches ("" = all)
     scope: str = "kernel"  # opcode rules: "kernel" (anywhere) or "inner_loop" (in innermost loops only)
+    bytes_share: float = 0.0  # require: the matching accesses move at least this share of their kind's bytes (as run)
 
 
 @dataclass(frozen=True)
@@ -239,16 +244,19 @@ def _sass_rule(rule, where: str) -> SassRule:
     kinds = [k for k in _SASS_KINDS if k in rule]
     if len(kinds) != 1:
         raise ExerciseConfigError(f"{where}: give exactly one of {list(_SASS_KINDS)}")
-    unknown = set(rule) - {*_SASS_KINDS, "message", "hint", "kernels", "scope"}
+    unknown = set(rule) - {*_SASS_KINDS, "message", "hint", "kernels", "scope", "bytes_share"}
     if unknown:
         raise ExerciseConfigError(f"{where}: unknown field {sorted(unknown)[0]!r}")
     scope = _field(rule, "scope", str, where) if "scope" in rule else "kernel"
     if scope not in _SASS_SCOPES or (scope != "kernel" and kinds[0] == "require_kernel"):
         raise ExerciseConfigError(f"{where}: scope (of an opcode rule) must be one of {list(_SASS_SCOPES)}; "
                                   f"got {scope!r}")
+    share = _field(rule, "bytes_share", float, where) if "bytes_share" in rule else 0.0
+    if "bytes_share" in rule and (kinds[0] != "require" or not 0 < share <= 1):
+        raise ExerciseConfigError(f"{where}: bytes_share (a share in (0, 1]) belongs to a require rule; got {share!r}")
     return SassRule(kinds[0], _regex(rule, kinds[0], where), _field(rule, "message", str, where),
                     _field(rule, "hint", str, where) if "hint" in rule else "",
-                    _regex(rule, "kernels", where) if "kernels" in rule else "", scope)
+                    _regex(rule, "kernels", where) if "kernels" in rule else "", scope, share)
 
 
 def _sizes(data, where: str) -> Sizes:

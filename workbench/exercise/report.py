@@ -24,6 +24,7 @@ class Check:
     lines: list[str] = field(default_factory=list)   # what a failure prints below the table
     show: bool = False           # print `lines` below the table even when the check passed
     seconds: float = 0.0         # how long the check took
+    measured: dict = field(default_factory=dict)   # the speed check's: ratio, gpu, clocks, measured_at
 
     def line(self, width: int = 18) -> str:
         text = f"{self.name} {'.' * max(3, width - len(self.name))} {self.status}"
@@ -39,7 +40,6 @@ class ExerciseReport:
     seed: int
     shapes: list[tuple[int, ...]]
     command: str                 # the command that checks the same file with the same shapes
-    worker_ready_s: float | None = None   # start-up of the child the GPU checks ran in
     checks: list[Check] = field(default_factory=list)
 
     @property
@@ -110,11 +110,22 @@ class ExerciseReport:
         return "\n".join(out)
 
     def timings(self) -> str:
-        """Where the time went: "build 1.3 s, correctness 2.1 s, ..." (checks that ran), and when
-        the child running the GPU checks was ready (it starts with the build)."""
-        text = ", ".join(f"{c.name} {c.seconds:.1f} s" for c in self.checks if c.status != "skipped")
-        return text + (f"; checker child ready {self.worker_ready_s:.1f} s after its start"
-                       if self.worker_ready_s is not None else "")
+        """Where the time went: "build 1.3 s, correctness 2.1 s, ..." (checks that ran; the SASS
+        rules' run is observed beside correctness and gradcheck)."""
+        return ", ".join(f"{c.name} {c.seconds:.1f} s" for c in self.checks if c.status != "skipped")
+
+    @property
+    def failure_class(self) -> str:
+        """What kind of failure the first FAIL is ("" where none): build, load, dtypes, rules,
+        correctness, gradcheck, global-loads, speed-target, speed-wrong (a timed output was wrong)
+        or speed-impossible (faster than the device can be)."""
+        bad = self.first_failure
+        if bad is None:
+            return ""
+        if bad.name == "speed":
+            return ("speed-wrong" if "output is wrong" in bad.detail else
+                    "speed-impossible" if "impossible" in bad.detail else "speed-target")
+        return {"declared dtypes": "dtypes", "SASS rules": "rules", "global loads": "global-loads"}.get(bad.name, bad.name)
 
     def summary(self) -> str:
         return "\n".join([self.header(), ""] + [f"  {c.line()}" for c in self.checks]) + "\n" + self.tail()
@@ -125,6 +136,6 @@ class ExerciseReport:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["shapes"] = [list(s) for s in self.shapes]
-        d.update(ok=self.ok, complete=self.complete, verdict=self.verdict(),
+        d.update(ok=self.ok, complete=self.complete, verdict=self.verdict(), failure_class=self.failure_class,
                  first_failure=None if self.first_failure is None else self.first_failure.name)
         return d

@@ -1,12 +1,21 @@
-"""The SASS rules of an exercise: opcodes its kernels must (or must not) contain, or must contain
-fewer of than the starter's, read with cuobjdump; anywhere in a kernel, or (scope "inner_loop")
-in its innermost loops only, found from the backward branches of its machine code. The rules hold
-per GPU architecture the library was built for; for a source that needs sm_90a (the
-WB_NEEDS_SM90A marker: wgmma, TMA), on its sm_90a code alone, since its code for any other
-architecture never runs (its launcher declines off compute capability 9.0)."""
+"""The SASS rules of an exercise: opcodes its kernels must (or must not) contain, or contain fewer of
+than the starter's.
+
+On a GPU they judge what RAN: the kernels the student's runner launched during the checked calls
+(one call per speed row, at the speed shape), observed by Nsight Compute started by the checker
+(workbench/judge/observe.py), with the times each instruction executed. A kernel that is never
+launched counts for nothing; a counting rule counts executed instructions (a rolled loop runs its
+barrier as often as the unrolled one); a rule with `bytes_share` counts the bytes the matching
+accesses moved, as a share of all the accesses of their kind. The machine code is the checker's
+own copy of the library, hashed before the runner started.
+
+Where nothing can be observed (no GPU, no ncu) the rules read the copy's machine code as written
+(cuobjdump), and the verdict says so. For a source that needs sm_90a (the WB_NEEDS_SM90A marker:
+wgmma, TMA) only its sm_90a code counts, since no other runs."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 import subprocess
 from collections import Counter
@@ -21,29 +30,37 @@ Listing = dict  # (arch, mangled kernel) -> Counter of opcodes, as ptxas.sass_co
 Code = dict     # (arch, mangled kernel) -> its instructions in order, as ptxas.sass_instructions gives them
 
 
-def check_sass(ex: Exercise, kernel) -> Check:
+def check_sass(ex: Exercise, sub, observed=None, starter_observed=None, static_why: str = "") -> Check:
+    """The rules on what ran (`observed`: judge.observe.Observation of the student's runner;
+    `starter_observed`: the starter's, for a counting rule), else on the machine code as written
+    (static_why says why nothing was observed)."""
     if not ex.sass:
         return Check("SASS rules", "ok", "none for this exercise")
-    if getattr(kernel, "device", "cuda") == "cpu":  # a CPU torch extension (byo.py): no device code to read
+    if sub.built.device == "cpu":  # a CPU torch extension (byo.py): no device code to read
         return Check("SASS rules", "skipped", "a CPU library has no device code; the SASS rules apply to a .cu's build")
     if ptxas.cuobjdump() is None:
         return Check("SASS rules", "skipped", "cuobjdump not found (the CUDA toolkit and the triton package carry one)")
     try:
-        code = _code(str(kernel.library))
+        code = _code(str(sub.library))
     except (subprocess.SubprocessError, OSError) as e:
         return Check("SASS rules", "skipped", f"cuobjdump could not read the built library: {e}")
     if not code:
         return Check("SASS rules", "skipped", "no device code in the built library")
+    if not sub.unchanged():
+        return Check("SASS rules", "FAIL", "the checker's copy of your library changed while it ran",
+                     [f"its sha256 was {sub.digest} when the runner started; nothing may write it"])
+    if observed is not None:
+        return _check_observed(ex, sub, code, observed, starter_observed)
     starter: Code = {}
     if any(rule.kind == "fewer_than_starter" for rule in ex.sass):
         try:
-            starter = starter_code(ex, kernel)
+            starter = starter_code(ex, sub)
         except (subprocess.SubprocessError, OSError, ValueError, WorkbenchError) as e:
             first = (str(e) or type(e).__name__).splitlines()[0]
             return Check("SASS rules", "skipped", f"the starter, which a rule counts against, could not be built "
                                                   f"and read: {first}")
     archs = sorted({a for a, _ in code})
-    if toolchain.needs_sm90a(getattr(kernel, "source", None)):
+    if toolchain.needs_sm90a(sub.built.source):
         built = archs
         archs = [a for a in archs if a.startswith("sm_90a")]
         if not archs:
@@ -67,28 +84,100 @@ def check_sass(ex: Exercise, kernel) -> Check:
                       *[f"    {e}" for e in evidence]]
             if rule.hint:
                 lines.append(f"    hint: {rule.hint}")
+    how = f"the machine code as built, not what ran ({static_why})" if static_why else "the machine code as built"
     if failed:
-        return Check("SASS rules", "FAIL", "; ".join(failed), lines)
-    return Check("SASS rules", "ok", f"{len(ex.sass)} rule{'s hold' if len(ex.sass) != 1 else ' holds'} on {', '.join(archs)}")
+        return Check("SASS rules", "FAIL", "; ".join(failed), lines + [f"judged on {how}"])
+    return Check("SASS rules", "ok", f"{len(ex.sass)} rule{'s hold' if len(ex.sass) != 1 else ' holds'} on "
+                                     f"{', '.join(archs)}: {how}")
+
+
+RAN = "ran"   # the "arch" of an observed kernel's counts: executed, whatever it was built for
+
+
+def ran_counts(observed, scope: str = "kernel") -> Listing:
+    """Each kernel that ran during the checked calls: how many times each opcode executed (warp
+    level), all of them or those in its innermost loops, summed over its launches."""
+    out: dict = {}
+    for k in observed.kernels:
+        spans = k.inner_loops() if scope == "inner_loop" else None
+        c = out.setdefault((RAN, k.name), Counter())
+        for i in k.code:
+            if i.warps and (spans is None or any(a <= i.address <= b for a, b in spans)):
+                c[i.opcode] += i.warps
+    return out
+
+
+def _check_observed(ex: Exercise, sub, code: Code, observed, starter_observed) -> Check:
+    from ..judge.observe import MARKER
+
+    calls = len(ex.speed.directions) * len(ex.speed.dtypes) + (1 if ex.global_loads else 0)
+    own = [ptxas.kernel_label(k) for (_, k) in code if MARKER in k]
+    if own or (observed.markers and observed.markers != calls):
+        return Check("SASS rules", "FAIL", "the checker's marker kernel ran other than when the checker launched it",
+                     [f"your library defines {own[0]}" if own else
+                      f"it ran {observed.markers} times; the checker launched it {calls} times"])
+    failed, lines = [], []
+    for rule in ex.sass:
+        counts = ran_counts(observed, rule.scope)
+        theirs = ran_counts(starter_observed, rule.scope) if starter_observed is not None else {}
+        found = _failure(rule, _kernels(counts, RAN, rule), _kernels(theirs, RAN, rule))
+        if found is None and rule.bytes_share:
+            found = _bytes_share(rule, observed)
+        if found is not None:
+            failed.append(rule.message)
+            lines += [f"{rule.message} ({_describe(rule)}, counted as the kernels ran)", *[f"    {e}" for e in found]]
+            if rule.hint:
+                lines.append(f"    hint: {rule.hint}")
+    ran = sorted({ptxas.kernel_label(k.name) for k in observed.kernels})
+    note = (f"judged on what ran during the {calls} checked calls (Nsight Compute, started by the checker): "
+            f"{', '.join(ran) or 'no kernel'}" + (f"; {observed.at_load} kernel(s) launched while the library loaded "
+                                                  f"were not counted" if observed.at_load else ""))
+    if failed:
+        return Check("SASS rules", "FAIL", "; ".join(failed), lines + [note])
+    return Check("SASS rules", "ok", f"{len(ex.sass)} rule{'s hold' if len(ex.sass) != 1 else ' holds'} on the "
+                                     f"kernels that ran", [note])
+
+
+def _bytes_share(rule: SassRule, observed) -> list[str] | None:
+    """None where the accesses matching the rule moved at least rule.bytes_share of the bytes that
+    every executed access of their kind (space and operation) moved; else the evidence."""
+    matching = [i for k in observed.kernels for i in k.code
+                if re.search(rule.pattern, i.opcode) and i.space and _selected(rule, k.name)]
+    kinds = {(i.space, i.access) for i in matching}
+    if not kinds:
+        return None
+    total = sum(i.bytes for k in observed.kernels for i in k.code if (i.space, i.access) in kinds and _selected(rule, k.name))
+    moved = sum(i.bytes for i in matching)
+    share = moved / total if total else 1.0
+    if share >= rule.bytes_share:
+        return None
+    what = " and ".join(f"{s.lower()} {a.lower()}s" for s, a in sorted(kinds))
+    return [f"{100 * share:.1f}% of the bytes of the executed {what} went through instructions matching "
+            f"{rule.pattern} ({moved / 1e6:.1f} of {total / 1e6:.1f} MB); at least {100 * rule.bytes_share:.0f}% "
+            f"must"]
+
+
+def _selected(rule: SassRule, name: str) -> bool:
+    return not rule.kernels or bool(re.search(rule.kernels, ptxas.kernel_label(name)))
 
 
 @functools.lru_cache(maxsize=16)
 def _code(library: str) -> Code:
-    """The machine code of a built library (its path is content-keyed: the same path, the same code)."""
+    """The machine code of a built library (the checker's hashed copy: nothing writes it)."""
     return ptxas.sass_instructions(ptxas.sass(library))
 
 
-def starter_code(ex: Exercise, kernel) -> Code:
-    """The machine code of the exercise's starter, built as a variant of its op (a cached build:
-    the starter's own check, or any earlier count, built it already)."""
-    from ..run import loader
+def starter_code(ex: Exercise, sub) -> Code:
+    """The machine code of the exercise's starter, built torch-free as the student's file is (a
+    cached build: the starter's own check, or any earlier count, built it already)."""
     from . import variant_name
+    from .checks import _build_variant
 
-    if kernel.source.resolve() == ex.starter.resolve():
-        return _code(str(kernel.library))
+    if sub.built.source.resolve() == ex.starter.resolve():
+        return _code(str(sub.library))
     name = variant_name(ex, ex.starter)
-    name = name + "_baseline" if name == kernel.name else name  # a student's file named starter.cu
-    return _code(str(loader.build_source(ex.op, ex.starter, name=name).library))  # built, not loaded
+    name = name + "_baseline" if name == sub.built.name else name  # a student's file named starter.cu
+    return _code(str(_build_variant(ex.op, ex.starter, name).library))  # built, not loaded
 
 
 def scoped(code: Code, scope: str = "kernel") -> Listing:
@@ -155,4 +244,68 @@ def _describe(rule: SassRule) -> str:
             "forbid": f"no instruction may match {rule.pattern}{where}",
             "require_kernel": f"wanted a kernel named like {rule.pattern}",
             "fewer_than_starter": f"wanted fewer instructions matching {rule.pattern}{where} than the starter's "
-                                  f"kernels hold, counted in the machine code"}[rule.kind]
+                                  f"kernels"}[rule.kind]
+
+
+# ---------------------------------------------------------------------- the observed run
+
+def rule_calls(ex: Exercise) -> list[tuple[str, str, tuple]]:
+    """The checked calls the rules judge: one per speed row at the speed shape, and the counter
+    rule's call where the exercise has one (global_loads.py)."""
+    calls = [(d, t, tuple(ex.speed.shape)) for d in ex.speed.directions for t in ex.speed.dtypes]
+    if ex.global_loads is not None:
+        g = ex.global_loads
+        calls.append((g.direction, g.dtype, tuple(g.shape)))
+    return calls
+
+
+def observe_rules(ex: Exercise, start, seed: int = 0):
+    """What ran in a runner (start(prefix) -> (runner, reported)) during the rule_calls, each on
+    fresh inputs in memory this process owns, observed by Nsight Compute (judge/observe.py)."""
+    import torch
+
+    from ..judge import clock, observe
+    from ..judge.memory import Arena
+
+    def calls(runner):
+        gen = torch.Generator(device="cuda")
+        gen.manual_seed(seed)
+        for d, t, shape in rule_calls(ex):
+            arena = Arena("cuda", clock._Batch.bytes_per_call(ex.op, d, t, shape))
+            batch = clock._Batch(ex.op, d, t, shape, 1, arena)
+            batch.fresh(gen, expect=False)
+            runner.request("marker")
+            runner.request(batch.lines(runner.lend(arena))[0])
+            runner.forget(arena)
+            arena.close()
+
+    return observe.observe(start, calls)
+
+
+def observe_starter(ex: Exercise, seed: int = 0):
+    """The starter's run, observed as the student's is; kept in the cache per starter build, GPU and
+    exercise (the starter is the course's own code: run without a sandbox)."""
+    import json
+
+    import torch
+
+    from .. import config
+    from ..judge import observe
+    from ..judge.runner import start_cxx
+    from . import variant_name
+    from .checks import _build_variant, binding_library
+
+    built = _build_variant(ex.op, ex.starter, variant_name(ex, ex.starter))
+    key = hashlib.sha256("|".join([built.key, torch.cuda.get_device_name(), repr(rule_calls(ex)),
+                                   repr(ex.sass)]).encode()).hexdigest()[:20]
+    path = config.cache_dir() / "judge" / f"starter-{ex.slug}-{key}.json"
+    if path.is_file():
+        data = json.loads(path.read_text())
+        return observe.Observation([[observe.RanKernel(k["name"], [observe.Executed(*i) for i in k["code"]])
+                                     for k in data["kernels"]]])
+    binding = binding_library(ex.op)
+    seen = observe_rules(ex, lambda prefix: start_cxx(ex.op, built.library, binding, built.name, prefix=prefix), seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"kernels": [{"name": k.name, "code": [list(vars(i).values()) for i in k.code]}
+                                            for k in seen.kernels]}))
+    return seen

@@ -53,7 +53,7 @@ class Arena:
     aligned offsets, reset() starts over."""
 
     def __init__(self, device: str, nbytes: int):
-        self.device, self.nbytes, self._next = device, max(int(nbytes), ALIGN), 0
+        self.device, self.nbytes, self._next = device, -(-max(int(nbytes), 1) // ALIGN) * ALIGN, 0
         self._ptr = self._fd = self._map = None
         if device == "cuda":
             torch.cuda.init()

@@ -97,6 +97,12 @@ class PyRunner:
             return f"ok {k.op} {k.device} {mask} {steps} {(k.description or '').encode().hex()}"
         if cmd == "arena":
             return self.map_arena(words[1:])
+        if cmd == "drop":
+            self.wait()
+            arena = self.arenas.pop(int(words[1]))
+            if arena.device.type == "cuda":
+                _check(_driver().cuIpcCloseMemHandle(ctypes.c_uint64(arena.data_ptr())), "cuIpcCloseMemHandle")
+            return "ok"
         if cmd == "call":
             self.run(words[1:])
             self.wait()

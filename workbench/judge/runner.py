@@ -53,7 +53,7 @@ class Runner:
     """One runner process (argv), wrapped by `wrap` (a sandbox's command, a tool's prefix)."""
 
     def __init__(self, argv: list[str], *, label: str, sandbox: Sandbox | None = None, prefix=(),
-                 env: dict | None = None, user: int | None = None):
+                 env: dict | None = None):
         self.label = label
         self._dir = pathlib.Path(tempfile.mkdtemp(prefix="wb-runner-"))
         self.log_path = self._dir / "runner.log"
@@ -64,11 +64,13 @@ class Runner:
         cmd = [*prefix, *(sandbox.command(argv) if sandbox else argv)]
         if sandbox is not None and shutil.which("prlimit"):
             cmd = sandbox.limits() + cmd
+        if sandbox is not None and not sandbox.clear:
+            env = {**sandbox.environment(), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         with open(self.log_path, "wb") as log:
             os.chmod(self.log_path, 0o666)  # the runner may run as another user: its stderr is this file
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                          pass_fds=(theirs.fileno(),), env=env, cwd=config.REPO_ROOT,
-                                         start_new_session=True, user=user)
+                                         start_new_session=True)
         theirs.close()
         self.started = time.perf_counter()
 
@@ -89,11 +91,26 @@ class Runner:
         word, _, rest = reply.partition(" ")
         if word in ("ok", "done"):
             return rest
-        text = bytes.fromhex(rest).decode(errors="replace") if rest else "?"
+        try:
+            text = bytes.fromhex(rest).decode(errors="replace") if word in ("error", "fatal") else None
+        except ValueError:
+            text = None
+        if text is None:  # anything else on the socket is not the runner's protocol: the library wrote it
+            self.close()
+            raise IsolatedRunError(f"{self.label}: {line.split()[0]}", self.proc.returncode or 0,
+                                   f"it sent {reply[:200]!r}\n{self.log_tail()}",
+                                   before="after answering outside the protocol (something it loaded wrote to its socket)")
         if word == "fatal":
             self.close()
             raise DeviceLost(f"{self.label}: {line.split()[0]}", -1, self.log_tail(), before=f"({text})") from None
         raise CallRefused(text)
+
+    def send(self, lines: list[str]) -> None:
+        """Lines that get no reply of their own (a batch's calls, before its "go")."""
+        try:
+            self._sock.sendall(("\n".join(lines) + "\n").encode())
+        except OSError:
+            raise self._ended("batch: the runner could not be sent the calls") from None
 
     def _read_line(self, timeout_s: float, what: str) -> str:
         deadline = time.monotonic() + timeout_s
@@ -101,12 +118,17 @@ class Runner:
             sel.register(self._sock, selectors.EVENT_READ)
             while b"\n" not in self._buffer:
                 left = deadline - time.monotonic()
-                if left <= 0 or not sel.select(left):
+                if left <= 0:
                     self.close()
-                    err = IsolatedRunError(f"{self.label}: {what}", -9, self.log_tail(),
-                                           before=f"within {timeout_s:g} s, and was killed")
+                    err = IsolatedRunError(f"{self.label}: {what}", -9, self.log_tail())
                     err.timed_out = True
+                    err.args = (f"{self.label}: {what}: the runner did not answer within {timeout_s:g} s and was "
+                                f"killed; the caller's process is unaffected.\n{err.output}",)
                     raise err
+                if not sel.select(min(left, 0.5)):
+                    if self.proc.poll() is not None:  # ended (a tool in front of it may still hold its socket)
+                        raise self._ended(what)
+                    continue
                 try:
                     chunk = self._sock.recv(1 << 16)
                 except OSError:
@@ -138,6 +160,24 @@ class Runner:
             self.request(message, fd=fd)
             self._arenas[key] = (arena_id, arena)  # kept alive while lent
         return self._arenas[key][0]
+
+    def finish(self, timeout_s: float) -> None:
+        """End the runner politely (its input closed) and wait for it and what wraps it (a profiler
+        writing its report) to exit; killed past timeout_s."""
+        try:
+            self._sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.close()
+
+    def forget(self, arena: Arena) -> None:
+        """Unmap `arena` in the runner before its memory is freed."""
+        entry = self._arenas.pop(id(arena), None)
+        if entry is not None and self.alive:
+            self.request(f"drop {entry[0]}")
 
     @property
     def alive(self) -> bool:
@@ -275,7 +315,11 @@ def kernel(remote: Remote, name: str, dtypes, **fields):
 
 def read_variant_reply(rest: str) -> dict:
     """What a runner's "variant" reply says of the library (the library's own words, not a verdict)."""
-    op, device, mask, steps, *desc = rest.split(" ")
+    try:
+        op, device, mask, steps, *desc = rest.split(" ")
+        int(mask), int(steps), bytes.fromhex(desc[0] if desc else "")
+    except ValueError:
+        raise CallRefused(f"the runner's answer to loading the library is not the protocol's: {rest[:200]!r}") from None
     names = tuple(n for i, n in enumerate(dtypes_.NAMES) if int(mask) & (1 << i))
     return {"op": op, "device": device, "dtypes": names,
             "steps": tuple(s for i, s in enumerate(("forward", "backward")) if int(steps) & (1 << i)),
@@ -293,30 +337,29 @@ def runner_executable() -> pathlib.Path:
 
 
 def start_cxx(op: str, variant_library, binding_library, label: str, *, executable=None,
-              sandbox: Sandbox | None = None, prefix=()) -> tuple[Runner, dict]:
+              sandbox: Sandbox | None = None, prefix=(), timeout_s: float = START_TIMEOUT_S) -> tuple[Runner, dict]:
     """A C++ runner holding a variant library (torch-free: the NumPy front end's builds) and its
     op's binding; returns it with what it read of the library."""
-    r = Runner([str(executable or runner_executable())], label=label, sandbox=sandbox, prefix=prefix,
-               user=sandbox.user() if sandbox else None)
+    r = Runner([str(executable or runner_executable())], label=label, sandbox=sandbox, prefix=prefix)
     try:
         r.request("declare " + hex_text(registry.spec(op).declaration()), timeout_s=START_TIMEOUT_S)
         r.request(f"binding {binding_library}", timeout_s=START_TIMEOUT_S)
-        return r, read_variant_reply(r.request(f"variant {variant_library} {label}", timeout_s=START_TIMEOUT_S))
+        return r, read_variant_reply(r.request(f"variant {variant_library} {label}", timeout_s=timeout_s))
     except BaseException:
         r.discard()
         raise
 
 
-def start_python(address: dict, label: str, *, sandbox: Sandbox | None = None, prefix=()) -> tuple[Runner, dict]:
+def start_python(address: dict, label: str, *, sandbox: Sandbox | None = None, prefix=(),
+                 timeout_s: float = START_TIMEOUT_S) -> tuple[Runner, dict]:
     """A Python runner (pyrunner.py) holding the variant at `address` (pyrunner.address_of)."""
     argv = [sys.executable, "-m", "workbench.judge.pyrunner"]
     if sandbox is not None:
         sandbox = Sandbox(**{**sandbox.__dict__, "readable": (*sandbox.readable, config.REPO_ROOT),
                              "env": (*sandbox.env, ("PYTHONPATH", str(config.REPO_ROOT)))})
-    r = Runner(argv, label=label, sandbox=sandbox, prefix=prefix, env=None if sandbox else config.child_env(),
-               user=sandbox.user() if sandbox else None)
+    r = Runner(argv, label=label, sandbox=sandbox, prefix=prefix, env=None if sandbox else config.child_env())
     try:
-        return r, read_variant_reply(r.request(f"variant {hex_text(json.dumps(address))}", timeout_s=START_TIMEOUT_S))
+        return r, read_variant_reply(r.request(f"variant {hex_text(json.dumps(address))}", timeout_s=timeout_s))
     except BaseException:
         r.discard()
         raise

@@ -59,10 +59,22 @@ class Sandbox:
     network: bool = False
     gpu: bool = True
     env: tuple[tuple[str, str], ...] = ()   # variables besides the few kept (PATH, CUDA's, ...)
+    # Run as nobody where the checker is root (user()); not behind a profiler, whose injected
+    # library makes bwrap, started unprivileged, fail to create its user namespace.
+    drop: bool = True
+    # Clear the environment and set only environment(); False behind a profiler, whose variables
+    # (its injection) must reach the runner: the runner's command is then started with
+    # environment() alone (runner.Runner), so nothing else of the checker's leaks either.
+    clear: bool = True
 
     def command(self, argv: list[str]) -> list[str]:
-        cmd = [bwrap(), "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-               "--unshare-cgroup-try", "--unshare-user", "--cap-drop", "ALL", "--clearenv"]
+        """bwrap's command line around `argv`, behind setpriv's drop to nobody where user() says so
+        (within the command, so that a tool in front of it, a profiler, still runs as the checker)."""
+        drop = []
+        if self.user() is not None and shutil.which("setpriv"):
+            drop = ["setpriv", f"--reuid={self.user()}", f"--regid={self.user()}", "--clear-groups", "--"]
+        cmd = [*drop, bwrap(), "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+               "--unshare-cgroup-try", "--unshare-user", "--cap-drop", "ALL", *(["--clearenv"] if self.clear else [])]
         if not self.network:
             cmd.append("--unshare-net")
         system, extra = self._readable()
@@ -80,7 +92,7 @@ class Sandbox:
             cmd += ["--tmpfs", cache]  # the builds of everyone else's submissions stay unseen
         scratch = str(self.scratch)
         cmd += ["--bind", scratch, scratch, "--chdir", scratch]
-        for name, value in self._environment().items():
+        for name, value in self.environment().items():
             cmd += ["--setenv", name, value]
         return cmd + ["--", *argv]
 
@@ -95,7 +107,7 @@ class Sandbox:
                 extra.append(real)
         return system, extra
 
-    def _environment(self) -> dict:
+    def environment(self) -> dict:
         keep = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "LD_LIBRARY_PATH", "PYTHONPATH",
                 "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")
         env = {k: os.environ[k] for k in keep if k in os.environ}
@@ -109,10 +121,11 @@ class Sandbox:
                 f"--fsize={FILE_BYTES}", "--"]
 
     def user(self) -> int | None:
-        """The uid to start bwrap as: nobody where the checker is root and nobody can reach every
-        folder the runner needs (a Python installed under /root cannot be), else the checker's own
-        (mapped to root inside, with no capability: the views are read-only all the same)."""
-        if os.geteuid() != 0 or not all(_others_can_enter(p) for p in sum(self._readable(), [])):
+        """The uid bwrap runs as: nobody where the checker is root, setpriv is there and nobody can
+        reach every folder the runner needs (a Python installed under /root cannot be), else the
+        checker's own (mapped to root inside, with no capability: the views are read-only all the same)."""
+        if not self.drop or os.geteuid() != 0 or not shutil.which("setpriv") \
+                or not all(_others_can_enter(p) for p in sum(self._readable(), [])):
             return None
         return NOBODY
 
