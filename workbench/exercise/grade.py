@@ -33,7 +33,7 @@ COLUMNS = ("submission", "status", "verdict", "first_failure", "failure_class", 
            "seed", "worker")
 # Besides the columns, what a verdict may carry for a leaderboard: the speed check's worst ratio, the
 # GPU and its clocks, and when the speed was measured.
-EXTRA_FIELDS = ("ratio", "gpu", "clocks", "measured_at")
+EXTRA_FIELDS = ("ratio", "gpu", "clocks", "measured_at", "timings")
 
 
 def submissions(folder) -> list[pathlib.Path]:
@@ -140,7 +140,7 @@ def _report_fields(report) -> dict:
     return dict(status="PASS" if report.ok else "FAIL", verdict=report.verdict(),
                 first_failure=bad.name if bad else "", failure_class=report.failure_class,
                 detail=bad.detail if bad else "",
-                checks="; ".join(f"{c.name}={c.status}" for c in report.checks), **measured)
+                checks="; ".join(f"{c.name}={c.status}" for c in report.checks), timings=report.timings(), **measured)
 
 
 def grade(exercise, folder, *, seed: int | None = None, speed: bool = True, timeout_s: float = TIMEOUT_S,

@@ -115,7 +115,8 @@ def _check_observed(ex: Exercise, sub, code: Code, observed, starter_observed) -
     if own or (observed.markers and observed.markers != calls):
         return Check("SASS rules", "FAIL", "the checker's marker kernel ran other than when the checker launched it",
                      [f"your library defines {own[0]}" if own else
-                      f"it ran {observed.markers} times; the checker launched it {calls} times"])
+                      f"it ran {observed.markers} times; the checker launched it {calls} times",
+                      f"kernels seen: {', '.join(ptxas.kernel_label(k.name) for k in observed.kernels)}"])
     failed, lines = [], []
     for rule in ex.sass:
         counts = ran_counts(observed, rule.scope)

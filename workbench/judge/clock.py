@@ -131,7 +131,7 @@ class _Batch:
                 v.fill_(float("nan"))
 
     def lines(self, arena_id: int) -> list[str]:
-        values = list(self.spec.call_args((), self.attrs)[1]) if self.attrs else []
+        values = list(self.attrs.values())  # sample_attrs: every attribute, in declaration order
         return [call_line(self.step, self.dtype, [tensor_words(arena_id, o, s) for o, s, _ in args],
                           [tensor_words(arena_id, o, s) for o, s, _ in res], values)
                 for args, res in zip(self.args, self.results)]

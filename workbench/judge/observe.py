@@ -67,7 +67,13 @@ class Observation:
 
     @property
     def kernels(self) -> list[RanKernel]:
-        return [k for call in self.calls for k in call]
+        """Each function that ran during the checked calls, once (its launches share one listing,
+        its counts summed over every launch ncu profiled)."""
+        seen: dict[str, RanKernel] = {}
+        for call in self.calls:
+            for k in call:
+                seen.setdefault(k.name, k)
+        return list(seen.values())
 
 
 def unavailable(gpu: bool) -> str:
@@ -89,8 +95,9 @@ def prefix(report: pathlib.Path, metrics=(ncu.LOAD_SECTORS,)) -> list[str]:
 
 
 def read_report(report: pathlib.Path) -> Observation:
-    """The kernels of a saved report, their instructions and metrics, the marker's predecessors
-    left out."""
+    """The launches of a saved report in order (the raw page: a row per launch, with its metrics),
+    each function's instructions (the source page, merged by function), the marker's
+    predecessors left out."""
     exe = ncu.find()
     raw = subprocess.run([exe, "--import", str(report), "--page", "raw", "--csv"], capture_output=True, text=True,
                          timeout=REPORT_TIMEOUT_S)
@@ -98,18 +105,25 @@ def read_report(report: pathlib.Path) -> Observation:
                             capture_output=True, text=True, timeout=REPORT_TIMEOUT_S)
     if raw.returncode != 0 or source.returncode != 0:
         raise RuntimeError(f"ncu could not read its report: {(raw.stderr or source.stderr).strip()[:300]}")
-    rows = ncu.parse_csv(raw.stdout)
-    blocks = parse_sass_page(source.stdout)
-    kernels = []
-    for i, row in enumerate(rows):
-        k = blocks[i] if i < len(blocks) else RanKernel(row.get("Kernel Name", "?"))
-        k.metrics = row
-        kernels.append(k)
-    marks = [i for i, k in enumerate(kernels) if k.name.split("(")[0].strip().endswith(MARKER)]
+    code: dict[str, dict[int, Executed]] = {}
+    for block in parse_sass_page(source.stdout):  # one block per profiled launch, or per function
+        merged = code.setdefault(block.name, {})
+        for i in block.code:
+            had = merged.get(i.address)
+            merged[i.address] = i if had is None else Executed(
+                i.address, i.opcode, i.target, had.warps + i.warps, had.threads + i.threads, i.space, i.access, i.bits)
+    listings = {name: sorted(by_address.values(), key=lambda i: i.address) for name, by_address in code.items()}
+    launches = [RanKernel(str(row.get("Kernel Name", "?")), listings.get(str(row.get("Kernel Name", "?")), []), row)
+                for row in ncu.parse_csv(raw.stdout)]
+    marks = [i for i, k in enumerate(launches) if _is_marker(k.name)]
     if not marks:
-        return Observation([kernels], notes=["no marker kernel: every kernel the runner launched is counted"])
-    calls = [kernels[a + 1:b] for a, b in zip(marks, marks[1:] + [len(kernels)])]
+        return Observation([launches], notes=["no marker kernel: every kernel the runner launched is counted"])
+    calls = [launches[a + 1:b] for a, b in zip(marks, marks[1:] + [len(launches)])]
     return Observation(calls, at_load=marks[0], markers=len(marks))
+
+
+def _is_marker(name: str) -> bool:
+    return name.split("(")[0].strip().split(" ")[-1] == MARKER
 
 
 _PREDICATE = re.compile(r"^@!?U?P\w+\s+")
