@@ -5,7 +5,7 @@ skipped; on a GPU, everything including speed). Also the command line, the rando
 elementwise, reduction and tiled draws), the SASS rule that counts against the starter, the rules
 scoped to a kernel's innermost loops (found from the branches back in its machine code), a compile
 error, and the GPU half of the report (first failing case, crash, speed ratio) driven on the CPU
-through stand-ins for check, gradcheck and bench."""
+through stand-ins for the check matrix, gradcheck and the judge's clock."""
 from __future__ import annotations
 
 import json
@@ -24,8 +24,6 @@ from workbench.model import registry
 
 from workbench.build import toolchain
 from workbench import exercise as wbex
-from workbench.measure.bench_result import BenchResult
-from workbench.errors import IsolatedRunError
 from workbench.exercise import sass as wbsass
 from workbench.specs.bias_gelu import SPEC as BIAS_GELU
 from workbench.specs.matmul import SPEC as MATMUL
@@ -359,6 +357,18 @@ def test_the_count_rule_wants_fewer_matches_than_the_starter(mine, theirs, holds
         assert found[0] == f"{mine} in your kernels, {theirs} in the starter's" and found[1] == f"a<float>: {mine}"
 
 
+def _static_rules(ex, path, name: str):
+    """The SASS rules of `path` built as the checker builds it, judged on its machine code (no GPU
+    run: nothing observed), and the build check."""
+    built, check = wbex.checks.build(ex, path, name)
+    assert check.status == "ok", check
+    sub = wbex.checks.Submission(ex, built, sandboxed=False)
+    try:
+        return wbsass.check_sass(ex, sub, static_why="no GPU here"), sub, check
+    finally:
+        sub.close()
+
+
 @pytest.mark.skipif(ptxas.cuobjdump() is None, reason="cuobjdump not found: the SASS rules cannot be read here")
 def test_a_kernel_with_as_many_barriers_as_the_starter_fails_the_count_rule(tmp_path, cuda_buildable):
     ex = next(e for e in EXERCISES if any(r.kind == "fewer_than_starter" for r in e.sass))
@@ -368,13 +378,10 @@ def test_a_kernel_with_as_many_barriers_as_the_starter_fails_the_count_rule(tmp_
     assert text.count(short) == 1
     path = tmp_path / "full_tree.cu"                # ...this one goes down to 1, shuffles and all
     path.write_text(text.replace(short, "stride > 0; stride >>= 1"))
-    kernel, built = wbex.checks.build(ex, path, "full_tree")      # the SASS rules alone: no GPU checks
-    assert built.status == "ok", built
-    bad = wbsass.check_sass(ex, kernel)
+    bad, _, _ = _static_rules(ex, path, "full_tree")      # the SASS rules alone: no GPU checks
     assert bad.status == "FAIL" and bad.detail == rule.message, bad
     assert any(re.fullmatch(r"\s+(\d+) in your kernels, \1 in the starter's", ln) for ln in bad.lines), bad.lines
-    kernel, _ = wbex.checks.build(ex, ex.solution, wbex.variant_name(ex, ex.solution))
-    passing = wbsass.check_sass(ex, kernel)
+    passing, _, _ = _static_rules(ex, ex.solution, wbex.variant_name(ex, ex.solution))
     assert passing.status == "ok", passing
 
 
@@ -437,18 +444,15 @@ def test_an_lds_outside_the_inner_loop_does_not_hold_the_loop_rule():
 def test_the_inner_loop_rule_fails_the_starter_and_holds_on_the_solution(cuda_buildable):
     ex = next(e for e in EXERCISES if any(r.scope == "inner_loop" for r in e.sass))
     rule = next(r for r in ex.sass if r.scope == "inner_loop")
-    kernel, built = wbex.checks.build(ex, ex.starter, wbex.variant_name(ex, ex.starter))   # cached builds
-    assert built.status == "ok", built
-    bad = wbsass.check_sass(ex, kernel)
+    bad, _, _ = _static_rules(ex, ex.starter, wbex.variant_name(ex, ex.starter))   # cached builds
     assert bad.status == "FAIL" and rule.message in bad.detail, bad
     evidence = [ln.strip() for ln in bad.lines if "inner loop" in ln and ln.startswith("    ")]
     assert evidence and all(re.fullmatch(r"[^:]+: LDG[.A-Z]* in its inner loops? \(0x[0-9a-f]+-0x[0-9a-f]+.*\)", ln)
                             for ln in evidence), bad.lines   # the starter's inner loops read global memory
     assert any(ln.strip() == f"hint: {rule.hint}" for ln in bad.lines)
-    kernel, built = wbex.checks.build(ex, ex.solution, wbex.variant_name(ex, ex.solution))
-    assert built.status == "ok", built
-    assert wbsass.check_sass(ex, kernel).status == "ok"
-    code = wbsass._code(str(kernel.library))
+    held, sub, _ = _static_rules(ex, ex.solution, wbex.variant_name(ex, ex.solution))
+    assert held.status == "ok", held
+    code = wbsass._code(str(sub.built.library))
     for key, c in code.items():        # every kernel, every architecture: an LDS in an innermost loop
         assert wbsass.scoped({key: c}, "inner_loop")[key]["LDS"] > 0, key
 
@@ -472,14 +476,15 @@ def _hopper_sass(monkeypatch, listing: str, source):
     code = ptxas.sass_instructions(listing)
     monkeypatch.setattr(wbsass, "_code", lambda library: code)
     monkeypatch.setattr(ptxas, "cuobjdump", lambda: "cuobjdump")
-    return wbsass.check_sass(wbex.get(7), SimpleNamespace(library="lib.so", source=source, device="cuda"))
+    sub = SimpleNamespace(library="lib.so", built=SimpleNamespace(source=source, device="cuda"), unchanged=lambda: True)
+    return wbsass.check_sass(wbex.get(7), sub)
 
 
 def test_the_sass_rules_of_an_sm90a_source_judge_its_sm90a_code_alone(monkeypatch, tmp_path):
     ex = wbex.get(7)
     # Its sm_80 code is a trap that never runs (the launcher declines off sm_90): not judged.
     held = _hopper_sass(monkeypatch, _HOPPER_LISTING, ex.solution)
-    assert (held.status, held.detail) == ("ok", "2 rules hold on sm_90a"), held
+    assert (held.status, held.detail) == ("ok", "2 rules hold on sm_90a: the machine code as built"), held
     # The same code from a source without the marker is judged on every architecture it has.
     plain = tmp_path / "plain.cu"
     plain.write_text(ex.solution.read_text().replace(toolchain.SM90A_MARKER, "no marker"))
@@ -496,17 +501,15 @@ def test_the_tma_rules_fail_the_starter_and_hold_on_the_solution(cuda_buildable)
     """Exercise 07's starter copies its tiles with the threads (LDG, STS) and waits at barriers
     alone; its solution loads by TMA on mbarriers. Judged on the sm_90a code the marker builds."""
     ex = wbex.get(7)
-    kernel, built = wbex.checks.build(ex, ex.starter, wbex.variant_name(ex, ex.starter))   # cached builds
-    assert built.status == "ok", built
-    bad = wbsass.check_sass(ex, kernel)
+    bad, _, _ = _static_rules(ex, ex.starter, wbex.variant_name(ex, ex.starter))   # cached builds
     assert bad.status == "FAIL" and bad.detail == "; ".join(r.message for r in ex.sass), bad
-    assert all("(SASS for sm_90a;" in ln for ln in bad.lines if not ln.startswith(" ")), bad.lines
+    assert all("(SASS for sm_90a;" in ln for ln in bad.lines if not ln.startswith((" ", "judged on"))), bad.lines
     evidence = [ln.strip() for ln in bad.lines if ln.startswith("    ") and not ln.strip().startswith("hint:")]
     assert evidence and all(ln.startswith("sync_load_kernel<") and "LDG.E.128" in ln for ln in evidence), bad.lines
-    kernel, built = wbex.checks.build(ex, ex.solution, wbex.variant_name(ex, ex.solution))
-    assert built.status == "ok" and "no spills" in built.detail, built
-    assert (wbsass.check_sass(ex, kernel).detail) == "2 rules hold on sm_90a"
-    own = {k: c for (arch, k), c in wbsass.scoped(wbsass._code(str(kernel.library))).items()
+    held, sub, built = _static_rules(ex, ex.solution, wbex.variant_name(ex, ex.solution))
+    assert "no spills" in built.detail, built
+    assert held.detail == "2 rules hold on sm_90a: the machine code as built, not what ran (no GPU here)"
+    own = {k: c for (arch, k), c in wbsass.scoped(wbsass._code(str(sub.built.library))).items()
            if arch == "sm_90a" and "tma_pipeline_kernel" in k}
     assert len(own) == 6, list(own)     # 2 dtypes x 3 transpose cases, each loading by TMA, on mbarriers
     for k, c in own.items():
@@ -578,31 +581,73 @@ def test_a_missing_or_non_cuda_path_is_refused(tmp_path):
 
 @pytest.fixture
 def pretend_gpu(monkeypatch, cuda_buildable):
-    """Run check_exercise's GPU steps on this machine: the GPU is 'there', and the child runs of
-    check and gradcheck, and bench, are replaced by stand-ins the test sets (attributes of the
-    returned namespace; check and gradcheck take (op, kernel, **kwargs) like correctness's)."""
+    """Run check_exercise's GPU steps on this machine: the GPU is 'there' (the library really loads
+    in its runner), nothing is observed (the SASS rules read the machine code), and the check
+    matrix, gradcheck and the judge's clock are stand-ins the test sets (attributes of the returned
+    namespace: check and gradcheck take (op, kernel, **kwargs), race (op, sides, direction, dtype,
+    shape) returns a judge.clock.Race)."""
+    from workbench.judge import clock, observe
+    from workbench.measure import gradients
+
     class Fakes:
         check = None
         gradcheck = None
-        bench = None
+        race = None
 
     fakes = Fakes()
-    monkeypatch.setattr(wbex.child, "gpu_present", lambda: True)
-    monkeypatch.setattr(wbex.child, "start_worker", lambda ex, seed, gpu=None: None)
-    # The load in a child (tests/test_checker_isolation.py runs it for real): what the library exports.
-    monkeypatch.setattr(wbex.child, "load_in_child", lambda ex, built, worker=None, timeout_s=None: {
-        "info": {"op": ex.op, "device": built.device, "dtypes": list(built.dtypes)}, "build_id": built.build_id,
-        "built": False, "pid": -1})
-    monkeypatch.setattr(wbex.child, "in_child",
-                        lambda kind, ex, kernel, worker=None, **k: getattr(fakes, kind)(ex.op, kernel, **k))
+    monkeypatch.setattr(toolchain, "gpu_available", lambda: True)
+    monkeypatch.setattr(observe, "unavailable", lambda gpu: "pretending")
+    monkeypatch.setattr(wbex.checks.Submission, "kernel", lambda self, dtypes: _Named(self.built.name))
+    monkeypatch.setattr(correctness, "check", lambda op, kernel, **k: fakes.check(op, kernel, **k))
+    monkeypatch.setattr(gradients, "gradcheck", lambda op, kernel, **k: fakes.gradcheck(op, kernel, **k))
+    monkeypatch.setattr(clock, "race", lambda *a, **k: fakes.race(*a, **k))
+    monkeypatch.setattr(wbex.checks, "reference", lambda ex, python=False: _Named(ex.reference))
+    monkeypatch.setattr(wbex.speedcheck, "physics", _NoLimits)
+    monkeypatch.setattr(wbex.speedcheck.conditions, "unavailable", lambda: "pretending")
+    import torch
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "a pretend GPU")
     fakes.gradcheck = lambda op, kernel, **k: correctness.Report(
         op, kernel.name, "cuda", [correctness.Case("grad x", (3, 5), "float32", "contiguous", True)],
         method="gradients vs the float64 reference")
     return fakes
 
 
+class _Named:
+    def __init__(self, name):
+        self.name = name
+        self.module = self
+
+    def close(self):
+        pass
+
+
+class _NoLimits:
+    """physics with a device that can do anything, except where a test says otherwise."""
+    reason = ""
+
+    class Limits:
+        def __init__(self, *a, **k):
+            pass
+
+        def judge(self, row):
+            return _NoLimits.reason
+
+
 def _passing_check(op, kernel, **kwargs):
     return correctness.Report(op, kernel.name, "cuda", [correctness.Case("forward", (3, 5), "float32", "contiguous", True)])
+
+
+def _race(mine_ms: float, ref_ms: float, *, wrong: str = "", reference_wrong: str = ""):
+    from workbench.judge import clock
+
+    def race(op, sides, direction, dtype, shape, **k):
+        out = clock.Race(op, direction, dtype, tuple(shape), calls=24, rounds=3, protocol_ms=0.1, batch_ms=10.0)
+        names = list(sides)
+        for name, ms, bad in ((names[0], ref_ms, reference_wrong), (names[1], mine_ms, wrong)):
+            out.sides[name] = clock.Side(name, [ms] * 3, bad)
+        return out
+    return race
 
 
 def test_a_correctness_failure_names_the_case(pretend_gpu):
@@ -618,9 +663,9 @@ def test_a_correctness_failure_names_the_case(pretend_gpu):
 
     pretend_gpu.check = check
     report = wbex.check_exercise(2, wbex.get(2).solution, seed=42)
-    assert seen["shapes"] == [list(s) for s in wbex.random_sizes(42, BIAS_GELU)] and seen["seed"] == 42
+    assert seen["shapes"] == wbex.random_sizes(42, BIAS_GELU) and seen["seed"] == 42
     assert seen["dtypes"] == ["float32"] and seen["backward"] is True
-    assert seen["layouts"] == ["contiguous", "strided", "offset"]  # a transposed view reaches the kernel as a copy
+    assert seen["layouts"] == ("contiguous", "strided", "offset")  # a transposed view reaches the kernel as a copy
     bad = report.first_failure
     assert bad.name == "correctness", report.summary()
     assert bad.detail == "backward dbias, 37x131 float32 offset; 2 of 3 cases failed"
@@ -632,24 +677,20 @@ def test_a_correctness_failure_names_the_case(pretend_gpu):
     assert report.check("speed").detail == "fix correctness first"
 
 
-def test_a_crash_is_reported_with_the_cuda_error_and_its_case(pretend_gpu):
-    def check(op, kernel, **kwargs):
-        assert kwargs["announce"] is True  # the child names each case before it runs it
-        raise IsolatedRunError("check of bias_gelu/ex02_solution", 1, "torch.AcceleratorError: CUDA error: "
-                               "misaligned address\nSearch for `cudaErrorMisalignedAddress'",
-                               "[case] forward 203x634 float32 contiguous\n[case] backward 203x634 float32 contiguous\n"
-                               "[case] forward 192x7 float32 offset\ntorch.AcceleratorError: CUDA error: misaligned "
-                               "address\nSearch for `cudaErrorMisalignedAddress'")
-
-    pretend_gpu.check = check
+def test_a_crash_is_its_case_failing_with_the_cuda_error(pretend_gpu):
+    """A kernel that faults takes its runner down, never the judge: that case fails with the CUDA
+    error (the runner's report of it), the next cases run in a fresh runner, the report says how to
+    find the faulting access."""
+    pretend_gpu.check = lambda op, kernel, **k: correctness.Report(op, kernel.name, "cuda", [
+        correctness.Case("forward", (203, 634), "float32", "contiguous", True),
+        correctness.Case("forward", (192, 7), "float32", "offset", False,
+                         note="raised DeviceLost: ex02_solution: call: the child process was killed by signal 9 "
+                              "(CUDA error: misaligned address)")])
     report = wbex.check_exercise(2, wbex.get(2).solution, seed=1)
     bad = report.first_failure
-    assert (bad.name, bad.detail) == ("correctness", "crashed in forward 192x7 float32 offset: misaligned address"), \
-        report.summary()
-    assert any("the case that was running: forward 192x7 float32 offset (each input: views that start one element"
-               in ln for ln in bad.lines), bad.lines
+    assert (bad.name, bad.detail) == ("correctness", "forward, 192x7 float32 offset; crashed"), report.summary()
+    assert any("misaligned address" in ln for ln in bad.lines), bad.lines
     assert any("python -m workbench sanitize bias_gelu ex02_solution --source" in ln for ln in bad.lines)
-    assert not any(ln.strip().startswith("[case]") for ln in bad.lines)  # the markers are not shown as output
     assert report.check("gradcheck").status == "ok"     # the next checks still ran; the report printed
 
 
@@ -663,7 +704,7 @@ def test_a_reduction_exercise_checks_the_reduction_draw(pretend_gpu):
 
     pretend_gpu.check = check
     report = wbex.check_exercise(ex.number, ex.solution, seed=42, speed=False)
-    assert seen["shapes"] == [list(s) for s in wbex.reduction_sizes(42, registry.spec(ex.op), ex.sizes.moduli)]
+    assert seen["shapes"] == wbex.reduction_sizes(42, registry.spec(ex.op), ex.sizes.moduli)
     assert seen["dtypes"] == list(ex.dtypes) and report.shapes == wbex.reduction_sizes(42, registry.spec(ex.op))
     assert report.check("correctness").status == "ok", report.summary()
 
@@ -678,14 +719,14 @@ def test_a_tiled_exercise_checks_the_tiled_draw(pretend_gpu):
 
     pretend_gpu.check = check
     report = wbex.check_exercise(ex.number, ex.solution, seed=42, speed=False)
-    assert seen["shapes"] == [list(s) for s in wbex.tiled_sizes(42, registry.spec(ex.op), ex.sizes.moduli)]
+    assert seen["shapes"] == wbex.tiled_sizes(42, registry.spec(ex.op), ex.sizes.moduli)
     assert report.shapes == wbex.tiled_sizes(42, registry.spec(ex.op)) and report.check("correctness").status == "ok"
 
 
 def test_an_sm90a_exercise_on_another_gpu_says_why_its_gpu_checks_are_skipped(pretend_gpu, monkeypatch):
     """Exercise 07's file needs compute capability 9.0 (its launchers decline elsewhere): on another
     GPU its correctness, gradcheck and speed are skipped with the reason, not failed case by case
-    (pretend_gpu's check, gradcheck and bench stand-ins would fail the test if they were called)."""
+    (pretend_gpu's stand-ins would fail the test if they were called)."""
     ex = wbex.get(7)
     sm80 = "needs an sm_90a GPU (Hopper); this one is sm_80"
     monkeypatch.setattr(toolchain, "unmet_arch", lambda source, device: sm80 if toolchain.needs_sm90a(source) else None)
@@ -696,91 +737,39 @@ def test_an_sm90a_exercise_on_another_gpu_says_why_its_gpu_checks_are_skipped(pr
     assert report.verdict().startswith(f"PASS (skipped: correctness: this file {sm80}")
 
 
-def _bench_rows(student: str, reference: str, mine_ms: float, ref_ms: float):
-    def bench(op, kernel, variants, dtypes, shapes, baselines, directions, budget_s):
-        assert kernel.name == student and variants == [student, reference] and list(baselines) == []
-        rows = []
-        for d in directions:
-            for t in dtypes:
-                for name, ms in ((student, mine_ms), (reference, ref_ms)):
-                    rows.append({"direction": d, "dtype": t, "variant": name, "median_ms": ms, "shape": "8192x8192",
-                                 "verified": "ok", "verify_detail": "", "impossible": False, "clock_warning": ""})
-        return BenchResult(rows)
-    return bench
-
-
 def test_speed_is_the_reference_median_over_yours(pretend_gpu):
     pretend_gpu.check = _passing_check
-    pretend_gpu.bench = _bench_rows("ex02_solution", "vec4", 1.0, 0.8)
+    pretend_gpu.race = _race(1.0, 0.8)
     slow = wbex.check_exercise(2, wbex.get(2).solution, seed=1)
     assert (slow.first_failure.name, slow.first_failure.detail) == ("speed", "0.80x vec4 on fwd float32 8192x8192, target 0.85x")
-    assert "yours 1.0000 ms, vec4 0.8000 ms)" in slow.summary()
-    pretend_gpu.bench = _bench_rows("ex02_solution", "vec4", 0.9, 0.8)
+    assert "yours 1.0000 ms, vec4 0.8000 ms a call" in slow.summary() and slow.failure_class == "speed-target"
+    pretend_gpu.race = _race(0.9, 0.8)
     fast = wbex.check_exercise(2, wbex.get(2).solution, seed=1)
     assert fast.complete and fast.verdict() == "PASS", fast.summary()
-    assert "0.89x vec4" in fast.summary()               # the timings print on a pass too
+    assert "0.89x vec4" in fast.summary() and "on the judge's clock: 3 rounds of 24 calls" in fast.summary()
+    assert fast.check("speed").measured["ratio"] == pytest.approx(0.8889, abs=1e-4)
     assert wbex.check_exercise(2, wbex.get(2).solution, seed=1, speed=False).check("speed").status == "skipped"
 
 
-def _speed_with(monkeypatch, rows_of):
-    """checks.speed of exercise 02 (8192x8192 fwd float32) on benchmark rows that rows_of(student,
-    reference) gives; no build, no GPU: the child's bench is a stand-in."""
-    from types import SimpleNamespace
-
-    ex = wbex.get(2)
-    kernel = SimpleNamespace(name="ex02_mine", device="cuda", source=ex.solution)
-    monkeypatch.setattr(wbex.child, "in_child",
-                        lambda kind, ex_, k, worker=None, **kw: BenchResult(rows_of(k.name, ex.reference)))
-    return wbex.speedcheck.speed(ex, kernel)
-
-
-def _row(variant: str, ms: float, **fields):
-    row = {"direction": "fwd", "dtype": "float32", "variant": variant, "median_ms": ms, "shape": "8192x8192",
-           "verified": "ok", "verify_detail": "", "impossible": False, "impossible_reason": "", "clock_warning": ""}
-    row.update(fields)
-    return row
-
-
-def test_speed_fails_on_a_wrong_or_impossible_row_whatever_the_ratio(monkeypatch):
-    wrong = "the timed call's output: y, largest |difference| 1.5 at [6144, 0], shape 8192x8192"
-    check = _speed_with(monkeypatch, lambda me, ref: [_row(me, 0.1, verified="wrong", verify_detail=wrong),
-                                                      _row(ref, 0.4)])
+def test_speed_fails_on_a_wrong_or_impossible_side_whatever_the_ratio(pretend_gpu):
+    pretend_gpu.check = _passing_check
+    wrong = "timed call 7 of 24: y wrong at 8192x8192 float32: largest |difference| 1.5 at [6144, 0]"
+    pretend_gpu.race = _race(0.1, 0.4, wrong=wrong)
+    check = wbex.check_exercise(2, wbex.get(2).solution, seed=1).check("speed")
     assert check.status == "FAIL" and check.detail == f"yours, fwd float32 8192x8192: the timed output is wrong: {wrong}"
     assert any("4.00x vec4" in ln for ln in check.lines)  # the timings are shown, and do not count
-    # The benchmark does not time a wrong row (NaN): still the same FAIL, not "no timing".
-    check = _speed_with(monkeypatch, lambda me, ref: [_row(me, math.nan, verified="wrong", verify_detail=wrong),
-                                                      _row(ref, 0.4)])
-    assert check.status == "FAIL" and check.detail == f"yours, fwd float32 8192x8192: the timed output is wrong: {wrong}"
-    assert any("no ratio (yours not timed, vec4 0.4000 ms)" in ln for ln in check.lines), check.lines
-    reason = "2512 GB/s is 1.31x the device's copy ceiling (1913 GB/s)"
-    check = _speed_with(monkeypatch, lambda me, ref: [_row(me, 0.1, impossible=True, impossible_reason=reason),
-                                                      _row(ref, 0.4)])
-    assert check.status == "FAIL" and check.detail == f"yours, fwd float32 8192x8192: impossible: {reason}"
-    # The reference's rows are held to the same: a wrong reference makes the ratio meaningless.
-    check = _speed_with(monkeypatch, lambda me, ref: [_row(me, 0.4), _row(ref, 0.4, verified="wrong",
-                                                                          verify_detail="after timing: y")])
+    pretend_gpu.race = _race(0.4, 0.4, reference_wrong="timed call 1 of 24: y wrong")
+    check = wbex.check_exercise(2, wbex.get(2).solution, seed=1).check("speed")
     assert check.status == "FAIL" and check.detail.startswith("vec4, fwd float32 8192x8192: the timed output is wrong")
-
-
-def test_speed_fails_where_the_timed_output_was_not_verified(monkeypatch):
-    check = _speed_with(monkeypatch, lambda me, ref: [_row(me, 0.4, verified="not checked",
-                                                           verify_detail="no float64 reference fits"), _row(ref, 0.4)])
-    assert (check.status, check.detail) == ("FAIL", "yours, fwd float32 8192x8192: the timed output could not be "
-                                                    "verified (no float64 reference fits)")
-    # A row without the fields (a benchmark that does not verify) counts as not verified.
-    bare = lambda me, ref: [{"direction": "fwd", "dtype": "float32", "variant": n, "median_ms": 0.4}  # noqa: E731
-                            for n in (me, ref)]
-    check = _speed_with(monkeypatch, bare)
-    assert check.status == "FAIL" and "the timed output could not be verified (not checked)" in check.detail
-
-
-def test_speed_quotes_a_clock_warning_and_says_its_shape(monkeypatch):
-    warn = "SM clock moved 1980 -> 1755 MHz during the row (thermal throttle)"
-    check = _speed_with(monkeypatch, lambda me, ref: [_row(me, 0.4, clock_warning=warn), _row(ref, 0.4)])
-    assert (check.status, check.detail) == ("ok", "at least 1.00x vec4 at 8192x8192 (target 0.85x)")
-    assert f"yours, fwd float32 8192x8192: clocks: {warn} (a note, not a failure)" in check.lines
-    slow = _speed_with(monkeypatch, lambda me, ref: [_row(me, 1.0), _row(ref, 0.8)])
-    assert (slow.status, slow.detail) == ("FAIL", "0.80x vec4 on fwd float32 8192x8192, target 0.85x")
+    _NoLimits.reason = "2512 GB/s is 1.31x the device's copy ceiling"
+    try:
+        pretend_gpu.race = _race(0.1, 0.4)
+        report = wbex.check_exercise(2, wbex.get(2).solution, seed=1)
+    finally:
+        _NoLimits.reason = ""
+    check = report.check("speed")
+    assert check.status == "FAIL" and check.detail == "yours, fwd float32 8192x8192: impossible: 2512 GB/s is 1.31x the device's copy ceiling"
+    assert report.failure_class == "speed-impossible"
 
 
 # ----------------------------------------------------------------------------- command line

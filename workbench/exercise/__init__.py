@@ -211,17 +211,26 @@ def _observe(ex: Exercise, sub: checks.Submission, seed: int):
 
 
 def check_exercise(exercise, path=None, *, seed: int | None = None, speed: bool = True,
-                   require_sandbox: bool = False) -> ExerciseReport:
+                   require_sandbox: bool = False, out=None) -> ExerciseReport:
     """Build `path` (default: the exercise's starter.cu) as a variant of the exercise's op and judge
     it: build, load (in a sandboxed runner), declared dtypes, SASS rules; then, on a GPU, correctness
     (the check matrix on sizes drawn from `seed`), gradcheck, and speed against the reference
-    variant on the judge's clock (speed=False skips it). Returns an ExerciseReport: .ok, .checks,
-    .first_failure, .summary(). Raises ValueError for an unknown exercise, a path that is not a .cu
-    file, or (require_sandbox) a machine without the sandbox."""
+    variant on the judge's clock (speed=False skips it). out(line): the report as it is made (the
+    header, a line per check as it ends, the tail), as `exercise check` prints it. Returns an
+    ExerciseReport: .ok, .checks, .first_failure, .summary(). Raises ValueError for an unknown
+    exercise, a path that is not a .cu file, or (require_sandbox) a machine without the sandbox."""
     sandboxed = _sandboxed(require_sandbox)
     ex, source, report = _prepare(exercise, path, seed)
-    for _ in _run(ex, source, report, speed, sandboxed):
-        pass
+    say = out or (lambda line: None)
+    started = time.perf_counter()
+    if not sandboxed:
+        say(f"note: not sandboxed: {sandbox.missing()}; your code runs in a runner process of its own, as you "
+            f"(grading refuses without the sandbox)")
+    say(report.header() + "\n")
+    for c in _run(ex, source, report, speed, sandboxed):
+        say(f"  {c.line()}")
+    say(report.tail())
+    say(f"({time.perf_counter() - started:.1f} s: {report.timings()})")
     return report
 
 
@@ -239,19 +248,10 @@ def cli_list(args) -> int:
 
 
 def cli_check(args) -> int:
-    started = time.perf_counter()
     try:
-        sandboxed = _sandboxed(False)
-        ex, source, report = _prepare(args.exercise, args.path, args.seed)
+        report = check_exercise(args.exercise, args.path, seed=args.seed, speed=not args.no_speed,
+                                out=lambda line: print(line, flush=True))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if not sandboxed:
-        print(f"note: not sandboxed: {sandbox.missing()}; your code runs in a runner process of its own, as you "
-              f"(grading refuses without the sandbox)", file=sys.stderr)
-    print(report.header() + "\n", flush=True)
-    for c in _run(ex, source, report, not args.no_speed, sandboxed):
-        print(f"  {c.line()}", flush=True)
-    print(report.tail())
-    print(f"({time.perf_counter() - started:.1f} s: {report.timings()})")
     return 0 if report.ok else 1

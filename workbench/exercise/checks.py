@@ -15,6 +15,7 @@ import hashlib
 import os
 import pathlib
 import shutil
+import signal
 import tempfile
 from dataclasses import dataclass
 
@@ -299,8 +300,15 @@ def _load_failed(err) -> Check:
         return Check("load", "FAIL", f"hung: loading your library did not finish within {load_timeout_s():g} s "
                                      f"(the runner was killed)", [str(err).splitlines()[0], _LOAD_HINT, *said])
     code = err.returncode
-    detail = (f"the runner loading your library was killed by signal {-code} before answering" if code < 0 else
-              f"the runner loading your library exited with status {code} before answering")
+    signum = -code if code < 0 else code - 128 if 128 < code < 160 else 0  # the sandbox says 128 + N
+    if signum:
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        detail = f"the runner loading your library was killed by {name} before answering"
+    else:
+        detail = f"the runner loading your library exited with status {code} before answering"
     return Check("load", "FAIL", detail, [str(err).splitlines()[0], _LOAD_HINT, *said])
 
 

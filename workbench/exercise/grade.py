@@ -206,14 +206,26 @@ def _child(argv: list[str]) -> int:
     a = p.parse_args(argv)
     channel = os.fdopen(a.verdict_fd, "w")
     os.set_inheritable(a.verdict_fd, False)  # nothing this process starts holds the verdict's pipe
+    _die_with(os.getppid())
     try:
         fields = _report_fields(check_exercise(a.exercise, a.path, seed=a.seed, speed=not a.no_speed,
-                                               require_sandbox=True))
+                                               require_sandbox=True, out=lambda line: print(line, flush=True)))
     except Exception as e:  # noqa: BLE001 - a submission the checker refuses (not a kernel file) is its verdict
         fields = dict(status="ERROR", verdict=f"ERROR: {type(e).__name__}: {e}", detail=str(e)[:300])
     channel.write(json.dumps(fields))
     channel.close()
     return 0
+
+
+def _die_with(parent: int) -> None:
+    """A checker whose grader is gone (killed) ends with everything it started: its verdict would
+    reach no one, and its runners would hold the GPU the next judge measures on."""
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 if __name__ == "__main__":
