@@ -743,6 +743,9 @@ def test_speed_is_the_reference_median_over_yours(pretend_gpu):
     slow = wbex.check_exercise(2, wbex.get(2).solution, seed=1)
     assert (slow.first_failure.name, slow.first_failure.detail) == ("speed", "0.80x vec4 on fwd float32 8192x8192, target 0.85x")
     assert "yours 1.0000 ms, vec4 0.8000 ms a call" in slow.summary() and slow.failure_class == "speed-target"
+    hint = next(ln for ln in slow.first_failure.lines if "python -m workbench profile" in ln)  # why it is slower
+    assert hint.endswith(f"python -m workbench profile bias_gelu ex02_solution vec4 --source "
+                         f"{wbex.checks.shown(wbex.get(2).solution)} --shape 8192x8192 --dtype float32 --direction fwd")
     pretend_gpu.race = _race(0.9, 0.8)
     fast = wbex.check_exercise(2, wbex.get(2).solution, seed=1)
     assert fast.complete and fast.verdict() == "PASS", fast.summary()
