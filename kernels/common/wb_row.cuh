@@ -47,7 +47,9 @@ struct Group {
   __device__ __forceinline__ static int size() { return WARP ? 32 : blockDim.x; }
   __device__ __forceinline__ static int per_block() { return WARP ? blockDim.x / 32 : 1; }
   __device__ __forceinline__ static int index() { return WARP ? threadIdx.x / 32 : 0; }
-  __device__ __forceinline__ static int64_t first_row() { return static_cast<int64_t>(blockIdx.x) * per_block() + index(); }
+  __device__ __forceinline__ static int64_t first_row() {
+    return static_cast<int64_t>(blockIdx.x) * per_block() + index();
+  }
   __device__ __forceinline__ static int64_t row_stride() { return static_cast<int64_t>(gridDim.x) * per_block(); }
   // op over the row's threads, in every thread of the group (wb_block_sum.cuh's fixed trees).
   template <typename A, typename Op>
@@ -84,8 +86,10 @@ template <size_t N>
 Plan plan_for(int64_t nv, const Fit (&fits)[N]) {
   if (nv <= kMaxWarpVecs) return {true, nv <= 32 ? 1 : nv <= 64 ? 2 : 4, kWarpRowsThreads};
   for (const Fit& f : fits)
-    if (nv <= static_cast<int64_t>(f.npt) * f.max_threads)
-      return {false, f.npt, static_cast<int>(wb_ceil_div(wb_ceil_div(nv, static_cast<int64_t>(f.npt)), int64_t{32}) * 32)};
+    if (nv <= static_cast<int64_t>(f.npt) * f.max_threads) {
+      const int64_t threads = wb_ceil_div(nv, static_cast<int64_t>(f.npt));
+      return {false, f.npt, static_cast<int>(wb_ceil_div(threads, int64_t{32}) * 32)};
+    }
   return {false, 0, 0};
 }
 
@@ -232,7 +236,9 @@ class Row {
 // ---------------------------------------------------------------- the kernel and its launch
 
 template <int NPT, bool WARP>
-__host__ __device__ constexpr int max_threads() { return NPT == 0 ? kStreamThreads : WARP ? kWarpRowsThreads : kMaxRowThreads; }
+__host__ __device__ constexpr int max_threads() {
+  return NPT == 0 ? kStreamThreads : WARP ? kWarpRowsThreads : kMaxRowThreads;
+}
 
 template <typename T, int V, int NPT, bool WARP, typename S>
 __global__ void __launch_bounds__(max_threads<NPT, WARP>()) row_kernel(Streams<T, S::kReads, S::kWrites> s,

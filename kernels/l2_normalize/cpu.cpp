@@ -1,3 +1,4 @@
+// cpu: the reference on machines without a GPU and in CI; a row per task on the thread pool.
 #include "l2_normalize.h"
 #include "wb_row_cpu.h"
 static const WbRowLaunchers launchers =

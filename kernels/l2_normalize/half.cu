@@ -1,3 +1,4 @@
+// half: vec4 for fp16/bf16, 8 per access, float math. Predicted: the copy ceiling, ~0.09 ms at 8192^2.
 #include "l2_normalize.h"
 #include "wb_row.cuh"
 static const WbRowLaunchers launchers =

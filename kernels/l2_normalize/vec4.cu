@@ -1,3 +1,4 @@
+// vec4: float4, the row in registers (read once). Predicted: the copy ceiling, ~0.18 ms at 8192^2 (H100).
 #include "l2_normalize.h"
 #include "wb_row.cuh"
 static const WbRowLaunchers launchers =
