@@ -37,7 +37,10 @@ constexpr int kStreamThreads = 256;    // the streamed route: a block per row, a
 template <typename T>
 __host__ __device__ constexpr int vec_width() { return 16 / static_cast<int>(sizeof(T)); }
 
-inline unsigned grid_cap(int64_t blocks) { return static_cast<unsigned>(blocks < (1 << 30) ? blocks : (1 << 30)); }
+// Host and device, so that a header's using-declaration of it survives the NVRTC tier's device view.
+__host__ __device__ constexpr unsigned grid_cap(int64_t blocks) {
+  return static_cast<unsigned>(blocks < (1 << 30) ? blocks : (1 << 30));
+}
 
 // Which threads share a row: a warp (WARP) or the whole block. A row group walks the rows
 // first_row(), first_row() + row_stride(), ...; its reductions give every thread the same bits.

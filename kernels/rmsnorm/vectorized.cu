@@ -36,18 +36,17 @@
 
 namespace {
 
-// The row groups (a warp or a block per row, their sums), the layouts and the row loop are the row
-// family's (wb_row.cuh); the kernels are rmsnorm's own: the weight, and dweight's column sums.
-using wb_row::blocks_for;
+// The row groups (a warp or a block per row, their sums), the layouts (wb_row::plan_for, with_plan)
+// and the row loop are the row family's (wb_row.cuh); the kernels are rmsnorm's own: the weight,
+// and dweight's column sums. (Host functions are named in full: the NVRTC tier's device view has
+// no host function for a using-declaration to name.)
 using wb_row::Fit;
 using wb_row::grid_cap;
 using wb_row::Group;
 using wb_row::kMaxRowThreads;
 using wb_row::kWarpRowsThreads;
 using wb_row::Plan;
-using wb_row::plan_for;
 using wb_row::vec_width;
-using wb_row::with_plan;
 
 constexpr unsigned kDtypes = WB_F32 | WB_F16 | WB_BF16;
 constexpr bool kPrefetch = true;          // backward: load row r + 1 while reducing row r
@@ -203,7 +202,7 @@ __global__ void __launch_bounds__(max_threads<WARP>(), 1) backward_kernel(const 
 
 // ---------------------------------------------------------------- launch plans
 
-// The register route's layouts (plan_for: a warp per row up to 128 vectors, then the first
+// The register route's layouts (wb_row::plan_for: a warp per row up to 128 vectors, then the first
 // fit that covers the row; none: the looped route).
 // Forward: 4 vectors per thread, 8 past 2048 vectors (h > 16384 bf16).
 constexpr Fit kForwardFits[] = {{4, kMaxRowThreads}, {8, kMaxRowThreads}};
@@ -216,7 +215,7 @@ constexpr int kForwardMinNpt = 4, kForwardMaxNpt = 8, kBackwardMaxNpt = 4;  // t
 template <typename T, size_t N>
 bool vector_route(int64_t h, const Fit (&fits)[N], std::initializer_list<const void*> ptrs) {
   constexpr int V = vec_width<T>();
-  return wb_row_tiles::vector_width<T, V>(h, ptrs) == V && plan_for(h / V, fits).threads;
+  return wb_row_tiles::vector_width<T, V>(h, ptrs) == V && wb_row::plan_for(h / V, fits).threads;
 }
 
 template <typename T>
@@ -228,9 +227,9 @@ int forward_t(const WbRmsnormForward* a, const WbLaunch* l) {
   const float inv_h = 1.f / static_cast<float>(a->h), eps = static_cast<float>(a->eps);
   if (vector_route<T>(a->h, kForwardFits, {x, w, y})) {
     const int64_t nv = a->h / V;
-    const Plan p = plan_for(nv, kForwardFits);
-    const int64_t blocks = blocks_for(p, a->rows);
-    with_plan<kForwardMaxNpt, kForwardMinNpt>(p, [&](auto npt, auto warp) {
+    const Plan p = wb_row::plan_for(nv, kForwardFits);
+    const int64_t blocks = wb_row::blocks_for(p, a->rows);
+    wb_row::with_plan<kForwardMaxNpt, kForwardMinNpt>(p, [&](auto npt, auto warp) {
       forward_kernel<T, decltype(npt)::value, decltype(warp)::value><<<grid_cap(blocks), p.threads, 0, stream>>>(
           x, w, y, a->rows, static_cast<int>(nv), inv_h, eps);
       return 0;
@@ -246,13 +245,13 @@ template <typename T>
 int64_t backward_blocks(const Plan& p, int64_t rows, int64_t h, int num_sms, size_t* shared_bytes) {
   *shared_bytes = p.warp ? static_cast<size_t>(p.threads / 32) * h * sizeof(float) : 0;
   int per_sm = 0;
-  const cudaError_t err = with_plan<kBackwardMaxNpt>(p, [&](auto npt, auto warp) {
+  const cudaError_t err = wb_row::with_plan<kBackwardMaxNpt>(p, [&](auto npt, auto warp) {
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
         &per_sm, backward_kernel<T, decltype(npt)::value, decltype(warp)::value>, p.threads, *shared_bytes);
   });
   if (err != cudaSuccess || per_sm < 1) per_sm = 1;
   const int64_t resident = static_cast<int64_t>(per_sm) * (num_sms > 0 ? num_sms : 1);
-  const int64_t needed = blocks_for(p, rows);
+  const int64_t needed = wb_row::blocks_for(p, rows);
   return needed < resident ? needed : resident;
 }
 
@@ -264,11 +263,11 @@ int backward_t(const WbRmsnormBackward* a, const WbLaunch* l) {
   T* dx = static_cast<T*>(a->dx);
   const float inv_h = 1.f / static_cast<float>(a->h), eps = static_cast<float>(a->eps);
   if (vector_route<T>(a->h, kBackwardFits, {dy, x, w, dx, a->dweight})) {
-    const Plan p = plan_for(a->h / V, kBackwardFits);
+    const Plan p = wb_row::plan_for(a->h / V, kBackwardFits);
     size_t shared_bytes = 0;
     const int64_t blocks = backward_blocks<T>(p, a->rows, a->h, l->num_sms, &shared_bytes);
     float* partial = static_cast<float*>(a->workspace);
-    with_plan<kBackwardMaxNpt>(p, [&](auto npt, auto warp) {
+    wb_row::with_plan<kBackwardMaxNpt>(p, [&](auto npt, auto warp) {
       backward_kernel<T, decltype(npt)::value, decltype(warp)::value>
           <<<static_cast<unsigned>(blocks), p.threads, shared_bytes, stream>>>(
               dy, x, w, dx, partial, a->rows, static_cast<int>(a->h / V), inv_h, eps);
@@ -295,7 +294,7 @@ size_t workspace_bytes(int64_t rows, int64_t h, int dtype, const WbLaunch* l) {
   wb_dispatch_dtype<kDtypes>(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     bytes = rmsnorm::looped_workspace_bytes(rows, h, l);
-    const Plan p = plan_for(h / vec_width<T>(), kBackwardFits);
+    const Plan p = wb_row::plan_for(h / vec_width<T>(), kBackwardFits);
     if (h % vec_width<T>() == 0 && p.threads) {
       size_t shared_bytes = 0;
       const size_t regs = static_cast<size_t>(backward_blocks<T>(p, rows, h, l->num_sms, &shared_bytes) * h) * sizeof(float);
