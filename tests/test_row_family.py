@@ -13,6 +13,8 @@ import torch
 
 import workbench as wb
 from conftest import REPO_ROOT, describe
+from workbench import config
+from workbench.build import nvrtc, nvrtc_split, nvrtc_tier
 from workbench.measure.correctness import compare
 from workbench.model import registry
 
@@ -33,6 +35,30 @@ def test_a_row_op_of_the_family_is_its_math_and_declaration_in_120_lines():
         assert {"cpu", "scalar", "vec4", "half"} <= {v.name for v in registry.variants(op)}
         scalar = next(v for v in registry.variants(op) if v.name == "scalar")
         assert "float64" in scalar.dtypes  # the float64 gradcheck runs on the GPU too
+
+
+# A CUDA variant of the family: the storage type and access width its kernels are instantiated with.
+FAMILY_KERNELS = {"scalar": ("double", 1), "vec4": ("float", 4), "half": ("wb_bf16_t", 8)}
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="no NVRTC library here (torch's CUDA wheels bring it)")
+@pytest.mark.parametrize("op, variant", [*CUDA, ("rmsnorm", "vectorized")], ids=lambda x: str(x))
+def test_the_nvrtc_tier_takes_the_family_headers(op, variant):
+    """The NVRTC tier's device view of every CUDA variant of the family, and of rmsnorm's vectorized
+    rung on its row groups, compiles with NVRTC (syntax only), the family's kernels instantiated: the
+    headers use nothing NVRTC lacks (<utility>, INFINITY) and device code names no host function (a
+    using-declaration of one); else the edit loop falls back to nvcc."""
+    source = registry.resolve(op).variant_source(variant)
+    closure = nvrtc_split.closure(source, [config.COMMON_DIR, source.parent])
+    names = []
+    if op in ROW_OPS:
+        t, v = FAMILY_KERNELS[variant]
+        step = "Wb" + "".join(w.title() for w in op.split("_"))
+        layouts = [(0, "false")] + ([(4, "false"), (1, "true")] if v > 1 else [])
+        names = [f"&wb_row::row_kernel<{t}, {v}, {npt}, {warp}, {step}{s}>"
+                 for s in ("Forward", "Backward") for npt, warp in layouts]
+    options = [*nvrtc_tier.nvrtc_options("sm_90a", []), nvrtc_tier.SYNTAX_ONLY]
+    nvrtc.compile_program(closure.files[0][0], nvrtc_split.split(closure).device, options, names)
 
 
 def _rows(dtype, device):
