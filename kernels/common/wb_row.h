@@ -19,10 +19,10 @@
 //
 // row.sum and row.max take one element's values of the kReads streams and return the reduction
 // over the row, the same in every thread of the row; row.write computes each element's kWrites
-// outputs; row.n() is the row's length. Every thread of a row calls the same reductions in the same order (they meet at
-// barriers): never inside a branch taken by some elements only; a branch on a row's reduction is
-// fine. A step may take the op's attributes with a constructor `explicit MyOpForward(const
-// WbRowArgs&)` (reading args.attrs). No torch, no CUDA here.
+// outputs; row.n() is the row's length. Every thread of a row makes the same reductions in the same
+// order (they meet at barriers): never inside a branch taken by some elements only; a branch on a
+// row's reduction is fine. A step may take the op's attributes with a constructor
+// `explicit MyOpForward(const WbRowArgs&)` (reading args.attrs). No torch, no CUDA here.
 //
 // Rows are never empty: the front end launches nothing where a tensor a step reads is empty
 // (bindings/harness/call_contract.h), so every launcher of a row op, of this family or written by
