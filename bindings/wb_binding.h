@@ -11,9 +11,10 @@
 //
 // A step the op does not have, or that needs no workspace, is nullptr.
 //
-// An op of the elementwise family (kernels/common/wb_elementwise.h) needs none of that: its whole
-// binding is WB_EXPORT_BINDING(my_op, WB_ELEMENTWISE_STEPS), whose steps hand the call's tensors, in
-// order, and its attributes to the variant's WbElementwiseLaunchers.
+// An op of the elementwise family (kernels/common/wb_elementwise.h) or of the row family
+// (wb_row.h) needs none of that: its whole binding is WB_EXPORT_BINDING(my_op, WB_ELEMENTWISE_STEPS)
+// or WB_EXPORT_BINDING(my_op, WB_ROW_STEPS), whose steps hand the call's tensors, in order, and its
+// attributes to the variant's WbElementwiseLaunchers or WbRowLaunchers.
 #pragma once
 
 #include <stddef.h>
@@ -22,6 +23,7 @@
 
 #include "wb_elementwise.h"
 #include "wb_op.h"
+#include "wb_row.h"
 
 namespace wb_binding {
 
@@ -52,23 +54,38 @@ inline size_t rows_backward_workspace(const WbCall& c, const L& l, const WbLaunc
   return l.backward_workspace_bytes ? l.backward_workspace_bytes(wb_rows(&x), wb_last_dim(&x), c.dtype, launch) : 0;
 }
 
-// The elementwise family's steps: in and out are the call's inputs and outputs as they come (the
-// front end has checked that every tensor has the same n elements; outputs[0] always exists).
-inline WbElementwiseArgs elementwise_args(const WbCall& c) {
-  WbElementwiseArgs a{};
+// A family's arguments: the call's tensors as they come (inputs, outputs) and its attributes.
+template <typename Args>
+inline Args family_args(const WbCall& c) {
+  Args a{};
   a.dtype = c.dtype;
-  a.n = c.outputs[0].numel;
   for (int i = 0; i < c.n_inputs; ++i) a.in[i] = c.inputs[i].data;
   for (int i = 0; i < c.n_outputs; ++i) a.out[i] = c.outputs[i].data;
   for (int i = 0; i < c.n_attrs; ++i) a.attrs[i] = c.attrs[i];
   return a;
 }
-inline int elementwise_forward(const WbCall& c, const WbElementwiseLaunchers& l, const WbLaunch* launch) {
-  const WbElementwiseArgs a = elementwise_args(c);
+// The elementwise family: the front end has checked that every tensor has the same n elements
+// (outputs[0] always exists).
+inline WbElementwiseArgs args_for(const WbCall& c, const WbElementwiseLaunchers&) {
+  WbElementwiseArgs a = family_args<WbElementwiseArgs>(c);
+  a.n = c.outputs[0].numel;
+  return a;
+}
+// The row family: every tensor is [rows, n], as the first input (x, or the backward's grad_y).
+inline WbRowArgs args_for(const WbCall& c, const WbRowLaunchers&) {
+  WbRowArgs a = family_args<WbRowArgs>(c);
+  a.rows = wb_rows(&c.inputs[0]);
+  a.n = wb_last_dim(&c.inputs[0]);
+  return a;
+}
+template <typename L>
+inline int family_forward(const WbCall& c, const L& l, const WbLaunch* launch) {
+  const auto a = args_for(c, l);
   return l.forward(&a, launch);
 }
-inline int elementwise_backward(const WbCall& c, const WbElementwiseLaunchers& l, const WbLaunch* launch) {
-  const WbElementwiseArgs a = elementwise_args(c);
+template <typename L>
+inline int family_backward(const WbCall& c, const L& l, const WbLaunch* launch) {
+  const auto a = args_for(c, l);
   return l.backward(&a, launch);
 }
 
@@ -93,6 +110,8 @@ inline int elementwise_backward(const WbCall& c, const WbElementwiseLaunchers& l
     return &table;                                                                                              \
   }
 
-// The elementwise family's launcher table and steps, no workspace: WB_EXPORT_BINDING(my_op, WB_ELEMENTWISE_STEPS).
-#define WB_ELEMENTWISE_STEPS \
-  WbElementwiseLaunchers, wb_binding::elementwise_forward, wb_binding::elementwise_backward, nullptr, nullptr
+// A family's launcher table and steps, no workspace: WB_EXPORT_BINDING(my_op, WB_ELEMENTWISE_STEPS).
+#define WB_FAMILY_STEPS(LAUNCHERS) \
+  LAUNCHERS, wb_binding::family_forward<LAUNCHERS>, wb_binding::family_backward<LAUNCHERS>, nullptr, nullptr
+#define WB_ELEMENTWISE_STEPS WB_FAMILY_STEPS(WbElementwiseLaunchers)
+#define WB_ROW_STEPS WB_FAMILY_STEPS(WbRowLaunchers)

@@ -14,6 +14,7 @@
 #   [wheel.tar export.tar ndarray.tar (+ .log): issue 14's GPU scripts, scripts/gpu_{wheel,export,ndarray}.sh]
 #   [small_sizes_{build,tests}.log small_sizes.{jsonl,log}: CUDA graph capture of every variant, reduce_sum at 2^20]
 #   [call_path_{build,tests}.log call_path.{jsonl,log}: a call's host cost, native against the workbench, with verdicts]
+#   [rows_{build,tests}.log rows.{jsonl,log}: softmax and l2_normalize at 8192^2 against eager and compile, with verdicts]
 # Usage (device tool):  bash scripts/gpu_run.sh            # everything but the notebooks
 #                       STEPS="tests" CHUNK=1 bash scripts/gpu_run.sh    # chunk 1 of 4 (CHUNKS=4); then 2, 3, 4
 #                       python3 scripts/gpu_summary.py OUT1 OUT2 ...     # adds up the chunks of several calls
@@ -21,6 +22,7 @@
 #                       OPS="scale_bias_relu" SHAPES="16384x16384" STEPS=bench bash scripts/gpu_run.sh
 #                       STEPS=small_sizes bash scripts/gpu_run.sh          # issue 26 items 5-6 (graphs, reduce_sum 2^20)
 #                       STEPS=call_path bash scripts/gpu_run.sh            # issue 26 items 1-3 (a call's host cost)
+#                       STEPS=rows bash scripts/gpu_run.sh                 # issue 40 item 4 (the row family)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/artifacts/gpu}
@@ -267,6 +269,76 @@ for shape in ("1048576", "16384x16384", "268435456"):
 PY
             ;;
           *) echo "unknown small_sizes part $part" ;;
+        esac
+      done ;;
+    rows)  # issue 40 item 4, the row family: softmax's, l2_normalize's and rmsnorm's CUDA variants built in parallel
+      # (rmsnorm runs on the family's row groups and plans now); their GPU tests; then softmax and l2_normalize at
+      # 8192 x 8192, float32 and bfloat16, fwd, bwd and fwd+bwd against eager and torch.compile, with the issue's
+      # verdicts (fwd within 5% of the copy ceiling; softmax fwd+bwd >= 1.0x torch.softmax), and rmsnorm/vectorized
+      # at the lab shape against F.rms_norm beside the newest committed H100 run (the same ratio within 3%).
+      # Parts: ROWS_PARTS="build tests bench". $OUT/rows_build.log rows_tests.log rows.jsonl rows.log
+      for part in ${ROWS_PARTS:-build tests bench}; do
+        case $part in
+          build)
+            python3 -c "from workbench.model import registry
+for op in ('softmax', 'l2_normalize', 'rmsnorm'):
+    print(*[f'{op} {v.name}' for v in registry.variants(op) if v.runs_on('cuda') and not v.python], sep='\n')" \
+              | timeout 300 xargs -P "${JOBS:-8}" -n 2 python3 -m workbench build 2>&1 | tee "$OUT/rows_build.log" ;;
+          tests)
+            WORKBENCH_TEST_CACHE="$WORKBENCH_CACHE" timeout 360 python3 -m pytest -q -m gpu -rfEs --durations=10 \
+              -p no:logging tests/test_row_family.py tests/test_gpu.py tests/test_rmsnorm.py \
+              -k "(softmax or l2_normalize or rmsnorm) and not bench_small_sweep" 2>&1 | tee "$OUT/rows_tests.log" ;;
+          bench)
+            timeout 400 python3 - "$OUT" "$BUDGET" <<'PY' 2>&1 | grep -v "^\[bench\]" | tee "$OUT/rows.log"
+import pathlib, sys
+import workbench as wb
+from workbench.measure import results
+
+out = pathlib.Path(sys.argv[1])
+verdicts = []
+budget = float(sys.argv[2])
+for op, directions in (("softmax", ["fwd", "bwd", "fwd+bwd"]), ("l2_normalize", ["fwd", "fwd+bwd"])):
+    r = wb.bench(op, dtypes=["float32", "bfloat16"], shapes=[(8192, 8192)], directions=directions, budget_s=budget)
+    r.save(out / "rows.jsonl")
+    print(r.table() + "\n", flush=True)
+    for dtype in ("float32", "bfloat16"):
+        for direction in directions:
+            rows = [x for x in r.rows if x["dtype"] == dtype and x["direction"] == direction]
+            best = min((x for x in rows if x["kind"] == "variant"), key=lambda x: x["median_ms"])
+            base = {x["variant"]: x["median_ms"] for x in rows if x["kind"] == "baseline"}
+            line = (f"{op} {dtype} {direction}: {best['variant']} {best['median_ms'] * 1e3:.1f} us, "
+                    f"{best['pct_of_ceiling']:.1f}% of the copy ceiling, {base['eager'] / best['median_ms']:.3f}x eager, "
+                    f"{base['compile'] / best['median_ms']:.3f}x compile")
+            if direction == "fwd":
+                line += f"; target >= 95% of copy: {'MET' if best['pct_of_ceiling'] >= 95 else 'MISSED'}"
+            if op == "softmax" and direction == "fwd+bwd":
+                ok = base["eager"] / best["median_ms"] >= 1.0
+                line += f"; target >= 1.0x torch.softmax: {'MET' if ok else 'MISSED'}"
+            verdicts.append(line)
+r = wb.bench("rmsnorm", variants=["vectorized"], dtypes=["bfloat16"], shapes=[(8, 4096, 4096)],
+             baselines=["F.rms_norm"], directions=["fwd", "bwd"], budget_s=budget)
+r.save(out / "rows.jsonl")
+committed = [x for x in results.read_rows(pathlib.Path("results/bench.jsonl"))
+             if x.get("op") == "rmsnorm" and x.get("dtype") == "bfloat16" and x.get("shape") == "8x4096x4096"
+             and str(x.get("gpu", "")).startswith("NVIDIA H100")]
+for direction in ("fwd", "bwd"):
+    now = {x["variant"]: x["median_ms"] for x in r.rows if x["direction"] == direction}
+    runs = {}
+    for x in committed:
+        if x["direction"] == direction and x["variant"] in ("vectorized", "F.rms_norm"):
+            runs.setdefault((x["timestamp"], x["commit"]), {})[x["variant"]] = x["median_ms"]
+    both = sorted(k for k, v in runs.items() if len(v) == 2)
+    ratio = now["F.rms_norm"] / now["vectorized"]
+    if not both:
+        verdicts.append(f"rmsnorm vectorized bf16 {direction}: {ratio:.3f}x F.rms_norm; no committed H100 run to compare")
+        continue
+    before = runs[both[-1]]["F.rms_norm"] / runs[both[-1]]["vectorized"]
+    verdicts.append(f"rmsnorm vectorized bf16 {direction}: {now['vectorized'] * 1e3:.1f} us, {ratio:.3f}x F.rms_norm "
+                    f"(committed {both[-1][1]}: {before:.3f}x); within 3%: {'MET' if ratio >= 0.97 * before else 'MISSED'}")
+print("\n".join(verdicts))
+PY
+            ;;
+          *) echo "unknown rows part $part" ;;
         esac
       done ;;
     probe)  # scripts/probe_bandwidth.cu: access patterns for the memory-bound kernels, against a copy

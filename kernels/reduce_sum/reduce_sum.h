@@ -3,8 +3,8 @@
 // x is viewed as a contiguous [rows, n] matrix (n = the last dimension) and y as [rows]: a 1-D x
 // is one row, and y its 0-dim total. Sums accumulate in float for float32/float16/bfloat16 and in
 // double for float64; y is written in x's dtype. Backward: dx[r, j] = dy[r] (dy broadcast over the
-// last dimension). The front end never calls a launcher with rows == 0 or n == 0 (an empty row
-// sums to zero without a launch).
+// last dimension). Rows are never empty (rows, n >= 1: the promise is kernels/common/wb_row.h's);
+// an empty row sums to zero without a launch.
 // This header is the op's torch-free contract: the parameter structs and the launcher table each
 // variant exports. The binding (bindings/reduce_sum.cpp) fills the structs.
 #pragma once

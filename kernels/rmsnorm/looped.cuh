@@ -8,13 +8,13 @@
 
 #include "dweight.cuh"
 #include "rmsnorm.h"
-#include "wb_block_sum.cuh"
+#include "wb_row.cuh"
 
 namespace rmsnorm {
 
 constexpr int kLoopThreads = 512;
 
-inline unsigned grid_cap(int64_t blocks) { return static_cast<unsigned>(blocks < (1 << 30) ? blocks : (1 << 30)); }
+using wb_row::grid_cap;
 
 template <typename T, int V>
 __global__ void __launch_bounds__(kLoopThreads) forward_loop_kernel(const T* __restrict__ x, const T* __restrict__ w,

@@ -6,7 +6,8 @@
 //   dweight = sum over the rows of dy * x * r     (a reduction over every row)
 // The forward returns y alone and the backward recomputes r from x: the backward reads the whole
 // row of x anyway, so r costs one more sum in the same pass and no bytes (see the CUDA variants'
-// comments for the measurement). Accumulation in float (double for float64).
+// comments for the measurement). Accumulation in float (double for float64). Rows are never empty
+// (rows, h >= 1: kernels/common/wb_row.h).
 // This header is the op's torch-free contract: the parameter structs and the launcher table each
 // variant exports. The binding (bindings/rmsnorm.cpp) fills the structs.
 #pragma once

@@ -32,34 +32,24 @@
 // float32 rows of 16384 take the looped route in the backward: 0.71x torch.compile there.
 #include "looped.cuh"
 #include "rmsnorm.h"
-#include "wb_block_sum.cuh"
-
-#include <type_traits>
+#include "wb_row.cuh"
 
 namespace {
 
+// The row groups (a warp or a block per row, their sums), the layouts (wb_row::plan_for, with_plan)
+// and the row loop are the row family's (wb_row.cuh); the kernels are rmsnorm's own: the weight,
+// and dweight's column sums. (Host functions are named in full: the NVRTC tier's device view has
+// no host function for a using-declaration to name.)
+using wb_row::Fit;
+using wb_row::grid_cap;
+using wb_row::Group;
+using wb_row::kMaxRowThreads;
+using wb_row::kWarpRowsThreads;
+using wb_row::Plan;
+using wb_row::vec_width;
+
 constexpr unsigned kDtypes = WB_F32 | WB_F16 | WB_BF16;
-constexpr int kWarpRowsThreads = 256;     // warp-per-row blocks: 8 rows each
-constexpr int kMaxWarpVecs = 128;         // rows up to 32 lanes x 4 vectors take a warp
-constexpr int kMaxRowThreads = 512;       // a block per row: up to 128 registers per thread
 constexpr bool kPrefetch = true;          // backward: load row r + 1 while reducing row r
-
-template <typename T>
-__host__ __device__ constexpr int vec_width() { return 16 / static_cast<int>(sizeof(T)); }
-
-// Which threads share a row: a warp (WARP) or the whole block.
-template <bool WARP>
-struct RowGroup {
-  __device__ __forceinline__ static int lane() { return WARP ? threadIdx.x % 32 : threadIdx.x; }
-  __device__ __forceinline__ static int size() { return WARP ? 32 : blockDim.x; }
-  __device__ __forceinline__ static int per_block() { return WARP ? blockDim.x / 32 : 1; }
-  __device__ __forceinline__ static int index() { return WARP ? threadIdx.x / 32 : 0; }
-  template <typename A>
-  __device__ __forceinline__ static A allsum(A v, A* shared) {
-    if constexpr (WARP) return wb_reduce::warp_allsum(v);
-    else return wb_reduce::block_allsum(v, shared);
-  }
-};
 
 // ---------------------------------------------------------------- the row in registers
 
@@ -71,11 +61,9 @@ __global__ void __launch_bounds__(max_threads<WARP>()) forward_kernel(const T* _
                                                        T* __restrict__ y, int64_t rows, int nv, float inv_h,
                                                        float eps) {
   constexpr int V = vec_width<T>();
-  using G = RowGroup<WARP>;
-  __shared__ float shared[32];
+  using G = Group<WARP>;
   const int lane = G::lane(), size = G::size();
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * G::per_block() + G::index(); row < rows;
-       row += static_cast<int64_t>(gridDim.x) * G::per_block()) {
+  for (int64_t row = G::first_row(); row < rows; row += G::row_stride()) {
     const T* xr = x + row * nv * V;
     WbVec<T, V> xv[NPT];
     float ss = 0.f;
@@ -91,7 +79,7 @@ __global__ void __launch_bounds__(max_threads<WARP>()) forward_kernel(const T* _
         }
       }
     }
-    const float rstd = rsqrtf(G::allsum(ss, shared) * inv_h + eps);
+    const float rstd = rsqrtf(G::allsum(ss) * inv_h + eps);
 #pragma unroll
     for (int i = 0; i < NPT; ++i) {
       const int idx = lane + i * size;
@@ -114,9 +102,8 @@ __global__ void __launch_bounds__(max_threads<WARP>(), 1) backward_kernel(const 
                                                         float* __restrict__ partial, int64_t rows, int nv,
                                                         float inv_h, float eps) {
   constexpr int V = vec_width<T>();
-  using G = RowGroup<WARP>;
+  using G = Group<WARP>;
   extern __shared__ float warp_sums[];  // WARP: per_block() rows of h floats, to combine the warps' dw
-  __shared__ WbSum2<float> shared[32];
   const int lane = G::lane(), size = G::size();
   const int64_t h = static_cast<int64_t>(nv) * V;
   WbVec<T, V> wv[NPT];
@@ -140,8 +127,8 @@ __global__ void __launch_bounds__(max_threads<WARP>(), 1) backward_kernel(const 
       }
     }
   };
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * G::per_block();
-  int64_t row = static_cast<int64_t>(blockIdx.x) * G::per_block() + G::index();
+  const int64_t stride = G::row_stride();
+  int64_t row = G::first_row();
   WbVec<T, V> xv[NPT], gv[NPT];
   constexpr bool prefetch = kPrefetch && NPT <= 2;  // 4 vectors of x and dy twice over would spill
   if (prefetch && row < rows) load_row(row, xv, gv);
@@ -162,7 +149,7 @@ __global__ void __launch_bounds__(max_threads<WARP>(), 1) backward_kernel(const 
         }
       }
     }
-    s = G::allsum(s, shared);
+    s = G::allsum(s);
     const float rstd = rsqrtf(s.a * inv_h + eps);
     const float coef = rstd * rstd * rstd * s.b * inv_h;
 #pragma unroll
@@ -215,51 +202,20 @@ __global__ void __launch_bounds__(max_threads<WARP>(), 1) backward_kernel(const 
 
 // ---------------------------------------------------------------- launch plans
 
-// The register route's shape for a row of nv vectors: a warp per row (NPT = the fewest vectors per
-// lane that cover it), or a block of `threads` with NPT vectors each, from the first step of the
-// direction's list whose NPT x threads covers the row; threads = 0: the looped route.
-struct Plan {
-  bool warp;
-  int npt, threads;
-};
-
-struct Step {
-  int npt, max_threads;
-};
+// The register route's layouts (wb_row::plan_for: a warp per row up to 128 vectors, then the first
+// fit that covers the row; none: the looped route).
 // Forward: 4 vectors per thread, 8 past 2048 vectors (h > 16384 bf16).
-constexpr Step kForwardSteps[] = {{4, kMaxRowThreads}, {8, kMaxRowThreads}};
+constexpr Fit kForwardFits[] = {{4, kMaxRowThreads}, {8, kMaxRowThreads}};
 // Backward: x, dy, weight and float dweight sums per vector, and up to 2 vectors prefetched: 1 or
 // 2 vectors per thread in blocks of up to 256 threads (up to 512 vectors: h <= 4096 bf16), then
 // 2 per thread up to 512 threads, then 4 (no prefetch; 8 would spill).
-constexpr Step kBackwardSteps[] = {{1, 256}, {2, 256}, {2, kMaxRowThreads}, {4, kMaxRowThreads}};
-constexpr int kForwardMaxNpt = 8, kBackwardMaxNpt = 4;
-
-template <size_t N>
-Plan plan_for(int64_t nv, const Step (&steps)[N]) {
-  if (nv <= kMaxWarpVecs) return {true, nv <= 32 ? 1 : nv <= 64 ? 2 : 4, kWarpRowsThreads};
-  for (const Step& s : steps)
-    if (nv <= static_cast<int64_t>(s.npt) * s.max_threads)
-      return {false, s.npt, static_cast<int>(wb_ceil_div(wb_ceil_div(nv, static_cast<int64_t>(s.npt)), int64_t{32}) * 32)};
-  return {false, 0, 0};
-}
+constexpr Fit kBackwardFits[] = {{1, 256}, {2, 256}, {2, kMaxRowThreads}, {4, kMaxRowThreads}};
+constexpr int kForwardMinNpt = 4, kForwardMaxNpt = 8, kBackwardMaxNpt = 4;  // the fits' NPTs: the kernels compiled
 
 template <typename T, size_t N>
-bool vector_route(int64_t h, const Step (&steps)[N], std::initializer_list<const void*> ptrs) {
+bool vector_route(int64_t h, const Fit (&fits)[N], std::initializer_list<const void*> ptrs) {
   constexpr int V = vec_width<T>();
-  return wb_row_tiles::vector_width<T, V>(h, ptrs) == V && plan_for(h / V, steps).threads;
-}
-
-// f(std::integral_constant<int, NPT>, std::bool_constant<WARP>) for the plan's NPT (up to MAX_NPT).
-template <int MAX_NPT, typename F>
-auto with_plan(const Plan& p, F&& f) {
-  auto by_npt = [&](auto warp) {
-    if (p.npt == 1) return f(std::integral_constant<int, 1>{}, warp);
-    if (p.npt == 2) return f(std::integral_constant<int, 2>{}, warp);
-    if constexpr (MAX_NPT >= 8)
-      if (p.npt == 8) return f(std::integral_constant<int, 8>{}, warp);
-    return f(std::integral_constant<int, 4>{}, warp);
-  };
-  return p.warp ? by_npt(std::true_type{}) : by_npt(std::false_type{});
+  return wb_row_tiles::vector_width<T, V>(h, ptrs) == V && wb_row::plan_for(h / V, fits).threads;
 }
 
 template <typename T>
@@ -269,12 +225,12 @@ int forward_t(const WbRmsnormForward* a, const WbLaunch* l) {
   const T *x = static_cast<const T*>(a->x), *w = static_cast<const T*>(a->weight);
   T* y = static_cast<T*>(a->y);
   const float inv_h = 1.f / static_cast<float>(a->h), eps = static_cast<float>(a->eps);
-  if (vector_route<T>(a->h, kForwardSteps, {x, w, y})) {
+  if (vector_route<T>(a->h, kForwardFits, {x, w, y})) {
     const int64_t nv = a->h / V;
-    const Plan p = plan_for(nv, kForwardSteps);
-    const int64_t blocks = p.warp ? wb_ceil_div(a->rows, static_cast<int64_t>(p.threads / 32)) : a->rows;
-    with_plan<kForwardMaxNpt>(p, [&](auto npt, auto warp) {
-      forward_kernel<T, decltype(npt)::value, decltype(warp)::value><<<rmsnorm::grid_cap(blocks), p.threads, 0, stream>>>(
+    const Plan p = wb_row::plan_for(nv, kForwardFits);
+    const int64_t blocks = wb_row::blocks_for(p, a->rows);
+    wb_row::with_plan<kForwardMaxNpt, kForwardMinNpt>(p, [&](auto npt, auto warp) {
+      forward_kernel<T, decltype(npt)::value, decltype(warp)::value><<<grid_cap(blocks), p.threads, 0, stream>>>(
           x, w, y, a->rows, static_cast<int>(nv), inv_h, eps);
       return 0;
     });
@@ -289,13 +245,13 @@ template <typename T>
 int64_t backward_blocks(const Plan& p, int64_t rows, int64_t h, int num_sms, size_t* shared_bytes) {
   *shared_bytes = p.warp ? static_cast<size_t>(p.threads / 32) * h * sizeof(float) : 0;
   int per_sm = 0;
-  const cudaError_t err = with_plan<kBackwardMaxNpt>(p, [&](auto npt, auto warp) {
+  const cudaError_t err = wb_row::with_plan<kBackwardMaxNpt>(p, [&](auto npt, auto warp) {
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
         &per_sm, backward_kernel<T, decltype(npt)::value, decltype(warp)::value>, p.threads, *shared_bytes);
   });
   if (err != cudaSuccess || per_sm < 1) per_sm = 1;
   const int64_t resident = static_cast<int64_t>(per_sm) * (num_sms > 0 ? num_sms : 1);
-  const int64_t needed = p.warp ? wb_ceil_div(rows, static_cast<int64_t>(p.threads / 32)) : rows;
+  const int64_t needed = wb_row::blocks_for(p, rows);
   return needed < resident ? needed : resident;
 }
 
@@ -306,12 +262,12 @@ int backward_t(const WbRmsnormBackward* a, const WbLaunch* l) {
   const T *dy = static_cast<const T*>(a->dy), *x = static_cast<const T*>(a->x), *w = static_cast<const T*>(a->weight);
   T* dx = static_cast<T*>(a->dx);
   const float inv_h = 1.f / static_cast<float>(a->h), eps = static_cast<float>(a->eps);
-  if (vector_route<T>(a->h, kBackwardSteps, {dy, x, w, dx, a->dweight})) {
-    const Plan p = plan_for(a->h / V, kBackwardSteps);
+  if (vector_route<T>(a->h, kBackwardFits, {dy, x, w, dx, a->dweight})) {
+    const Plan p = wb_row::plan_for(a->h / V, kBackwardFits);
     size_t shared_bytes = 0;
     const int64_t blocks = backward_blocks<T>(p, a->rows, a->h, l->num_sms, &shared_bytes);
     float* partial = static_cast<float*>(a->workspace);
-    with_plan<kBackwardMaxNpt>(p, [&](auto npt, auto warp) {
+    wb_row::with_plan<kBackwardMaxNpt>(p, [&](auto npt, auto warp) {
       backward_kernel<T, decltype(npt)::value, decltype(warp)::value>
           <<<static_cast<unsigned>(blocks), p.threads, shared_bytes, stream>>>(
               dy, x, w, dx, partial, a->rows, static_cast<int>(a->h / V), inv_h, eps);
@@ -338,7 +294,7 @@ size_t workspace_bytes(int64_t rows, int64_t h, int dtype, const WbLaunch* l) {
   wb_dispatch_dtype<kDtypes>(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     bytes = rmsnorm::looped_workspace_bytes(rows, h, l);
-    const Plan p = plan_for(h / vec_width<T>(), kBackwardSteps);
+    const Plan p = wb_row::plan_for(h / vec_width<T>(), kBackwardFits);
     if (h % vec_width<T>() == 0 && p.threads) {
       size_t shared_bytes = 0;
       const size_t regs = static_cast<size_t>(backward_blocks<T>(p, rows, h, l->num_sms, &shared_bytes) * h) * sizeof(float);

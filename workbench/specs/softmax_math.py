@@ -1,0 +1,12 @@
+"""softmax's math (its declaration: softmax.py): softmax over the last dimension."""
+from __future__ import annotations
+
+import torch
+
+
+def reference(x):
+    return torch.softmax(x.double(), -1)
+
+
+def eager(x):
+    return torch.softmax(x, -1)  # float math inside for fp16/bf16, as the kernels: the baseline
