@@ -296,6 +296,9 @@ def test_the_real_judge_judges_a_real_submission(tmp_path, cuda_buildable):
     with TestClient(make_app(store, Queue(store, [LocalJudge(None)], timeout_s=600))) as client:
         sid = submitted(submit(client, token, (EXERCISE / "solution.cu").read_text(), name="solution.cu"))
         sub = verdict(client, token, sid, timeout=300)
+        page, board = (client.get(p, headers=bearer(token)) for p in (f"/submissions/{sid}", "/exercises/2"))
+    assert 'id="verdict" class="PASS"' in page.text and "SASS rules" in page.text
+    assert "alice" in board.text and "not timed (no GPU)" in board.text
     row = sub["row"]
     assert row["status"] == "PASS" and row["checks"].startswith("build=ok; load=ok; declared dtypes=ok; SASS rules=ok")
     assert row["seed"] == sub["seed"] and row["worker"]

@@ -138,7 +138,7 @@ def make_app(store: Store, queue: Queue, *, max_upload_kb: int = 256, per_minute
         sid = owned(request, user(request))["id"]
 
         async def stream():
-            sent, said = 0, None
+            sent, said, quiet = 0, None, 0
             while not await request.is_disconnected():
                 sub = store.submission(sid)
                 live = queue.live.get(sid)
@@ -148,15 +148,19 @@ def make_app(store: Store, queue: Queue, *, max_upload_kb: int = 256, per_minute
                 else:
                     lines = list(live or [])
                 for line in lines[sent:]:
-                    yield f"event: line\ndata: {line}\n\n"
+                    yield "event: line\ndata: " + line.replace("\r", "") + "\n\n"
+                quiet = 0 if len(lines) > sent else quiet + 1
                 sent = max(sent, len(lines))
                 if sub["state"] == "done":
                     yield f"event: done\ndata: {sub['row']['status']}\n\n"
                     return
                 state = f"queued: {store.ahead(sid)} ahead" if sub["state"] == "queued" else "judging"
                 if state != said:
-                    said = state
+                    said, quiet = state, 0
                     yield f"event: state\ndata: {state}\n\n"
+                elif quiet >= 75:  # a comment every 15 s: the connection is alive while a long check runs
+                    quiet = 0
+                    yield ": judging\n\n"
                 await asyncio.sleep(0.2)
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 

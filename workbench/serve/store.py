@@ -24,7 +24,8 @@ CREATE TABLE IF NOT EXISTS users (id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT N
     instructor INTEGER NOT NULL DEFAULT 0, token_hash BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS submissions (id INTEGER PRIMARY KEY, user_id INTEGER NOT NULL REFERENCES users,
     exercise INTEGER NOT NULL, name TEXT NOT NULL, source TEXT NOT NULL, seed INTEGER NOT NULL,
-    created REAL NOT NULL, state TEXT NOT NULL DEFAULT 'queued', claim TEXT, attempts INTEGER NOT NULL DEFAULT 0);
+    created REAL NOT NULL, state TEXT NOT NULL DEFAULT 'queued', claim TEXT, started REAL,
+    attempts INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS submissions_state ON submissions (state, id);
 CREATE INDEX IF NOT EXISTS submissions_user ON submissions (user_id, created);
 CREATE TABLE IF NOT EXISTS judgments (id INTEGER PRIMARY KEY, submission_id INTEGER NOT NULL REFERENCES submissions,
@@ -126,8 +127,9 @@ class Store:
 
     def claim(self, claim: str) -> dict | None:
         """The oldest queued submission, now this claim's (one statement: no two claims get one)."""
-        return self._one("UPDATE submissions SET state = 'judging', claim = ?, attempts = attempts + 1 WHERE id = "
-                         "(SELECT id FROM submissions WHERE state = 'queued' ORDER BY id LIMIT 1) RETURNING *", claim)
+        return self._one("UPDATE submissions SET state = 'judging', claim = ?, started = ?, attempts = attempts + 1 "
+                         "WHERE id = (SELECT id FROM submissions WHERE state = 'queued' ORDER BY id LIMIT 1) RETURNING *",
+                         claim, time.time())
 
     def finish(self, sid: int, claim: str, row: dict, lines: str) -> bool:
         """Record a verdict, where the submission is still this claim's; False where it is not."""
