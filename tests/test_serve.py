@@ -26,7 +26,7 @@ from workbench import cli  # noqa: E402
 from workbench.exercise.grade import COLUMNS  # noqa: E402
 from workbench.serve import serve  # noqa: E402
 from workbench.serve.app import make_app  # noqa: E402
-from workbench.serve.judging import LocalJudge, Queue  # noqa: E402
+from workbench.serve.judging import JudgeGone, LocalJudge, Queue, ray_judges  # noqa: E402
 from workbench.serve.store import Store  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -95,6 +95,7 @@ def test_the_roster_gives_each_student_a_token_kept_hashed(cls, tmp_path):
     assert not any(t.split(".", 1)[1].encode() in raw for t in tok.values())
     assert client.get("/", headers=bearer(tok["alice"])).status_code == 200
     assert client.get("/", headers=bearer(tok["alice"] + "x")).status_code == 401
+    assert client.get("/", headers=bearer("9" * 40 + ".x")).status_code == 401
     assert client.get("/", headers=bearer("1.nope")).json() == {"error": "log in with the token your instructor "
                                                                          "gave you (/login)"}
     login = client.post("/login", data={"token": tok["bob"]}, follow_redirects=False)
@@ -150,8 +151,9 @@ def test_bad_submissions_and_the_limits_say_what_is_wrong(cls):
 
 def test_a_student_sees_only_their_own_sources(cls):
     client, store, tok = cls
-    sid = submitted(submit(client, tok["alice"], "// PASS 1.0\nsecret sauce\n"))
+    sid = submitted(submit(client, tok["alice"], "// PASS 1.0\nsecret sauce <b>\n"))
     verdict(client, tok["alice"], sid)
+    assert "secret sauce &lt;b&gt;" in client.get(f"/submissions/{sid}", headers=bearer(tok["alice"])).text
     for path in (f"/submissions/{sid}", f"/submissions/{sid}.json", f"/submissions/{sid}/events"):
         r = client.get(path, headers=bearer(tok["bob"]))
         assert r.status_code == 404 and "secret sauce" not in r.text, path
@@ -200,7 +202,38 @@ def test_a_broken_judge_gives_the_submission_back_then_says_so(cls):
     assert sub["attempts"] == 2 and sub["row"]["status"] == "ERROR" and "stub judge broke" in sub["row"]["verdict"]
 
 
-def test_serve_without_the_extra_says_what_to_install(monkeypatch, capsys):
+def test_a_judge_that_is_gone_hands_its_submission_to_another(tmp_path):
+    def gone(job, on_line):
+        raise JudgeGone("its Ray worker died")
+
+    store = Store(tmp_path / "class.sqlite3")
+    token = store.add_user("alice")
+    queue = Queue(store, [gone, stub_judge], timeout_s=60)
+    with TestClient(make_app(store, queue)) as client:
+        subs = [verdict(client, token, submitted(submit(client, token, "// PASS 1.0\n"))) for _ in range(3)]
+        assert not queue.threads[0].is_alive()
+    assert [s["row"]["status"] for s in subs] == ["PASS"] * 3
+
+
+@pytest.mark.slow
+def test_judges_on_a_ray_cluster(tmp_path):
+    """--ray: one judge per worker of the pool (workbench/cluster), each grading as exercise grade does."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=1, include_dashboard=False, logging_level="WARNING")
+    try:
+        judges = ray_judges("local")
+        assert len(judges) == 1 and "CPU" in judges[0].name
+        store = Store(tmp_path / "class.sqlite3")
+        token = store.add_user("alice")
+        with TestClient(make_app(store, Queue(store, judges, timeout_s=300))) as client:
+            sub = verdict(client, token, submitted(submit(client, token, "int x;\n", name="plain.cpp")), 300)
+    finally:
+        ray.shutdown()
+    assert sub["row"]["status"] == "ERROR" and "must be a CUDA source file" in sub["row"]["verdict"], sub["row"]
+    assert sub["row"]["worker"].split(":")[1].isdigit()  # host:pid of the Ray worker that graded it
+
+
+def test_serve_without_the_extra_says_what_to_install(monkeypatch, capsys, tmp_path):
     import workbench.serve as serve_pkg
 
     monkeypatch.setattr(serve_pkg, "NEEDS", serve_pkg.NEEDS + ("no_such_module_xyz",))
@@ -210,6 +243,10 @@ def test_serve_without_the_extra_says_what_to_install(monkeypatch, capsys):
     monkeypatch.undo()
     assert cli.main(["serve", "--per-minute", "0"]) == 2
     assert "--per-minute must be a positive number" in capsys.readouterr().err
+    assert cli.main(["serve", "--port", "70000"]) == 2
+    assert "--port must be a positive number below 65536" in capsys.readouterr().err
+    assert cli.main(["serve", "--db", str(tmp_path / "no" / "such" / "folder.db")]) == 2
+    assert "--db " in capsys.readouterr().err
 
 
 def test_one_server_per_database(tmp_path):

@@ -44,14 +44,21 @@ def cli(args) -> int:
     if missing:
         print(f"error: serve needs {', '.join(missing)}, not importable here: {EXTRA}", file=sys.stderr)
         return 2
-    for name in ("judge_timeout", "max_upload_kb", "per_minute"):
-        if getattr(args, name) <= 0:
-            print(f"error: --{name.replace('_', '-')} must be a positive number; got {getattr(args, name)}", file=sys.stderr)
+    for name in ("judge_timeout", "max_upload_kb", "per_minute", "port"):
+        if not 0 < getattr(args, name) < (65536 if name == "port" else float("inf")):
+            print(f"error: --{name.replace('_', '-')} must be a positive number{' below 65536' if name == 'port' else ''}; "
+                  f"got {getattr(args, name)}", file=sys.stderr)
             return 2
+    import sqlite3
+
     from .judging import local_judges, ray_judges
     from .store import Store
 
-    store = Store(args.db)
+    try:
+        store = Store(args.db)
+    except sqlite3.Error as e:
+        print(f"error: --db {args.db}: not a database this server can open ({e})", file=sys.stderr)
+        return 2
     instructor = next((u for u in store.users() if u["instructor"]), None)
     if instructor is None or args.new_instructor_token:
         token = store.new_token(instructor["id"]) if instructor else store.add_user("instructor", instructor=True)

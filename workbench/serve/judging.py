@@ -93,11 +93,18 @@ def ray_judges(address: str) -> list:
 
     def judge_on(member):
         def judge(job: dict, on_line) -> dict:
-            return ray.get(member.handle.grade.remote(job))
+            try:
+                return ray.get(member.handle.grade.remote(job))
+            except ray.exceptions.RayActorError as e:  # the worker (or its node) is gone for good
+                raise JudgeGone(f"the Ray worker {judge.name} died: {type(e).__name__}") from None
         judge.name = f"{member.info['host']}:{member.info['pid']} ({member.info.get('gpu') or 'CPU'})"
         judge.close = lambda: ray.kill(member.handle)
         return judge
     return [judge_on(m) for m in pool.members]
+
+
+class JudgeGone(RuntimeError):
+    """A judge that will take no more work (its Ray worker died): its submission goes to another."""
 
 
 class Queue:
@@ -147,9 +154,11 @@ class Queue:
                 if self.stopping.is_set():
                     return
                 print(f"[serve] judge {claim}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-                if sub["attempts"] < self.tries:
+                if sub["attempts"] < self.tries or isinstance(e, JudgeGone):
                     self.store.release(sid=sub["id"])
                     self.live.pop(sub["id"], None)
+                    if isinstance(e, JudgeGone):
+                        return
                     continue
                 row = dict(submission=sub["name"], status="ERROR", verdict=f"ERROR: the judge failed {self.tries} "
                            f"times on this submission ({type(e).__name__}: {e})", failure_class="judge",

@@ -84,7 +84,7 @@ class Store:
     def user(self, token: str | None) -> dict | None:
         """The user a token belongs to (its hash compared in constant time), else None."""
         uid, _, secret = (token or "").partition(".")
-        if not uid.isdigit() or not secret:
+        if not uid.isdigit() or len(uid) > 18 or not secret:
             return None
         u = self._one("SELECT * FROM users WHERE id = ?", int(uid))
         return u if u is not None and hmac.compare_digest(u["token_hash"], _hash(secret)) else None
