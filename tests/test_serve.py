@@ -1,7 +1,7 @@
 """python -m workbench serve (workbench/serve/): the HTTP API through Starlette's test client, with a
-stub judge (the queue, limits and who-sees-what do not depend on what judges), one submission
-through the real judge (exercise.grade.grade_one; the GPU checks skipped without a GPU), and a
-server killed mid-queue and started again. The pages in a browser: test_serve_browser.py."""
+stub judge (the queue, limits and who-sees-what do not depend on what judges), the local and the
+Ray judges on a file the checker refuses, and a server killed mid-queue and started again. The pages
+in a browser, with a real submission through the real judge: test_serve_browser.py."""
 from __future__ import annotations
 
 import csv
@@ -30,7 +30,6 @@ from workbench.serve.judging import JudgeGone, LocalJudge, Queue, ray_judges  # 
 from workbench.serve.store import Store  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-EXERCISE = REPO / "exercises" / "02_vec4_loads"
 
 
 def stub_judge(job, on_line):
@@ -324,18 +323,17 @@ def test_a_server_killed_mid_queue_loses_nothing_and_judges_nothing_twice(tmp_pa
     assert len(ends) == 200 and all(n == 1 for name, n in ends.items() if name not in in_flight), in_flight
 
 
-@pytest.mark.slow
-def test_the_real_judge_judges_a_real_submission(tmp_path, cuda_buildable):
-    """One submission through the real judge (a process running exercise.grade.grade_one): the
-    solution of exercise 2, built and checked; without a GPU its GPU checks are skipped, said so."""
-    store = Store(tmp_path / "class.sqlite3")
-    token = store.add_user("alice")
-    with TestClient(make_app(store, Queue(store, [LocalJudge(None)], timeout_s=600))) as client:
-        sid = submitted(submit(client, token, (EXERCISE / "solution.cu").read_text(), name="solution.cu"))
-        sub = verdict(client, token, sid, timeout=300)
-        page, board = (client.get(p, headers=bearer(token)) for p in (f"/submissions/{sid}", "/exercises/2"))
-    assert 'id="verdict" class="PASS"' in page.text and "SASS rules" in page.text
-    assert "alice" in board.text and "not timed (no GPU)" in board.text
-    row = sub["row"]
-    assert row["status"] == "PASS" and row["checks"].startswith("build=ok; load=ok; declared dtypes=ok; SASS rules=ok")
-    assert row["seed"] == sub["seed"] and row["worker"]
+def test_a_local_judge_runs_the_checker_in_a_process_of_its_own(tmp_path):
+    """The judge a GPU gets (here the one without a GPU): its process runs exercise.grade.grade_one on
+    the stored source. A file the checker refuses costs seconds; the real build, load and SASS checks
+    of a real submission run in the browser test (test_serve_browser.py)."""
+    judge = LocalJudge(None)
+    try:
+        row = judge(dict(exercise=2, name="plain.cpp", text="int x;\n", seed=5, speed=True, timeout_s=120), print)
+        assert row["status"] == "ERROR" and "must be a CUDA source file" in row["verdict"] and row["seed"] == 5, row
+        judge.proc.kill()
+        judge.proc.join()
+        again = judge(dict(exercise=2, name="again.cpp", text="int x;\n", seed=6, speed=True, timeout_s=120), print)
+        assert again["submission"] == "again.cpp"  # a judge whose process died starts another
+    finally:
+        judge.close()

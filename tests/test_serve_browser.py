@@ -1,8 +1,9 @@
 """The serve pages in a real browser: `python -m workbench serve` started as a class would start it
 (a roster, its tokens file), then headless Chromium (Debian's chromium and chromium-driver, driven
 by Selenium) logs in as a student, uploads exercise 2's solution, waits for the verdict the real
-judge streams, and reads it and the leaderboard. WORKBENCH_SERVE_SCREENSHOTS=DIR keeps the two
-screenshots there (results/serve/ holds the committed ones)."""
+judge streams, and reads it and the leaderboard: the serve tests' one real submission through the
+real judge (exercise.grade.grade_one; without a GPU its GPU checks are skipped, said so).
+WORKBENCH_SERVE_SCREENSHOTS=DIR keeps the two screenshots there (results/serve/ holds the committed ones)."""
 from __future__ import annotations
 
 import os
@@ -82,14 +83,16 @@ def test_a_student_submits_in_a_browser_and_reads_the_verdict_and_the_leaderboar
     assert browser.current_url.endswith("/login")  # no token yet
     browser.find_element(By.NAME, "token").send_keys(tokens["ada"])
     browser.find_element(By.TAG_NAME, "form").submit()
+    wait = WebDriverWait(browser, 300, poll_frequency=0.2)  # each navigation: done when the page says so
+    wait.until(lambda b: not b.current_url.endswith("/login"))
     browser.get(base + "/exercises/2")
     assert "No passing submission yet." in browser.find_element(By.ID, "leaderboard").text
     mine = tmp_path / "solution.cu"  # the solution, under its own name: the build cache has it
     mine.write_text((REPO / "exercises" / "02_vec4_loads" / "solution.cu").read_text())
     browser.find_element(By.NAME, "file").send_keys(str(mine))
     browser.find_element(By.CSS_SELECTOR, "form[action='/submit'] button").click()
-    assert "/submissions/" in browser.current_url
-    verdict = WebDriverWait(browser, 300, poll_frequency=0.2).until(lambda b: b.find_elements(By.ID, "verdict"))[0]
+    wait.until(lambda b: "/submissions/" in b.current_url)
+    verdict = wait.until(lambda b: b.find_elements(By.ID, "verdict"))[0]  # the page reloads when the verdict comes
     assert verdict.text.startswith("PASS"), verdict.text
     checks = browser.find_element(By.TAG_NAME, "table").text
     assert "SASS rules ok" in checks and "build ok" in checks
