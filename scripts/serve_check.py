@@ -85,7 +85,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=os.environ.get("OUT", "artifacts/serve"))
     p.add_argument("--exercises", help="comma-separated numbers (default: every exercise)")
-    p.add_argument("--timeout", type=float, default=600.0, help="the judge's limit for one submission, in seconds")
+    p.add_argument("--timeout", type=float, default=180.0, help="the judge's limit for one submission, in seconds")
+    p.add_argument("--deadline", type=float, default=540.0, help="seconds to wait for every verdict; then the table "
+                                                                 "says which did not come")
     a = p.parse_args()
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -127,10 +129,11 @@ def main() -> int:
         for t in threads:
             t.start()
         for t in threads:
-            t.join()
+            t.join(max(0.0, started + a.deadline - time.time()))
         for s in subs:
             s.update(json.load(call(base, f"/submissions/{s['id']}.json", tokens[s["student"]])))
-            s["page_after_judge_s"] = s["done_at"] - s["started"] - s["row"]["seconds"]
+            if s["row"] and "done_at" in s:
+                s["page_after_judge_s"] = s["done_at"] - s["started"] - s["row"]["seconds"]
         boards = {n: json.load(call(base, f"/exercises/{n}/leaderboard.json", boss)) for n in sorted(numbers)}
         grades = {n: call(base, f"/admin/grades/{n}.csv", boss).read().decode() for n in sorted(numbers)}
     finally:
@@ -145,16 +148,18 @@ def report(out: pathlib.Path, subs: list[dict], boards: dict, grades: dict, wall
                                                      indent=1, default=str))
     lines = [f"{'id':>3} {'student':8s} {'ex':>2} {'file':34s} {'status':7s} {'ratio':>6} {'judge s':>7} "
              f"{'page +s':>7}  verdict"]
+    late = [s for s in subs if not s["row"] or "page_after_judge_s" not in s]
+    subs = [s for s in subs if s not in late]
     for s in subs:
         r = s["row"]
         ratio = f"{r['ratio']:.2f}" if isinstance(r.get("ratio"), (int, float)) else "-"
         lines.append(f"{s['id']:3d} {s['student']:8s} {s['exercise']:2d} {s['file'][:34]:34s} {r['status']:7s} "
                      f"{ratio:>6} {r['seconds']:7.1f} {s['page_after_judge_s']:7.2f}  {r['verdict'][:90]}")
-    problems = []
+    problems = [f"not judged within --deadline: {s['student']} {s['file']} (exercise {s['exercise']})" for s in late]
     for n, board in boards.items():
-        solution = next(s for s in subs if s["student"] == "solver" and s["exercise"] == n)
+        solution = next((s for s in subs if s["student"] == "solver" and s["exercise"] == n), {})
         entry = [(b["student"], b["submission"]) for b in board]
-        if entry != [("solver", solution["id"])]:
+        if entry != [("solver", solution.get("id"))]:
             problems.append(f"exercise {n}: the leaderboard holds {entry}, not the solution alone")
         elif not (isinstance(board[0]["ratio"], (int, float)) and board[0]["gpu"] and board[0]["measured_at"]):
             problems.append(f"exercise {n}: the solution is on the board untimed: {board[0]}")
@@ -164,7 +169,7 @@ def report(out: pathlib.Path, subs: list[dict], boards: dict, grades: dict, wall
             problems.append(f"exercise {n}: the grades CSV is not right: {rows[:2]}")
     passed = [f"{s['student']} {s['file']}" for s in subs if s["student"] != "solver" and s["row"]["status"] == "PASS"]
     problems += [f"passed but must not: {p}" for p in passed]
-    worst = max(s["page_after_judge_s"] for s in subs)
+    worst = max((s["page_after_judge_s"] for s in subs), default=0.0)
     gpus = sorted({str(s["row"].get("gpu")) for s in subs if s["row"].get("gpu")})
     lines += ["", f"{len(subs)} submissions judged in {wall:.0f} s on {', '.join(gpus) or 'no GPU'}; "
               f"verdict pages complete at most {worst:.2f} s after their judge (target 1 s)"]
