@@ -1,5 +1,5 @@
 """python -m workbench list | build | check | gradcheck | bench | profile | plot | demo | sanitize | doctor | clean |
-export | exercise: the command line, and only that (isolate=True's children start through
+export | exercise | serve: the command line, and only that (isolate=True's children start through
 isolate_child.py, not here)."""
 from __future__ import annotations
 
@@ -299,6 +299,11 @@ def cmd_exercise_grade(args) -> int:
     return grade.cli(args, None if args.ray is None else grading.spread(args.ray))
 
 
+def cmd_serve(args) -> int:
+    from . import serve  # starlette, uvicorn & co. are imported there (the serve extra)
+    return serve.cli(args)
+
+
 def cmd_export(args) -> int:
     """Write the op and the named variants as a package of its own (workbench/ship/export.py)."""
     from .ship.export import export
@@ -436,6 +441,21 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--timeout", type=float, help="seconds per submission at most (default 1800)")
     e.add_argument("--no-speed", action="store_true", help="skip the speed check")
     e.set_defaults(fn=cmd_exercise_grade)
+
+    s = sub.add_parser("serve", help="a class's own kernel leaderboard: students submit from a browser, the "
+                                     "exercises' checker judges (needs: pip install \"kernel-workbench[serve]\")")
+    s.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: this machine only)")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--db", default="workbench-serve.sqlite3", help="the SQLite store (made where absent)")
+    s.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS", help="judge on a Ray cluster's workers, one "
+                   "per GPU: local, auto, ray://H:P (default: one judge per local GPU)")
+    s.add_argument("--roster", metavar="CSV", help="import these students (a name column); their new tokens go to "
+                                                   "CSV's folder as <name>-tokens.csv")
+    s.add_argument("--judge-timeout", type=float, default=600.0, help="seconds a submission's judging may take")
+    s.add_argument("--max-upload-kb", type=int, default=256, help="the largest source accepted, in KiB")
+    s.add_argument("--per-minute", type=int, default=6, help="submissions a student may make a minute")
+    s.add_argument("--new-instructor-token", action="store_true", help="print a new instructor token (the old one stops working)")
+    s.set_defaults(fn=cmd_serve)
     return p
 
 
