@@ -44,6 +44,12 @@ def cli(args) -> int:
     if missing:
         print(f"error: serve needs {', '.join(missing)}, not importable here: {EXTRA}", file=sys.stderr)
         return 2
+    from ..judge import sandbox
+
+    if sandbox.missing():  # every verdict would be ERROR: the judge grades only in its sandbox
+        print(f"error: serve judges submissions in the exercise judge's sandbox, and {sandbox.missing()}",
+              file=sys.stderr)
+        return 2
     for name in ("judge_timeout", "max_upload_kb", "per_minute", "port"):
         if not 0 < getattr(args, name) < (65536 if name == "port" else float("inf")):
             print(f"error: --{name.replace('_', '-')} must be a positive number{' below 65536' if name == 'port' else ''}; "
