@@ -1,24 +1,19 @@
-"""Run a check, gradcheck or bench in a child process.
-
-A kernel that faults (an illegal address) poisons the CUDA context of the process it runs in, and
-a CPU kernel that crashes takes its process down: in a notebook, that is the user's session and
-their tensors. With isolate=True the run happens in a fresh interpreter; the parent gets the
-report back as JSON, or an IsolatedRunError naming what went wrong.
+"""The exercise checker's child process (exercise/child.py), and nothing else's: isolate=True,
+wb.profile and sanitize serve a variant from a runner (workbench/judge). This file, jobs.py and
+isolate_child.py go with exercise/child.py.
 
 run() starts a child per job. A Worker is a child started ahead of its jobs, which imports torch,
 initializes CUDA and warms up while the caller does something else (the exercise checker builds
 the student's file meanwhile), then runs several jobs in turn; a job that fails ends it, exactly
 as it would end run()'s child, and the next job starts a fresh one.
 
-A child is `python -m workbench.run.isolate_child` (child_command, worker_command): its own entry
-point, never the CLI. What it runs is in jobs.py, one function per job, named there by the names
-run() and Worker take ("load", "check", "gradcheck", "bench", "measure"); the variant travels as
-its address (variant_address), which the child resolves (resolve) to the same variant.
+A child is `python -m workbench.run.isolate_child` (child_command, worker_command). What it runs is
+in jobs.py, one function per job ("load", "check", "gradcheck", "bench"); the variant travels as
+its address (variant_address: the runner's, judge.pyrunner.address_of).
 """
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import selectors
 import shutil
@@ -28,60 +23,24 @@ import tempfile
 import time
 
 from .. import config
+from ..config import child_env
 from ..errors import IsolatedRunError
 
 STARTUP_TIMEOUT_S = 600  # a Worker's warm-up (import torch, CUDA, a check of a reference variant)
 CHILD_MODULE = "workbench.run.isolate_child"
-JOBS = ("load", "check", "gradcheck", "bench", "measure")  # jobs.BY_NAME's names (not imported here: torch)
+JOBS = ("load", "check", "gradcheck", "bench")  # jobs.BY_NAME's names (not imported here: torch)
 
 
 def variant_address(op: str, variant) -> dict:
-    """How a child finds the same variant (a JSON dict, always with "op" and "name"): by name for
-    kernels/<op>/, by source path otherwise, a callable by its module path (byo.child_address)."""
-    from . import byo, extension, loader
-    from ..model import registry
+    """How a child finds the same variant: a runner's address of it (imported here: torch)."""
+    from ..judge.pyrunner import address_of
 
-    if isinstance(variant, extension.BuiltExtension):  # an extension-style source, built, never loaded here
-        return {"op": op, "name": variant.name, "source": str(variant.source), "style": "extension"}
-    if isinstance(variant, loader.BuiltVariant):  # built, never loaded here: the child loads that source
-        return {"op": op, "name": variant.name, "source": str(variant.source)}
-    variant = byo.as_variant(op, variant)
-    if isinstance(variant, byo.CallableKernel):  # by module path, or its extension's source (byo.child_address)
-        return byo.child_address(op, variant)
-    if isinstance(variant, loader.Kernel):
-        # How it was built beyond the defaults (line info): the child loads that same build.
-        options = {"options": variant.options.as_dict()} if variant.options.as_dict() else {}
-        in_tree = registry.variant_sources(op).get(variant.name)
-        if in_tree is not None and in_tree.resolve() == variant.source.resolve():
-            return {"op": op, "name": variant.name, **options}
-        return {"op": op, "name": variant.name, "source": str(variant.source), **options}
-    return {"op": op, "name": variant}
+    return address_of(op, variant)
 
 
-def resolve(address: dict):
-    """The variant at `address` (variant_address), loaded in this process."""
-    from . import loader
-
-    if address.get("style") == "extension":
-        from . import extension
-
-        return extension.from_child_address(address)
-    if "callable" in address:
-        from . import byo
-
-        return byo.from_child_address(address)
-    from ..build import BuildOptions
-
-    options = BuildOptions(**address.get("options", {}))
-    if "source" in address:
-        return loader.load_source(address["op"], address["source"], address["name"], options=options)
-    return loader.load(address["op"], address["name"], options=options)
-
-
-def child_command(job_file, prefix=()) -> list[str]:
-    """The command line of a child that runs the job in `job_file` (isolate_child.run_job_file),
-    behind `prefix` (a tool in front of it: ncu, compute-sanitizer)."""
-    return [*prefix, sys.executable, "-m", CHILD_MODULE, str(job_file)]
+def child_command(job_file) -> list[str]:
+    """The command line of a child that runs the job in `job_file` (isolate_child.run_job_file)."""
+    return [sys.executable, "-m", CHILD_MODULE, str(job_file)]
 
 
 def worker_command(warm: dict) -> list[str]:
@@ -103,13 +62,6 @@ def _known(job: str) -> str:
 
 def _what(job: str, address: dict) -> str:
     return f"{job} of {address['op']}/{address['name']}"
-
-
-def child_env(extra_env: dict | None = None) -> dict:
-    """The environment of a child: this one's, with the repository importable."""
-    env = dict(os.environ, **(extra_env or {}))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(config.REPO_ROOT), env.get("PYTHONPATH")]))
-    return env
 
 
 class ChildTimeout(IsolatedRunError, subprocess.TimeoutExpired):
@@ -137,9 +89,8 @@ def _tail(text: str, n: int = 25) -> str:
     return "\n".join(text.strip().splitlines()[-n:])
 
 
-def run(job: str, address: dict, args: dict, *, timeout_s: float = 1800, extra_env: dict | None = None,
-        prefix: list[str] | None = None) -> dict:
-    """Run `job` ("load", "check", "gradcheck", "bench", "measure": jobs.BY_NAME) of the variant
+def run(job: str, address: dict, args: dict, *, timeout_s: float = 1800) -> dict:
+    """Run `job` ("load", "check", "gradcheck", "bench": jobs.BY_NAME) of the variant
     at `address` with the keyword arguments `args` in a fresh child; return its JSON result. A
     child that exits (with any status, 0 included) or dies without writing its result raises
     IsolatedRunError; one still running after timeout_s is killed (ChildTimeout)."""
@@ -148,7 +99,7 @@ def run(job: str, address: dict, args: dict, *, timeout_s: float = 1800, extra_e
         result = pathlib.Path(tmp) / "result.json"
         job_file.write_text(json.dumps(job_message(job, address, args, result)))
         what = _what(job, address)
-        proc = subprocess.Popen(child_command(job_file, prefix or ()), env=child_env(extra_env), cwd=config.REPO_ROOT,
+        proc = subprocess.Popen(child_command(job_file), env=child_env(), cwd=config.REPO_ROOT,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 errors="replace")
         try:
@@ -173,9 +124,8 @@ class Worker:
     ..., "variant": ...} to declare that op, load that variant and run a small check of it before
     the first job, so the kernels a check uses are loaded by then."""
 
-    def __init__(self, warm: dict | None = None, *, extra_env: dict | None = None):
+    def __init__(self, warm: dict | None = None):
         self.warm = dict(warm or {})
-        self.extra_env = extra_env
         self._dir = pathlib.Path(tempfile.mkdtemp(prefix="workbench-worker-"))
         self._proc: subprocess.Popen | None = None
         self._log = None
@@ -191,7 +141,7 @@ class Worker:
         self._ready = False  # until the child prints "ready" (wait() reads it)
         self._proc = subprocess.Popen(
             worker_command(self.warm), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True,
-            cwd=config.REPO_ROOT, env=child_env(self.extra_env))
+            cwd=config.REPO_ROOT, env=child_env())
 
     def _size(self) -> int:
         """Bytes the child has written to its log so far: where a new job's output will start."""

@@ -1,8 +1,8 @@
-"""What an isolated child does (isolate_child.py runs them; isolate.py starts the children): one
-function per job, each taking the variant's address (isolate.variant_address: how a child finds
-the variant the parent meant) and plain JSON arguments, and returning a JSON-able dict; and the
-warm-up a Worker child does before its first job. BY_NAME maps the names the parent uses
-(isolate.run("check", ...)) to them.
+"""What the exercise checker's child does (isolate_child.py runs them; isolate.py starts the
+children; all three go with exercise/child.py): one function per job, each taking the variant's
+address (isolate.variant_address: how a child finds the variant the parent meant) and plain JSON
+arguments, and returning a JSON-able dict; and the warm-up a Worker child does before its first
+job. BY_NAME maps the names the parent uses (isolate.run("check", ...)) to them.
 
 A "load" job is where a library built elsewhere (the exercise checker builds without loading)
 first runs: its static initializers, then its exported descriptor, reported back.
@@ -13,8 +13,8 @@ import json
 import os
 import sys
 
+from ..judge.pyrunner import resolve
 from ..measure import correctness, gradients
-from . import isolate
 
 
 def _announce(case: str) -> None:
@@ -39,7 +39,7 @@ def load_variant(address: dict) -> dict:
             built_here = extension.build_extension(op, address["source"], address["name"]).built
         else:
             built_here = loader.build_source(op, address["source"], address["name"]).built
-    kernel = isolate.resolve(address)
+    kernel = resolve(address)
     out = {"info": {k: kernel.info.get(k) for k in ("op", "name", "build_id", "device", "dtypes", "steps",
                                                     "description", "probe")},
            "build_id": kernel.build_id, "built": bool(built_here or kernel.built), "library": str(kernel.library),
@@ -51,12 +51,12 @@ def load_variant(address: dict) -> dict:
 def check_variant(address: dict, *, announce: bool = False, **check_args) -> dict:
     """correctness.check of the variant (check_args: its keyword arguments); announce: print each
     case before it runs, so a crash can be placed."""
-    return correctness.check(address["op"], isolate.resolve(address), on_case=_announce if announce else None,
+    return correctness.check(address["op"], resolve(address), on_case=_announce if announce else None,
                              **check_args).to_dict()
 
 
 def gradcheck_variant(address: dict, **gradcheck_args) -> dict:
-    return gradients.gradcheck(address["op"], isolate.resolve(address), **gradcheck_args).to_dict()
+    return gradients.gradcheck(address["op"], resolve(address), **gradcheck_args).to_dict()
 
 
 def bench_variant(address: dict, *, variants: list | None = None, **bench_args) -> dict:
@@ -66,7 +66,7 @@ def bench_variant(address: dict, *, variants: list | None = None, **bench_args) 
     from . import byo
     from ..measure.benchmark import bench
 
-    kernel = isolate.resolve(address)
+    kernel = resolve(address)
     variants = [kernel.name] if variants is None else variants
     if isinstance(kernel, byo.CallableKernel):
         variants = [kernel if v == kernel.name else v for v in variants]
@@ -74,15 +74,7 @@ def bench_variant(address: dict, *, variants: list | None = None, **bench_args) 
     return {"rows": result.rows, "notes": result.notes}
 
 
-def profiled_call(address: dict, *, size, dtype: str, direction: str) -> dict:
-    """One call inside ncu's NVTX range, for the profiler in front of this child (ncu.profiled_call)."""
-    from ..explain import ncu
-
-    return ncu.profiled_call(address["op"], isolate.resolve(address), size, dtype, direction)
-
-
-BY_NAME = {"load": load_variant, "check": check_variant, "gradcheck": gradcheck_variant, "bench": bench_variant,
-           "measure": profiled_call}
+BY_NAME = {"load": load_variant, "check": check_variant, "gradcheck": gradcheck_variant, "bench": bench_variant}
 
 
 def warm_up(op: str | None = None, variant: str | None = None, dtypes: list[str] | None = None,
