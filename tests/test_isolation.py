@@ -135,6 +135,31 @@ def test_sanitize_refuses_a_cpu_variant(run_cli, cpu_kernel, tmp_path):
     assert proc.returncode != 0 and "runs on the CPU" in proc.stderr
 
 
+STAND_IN_SANITIZER = """#!{python}
+# A stand-in for compute-sanitizer: runs the runner, then writes its summary as the real one does,
+# once the runner has ended (0 errors where it ended by itself, as a polite end makes it).
+import subprocess, sys
+args = sys.argv[1:]
+target = args[args.index("--log-file") + 2:]
+code = subprocess.run(target, pass_fds=[int(target[-1])]).returncode
+with open(args[args.index("--log-file") + 1], "w") as log:
+    log.write(f"========= ERROR SUMMARY: {{0 if code == 0 else 1}} errors\\n")
+"""
+
+
+def test_sanitize_drives_the_check_through_a_runner_behind_the_tool_and_reads_its_report(cpu_kernel, tmp_path):
+    """The sanitize path on the CPU (a CPU variant, a stand-in tool): the runner starts behind the
+    tool on own memory, the small check runs here, and the runner is ended politely so the tool
+    writes its summary (a killed tool writes none: 'did not run')."""
+    from workbench.run import sanitize
+
+    tool = tmp_path / "compute-sanitizer"
+    tool.write_text(STAND_IN_SANITIZER.format(python=sys.executable))
+    tool.chmod(0o755)
+    result = sanitize._run_tool("bias_gelu", "cpu", str(tool), "memcheck", 120)
+    assert result.ran and result.errors == 0, result.first_errors
+
+
 def test_sanitizer_summaries_are_read():
     from workbench.run import sanitize
 

@@ -172,6 +172,8 @@ class Runner:
         self._sock.close()
 
     def discard(self) -> None:
+        if self.fronted:  # the tool writes its report as the runner ends
+            self.finish(TOOL_GRACE_S)
         self.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -365,8 +367,7 @@ def isolated(op: str, variant, *, sandbox: Sandbox | None = None, prefix=(), lin
     its own, as a Kernel the checks call (kernel()): a C++ variant of the workbench's ABI in the C++
     runner (its torch-free build), anything else in the Python runner. A fault in it ends the
     runner, never this process; the next call starts another. own_memory: every call on the
-    runner's own allocations, one per tensor, copied from host memory (the "own-memory" command:
-    a sanitizer's bounds are a tensor's, where an arena is one allocation)."""
+    runner's allocations, one per tensor, copied from host memory (a sanitizer's bounds)."""
     from ..run import byo, loader
     from ..ship import ndarray_build
 

@@ -249,10 +249,9 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     and extensions brought from outside (workbench/run/byo.py: wb.variant), alone or mixed. shapes:
     sizes for the op's size pattern (default: the spec's bench sizes for the device). attrs: the
     op's attributes (default: the spec's first sample). device: "cuda" if a GPU is visible, else
-    "cpu" (CPU variants, CPU timers). isolate=True first calls each variant in a runner process of
-    its own at every dtype, size and direction of the sweep (_preflight: a kernel that faults there
-    raises IsolatedRunError naming it, and this process goes on); the timing then runs here, as
-    without isolate. Returns a BenchResult (.table() .frame() .figure() .plot()
+    "cpu" (CPU variants, CPU timers). isolate=True first calls each variant in a runner process
+    (_preflight: a fault raises IsolatedRunError naming it); the timing then runs here, as without
+    isolate. Returns a BenchResult (.table() .frame() .figure() .plot()
     .save()). baselines: names (default: every baseline the op has, baselines_of(spec)). cluster:
     "local", "auto" or "ray://HOST:PORT" spreads the sweep over a Ray cluster's workers, one per GPU
     (workbench/cluster; needs Ray); None runs it here."""
@@ -395,11 +394,10 @@ def _own_variants(op: str, variants):
 
 def _preflight(op: str, spec, names, own: dict, dtypes, shapes, directions, attrs: dict, device) -> None:
     """isolate=True: each variant called once in a runner of its own (judge.runner.isolated) at every
-    dtype, size and direction the sweep will time, before any of it runs here; a call that ends the
-    runner (an illegal address, a crash) raises IsolatedRunError naming the variant and the call.
-    The sweep then runs here as without isolate: a runner's copies and messages would be in the
-    numbers, and its own checks judge the outputs. A fault that only a later call would hit is not
-    found here."""
+    dtype, size and direction the sweep will time, before it runs here; a call that ends the runner
+    (an illegal address, a crash) raises IsolatedRunError naming the variant and the call. The
+    timing stays here (a runner's copies would be in the numbers): a fault only a later call hits
+    is not found."""
     from ..errors import IsolatedRunError
     from ..judge.runner import isolated
 

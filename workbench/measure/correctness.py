@@ -183,8 +183,7 @@ def _first_line(e: BaseException) -> str:
 
 def _fatal(e: BaseException, device: torch.device) -> bool:
     """An error that leaves the CUDA context unusable (an illegal address, a device-side assert):
-    every later case would fail with it, so it propagates (isolate=True keeps it in a runner, whose
-    loss is the case's failure)."""
+    every later case would fail with it, so it propagates (isolate=True: the runner's, one case's)."""
     if isinstance(e, getattr(torch, "AcceleratorError", ())):
         return True
     if device.type == "cuda":
@@ -314,12 +313,10 @@ def check(op: str, variant, *, dtypes=None, shapes=None, layouts=("contiguous", 
     wb.variant, probed where undeclared): every supported dtype x size x layout (x the
     spec's attribute samples, in turn), forward and backward, against the float64 reference.
     `shapes`: sizes for the op's size pattern (default: the spec's check sizes). Returns a Report
-    (report.ok, report.table()). isolate=True makes every call of the variant in a runner process
-    (workbench/judge) on copies of its inputs: a call that faults fails its case with the error and
-    leaves this process, its CUDA context and its tensors as they were; the next case starts a
-    fresh runner. A runner that cannot start (its library fails to load) raises IsolatedRunError.
-    on_case(description) is called before each case runs (the exercise checker names the case a
-    crash happened in)."""
+    (report.ok, report.table()). isolate=True makes every call in a runner process (workbench/judge):
+    a call that faults fails its case with the error, leaves this process, its CUDA context and its
+    tensors as they were, and the next case starts a fresh runner; a runner that cannot start raises
+    IsolatedRunError. on_case(description) is called before each case runs."""
     if isolate:
         return _isolated(check, op, variant, dict(dtypes=dtypes, shapes=shapes, layouts=layouts, seed=seed,
                                                   backward=backward, verbose=verbose, on_case=on_case))

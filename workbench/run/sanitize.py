@@ -1,12 +1,9 @@
 """`python -m workbench sanitize <op> <variant>`: compute-sanitizer over a small check run.
 
 For each tool (memcheck, racecheck, initcheck, synccheck) the variant is served from a runner
-(judge.runner.isolated) started behind compute-sanitizer, and the small check runs here, calling
-it. The runner works on memory of its own ("own memory": every tensor of a call copied into an
-allocation of its own, from host memory, and the outputs copied back; a Python runner with
-PyTorch's caching allocator off), so that an access past a tensor's end is one past an
-allocation's end. The tool's report is its log, written as the runner ends; a runner lost to a
-fault is not started again (its report says what happened).
+(judge.runner.isolated) behind compute-sanitizer, on memory of its own (one allocation per tensor,
+PyTorch's caching allocator off), so an access past a tensor's end is one past an allocation's end;
+the small check runs here. The tool's report is its log, written as the runner ends.
 """
 from __future__ import annotations
 
@@ -16,7 +13,6 @@ import pathlib
 import re
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass
 
 from ..build import toolchain
@@ -28,9 +24,8 @@ SMALL_LAYOUTS = ["contiguous", "offset"]
 
 
 def small_check(op: str) -> dict:
-    """The check the sanitizers run (correctness.check's arguments): the op's three largest check
-    sizes of at most 2^16 elements (sizes that leave partial tiles, not the biggest), contiguous
-    and offset, seed 0."""
+    """The check the sanitizers run: the op's three largest check sizes of at most 2^16 elements
+    (sizes that leave partial tiles, not the biggest), contiguous and offset, seed 0."""
     from ..model import registry
 
     spec = registry.spec(op)
@@ -96,7 +91,7 @@ def run(op: str, variant, tools=TOOLS, *, timeout_s: float = 900) -> list[ToolRe
 
 
 def _run_tool(op: str, variant, exe: str, tool: str, timeout_s: float) -> ToolResult:
-    from ..judge.runner import TOOL_GRACE_S, isolated, time_limit
+    from ..judge.runner import isolated, time_limit
     from ..measure.correctness import check
 
     with tempfile.TemporaryDirectory(prefix="wb-sanitize-") as tmp:
@@ -105,21 +100,17 @@ def _run_tool(op: str, variant, exe: str, tool: str, timeout_s: float) -> ToolRe
                   "--print-limit", "10", "--log-file", str(log)]
         kernel = isolated(op, variant, prefix=prefix, own_memory=True)
         kernel.module.MAX_RESTARTS = 0  # the tool's report is the first runner's: a lost one is not replaced
-        started, said = time.monotonic(), ""
+        said = ""
         try:
             kernel.module.ensure()
             check(op, kernel, **small_check(op))
         except IsolatedRunError as e:  # the runner did not start: what it said
             said = e.full_output
         finally:
-            if kernel.module.runner is not None:
-                kernel.module.runner.finish(TOOL_GRACE_S)  # the runner ends; the tool writes its summary and exits
-            kernel.module.close()
+            kernel.module.close()  # the runner ends; the tool writes its summary and exits
         text = (log.read_text(errors="replace") if log.is_file() else "") + said
     errors = summary_errors(text)
     lines = [ln for ln in text.splitlines() if ln.startswith("=========")] or text.splitlines()[-12:]
-    if time.monotonic() - started >= timeout_s:
-        lines.insert(0, f"did not finish within {timeout_s:g} s (the runner and {tool} were stopped)")
     return ToolResult(tool, errors if errors is not None else -1, "\n".join(lines[:12]), errors is not None)
 
 
