@@ -9,8 +9,9 @@ per kernel: its name and the metrics, in base units (bytes, sectors, ns).
 
 Where ncu is missing, or the driver does not let it read the counters (ERR_NVGPUCTRPERM, a
 sandboxed container), NcuUnavailable says so and how to go on without it; the run has a time
-limit (NcuTimeout: ncu and the runner are stopped), so a stuck profiler fails instead of hanging. A metric this ncu or this GPU does not know ("Failed to find metric") is left out and
-the run repeated without it; the result's `dropped` names what was left out.
+limit (NcuTimeout: ncu and the runner are stopped), so a stuck profiler fails instead of hanging.
+A metric this ncu or this GPU does not know ("Failed to find metric") is left out and the run
+repeated without it; the result's `dropped` names what was left out.
 
 With source_lines=True the same run also samples warp stalls per instruction (the SourceCounters
 section) into a report, and ncu's source page of that report (CUDA lines with their SASS) comes

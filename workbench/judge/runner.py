@@ -96,8 +96,7 @@ class Runner:
         if word == "fatal":
             if self.fronted:  # the tool writes its report as the runner ends
                 self.finish(TOOL_GRACE_S)
-            else:
-                self.close()
+            self.close()
             raise DeviceLost(f"{self.label}: {line.split()[0]}", None, self.log_tail(),
                              before=f"lost its CUDA context ({text})") from None
         raise CallRefused(text)

@@ -18,7 +18,7 @@ are left as they are (--clock-control none), so durations compare with wb.bench'
 measured ceilings. The run has a time limit; where ncu is missing or cannot read the counters,
 ncu.NcuUnavailable says so and how to go on without them (wb.bench, the ptxas report, roofline()).
 The same run samples warp stalls per instruction (ncu's SourceCounters section); with the
-runner's build made with nvcc -lineinfo (profile does that build, cached), each kernel's table ends with
+runner's build made with nvcc -lineinfo (profile makes it, cached), each kernel's table ends with
 its source lines that collected the most stall samples, and why (lines=False leaves this out).
 
 The verdict's rules: profiling/rules.py. Its modules: metrics (what ncu is asked for and how a
