@@ -928,6 +928,14 @@ def test_a_variant_wrong_at_the_profiled_shape_gets_no_performance_verdict():
 
 
 @pytest.mark.gpu
+def test_a_triton_variant_is_profiled_through_the_python_runner():
+    """The Python runner pushes the NVTX range ncu selects: the Triton kernel is profiled, checked."""
+    _need_ncu()
+    p = wb.profile("rmsnorm", "triton", shape=(256, 1024), dtype="float32", lines=False)
+    assert p.kernels and p.checked("triton") == "ok", p.table()
+
+
+@pytest.mark.gpu
 def test_the_naive_gemm_is_not_called_compute_bound():
     _need_ncu()
     p = wb.profile("matmul", "naive", shape=(1024, 1024, 1024), dtype="float32")
