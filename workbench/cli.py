@@ -1,5 +1,6 @@
 """python -m workbench list | build | check | gradcheck | bench | profile | plot | demo | sanitize | doctor | clean |
-export | exercise: the command line, and only that (runners start through workbench/judge, not here)."""
+export | exercise: the command line, and only that (isolate=True's children start through
+isolate_child.py, not here)."""
 from __future__ import annotations
 
 import argparse
