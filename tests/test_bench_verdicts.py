@@ -1,7 +1,7 @@
 """Verdicts a benchmark can defend (issue 23): every timed shape is a checked shape (before timing,
 the last timed call, after timing, on redrawn inputs), a row beyond the device's limits is marked
-impossible, work the timer cannot see is counted, the clocks of each row are recorded, and rows
-from isolated children get the same speedups as in-process rows. On the CPU: planted CPU variants
+impossible, work the timer cannot see is counted, the clocks of each row are recorded, and
+isolate=True times here as without it. On the CPU: planted CPU variants
 and the pure rules; the GPU's planted cheats are in test_gpu_verdicts.py."""
 from __future__ import annotations
 
@@ -96,14 +96,21 @@ def test_backward_timings_are_checked_against_their_own_gradients(wb, direction)
         assert row["verified"] == verify.CHECKED, (row["variant"], row["verify_detail"])
 
 
-def test_isolated_rows_get_the_same_speedups_as_in_process(wb, cpu_kernel):
-    """The baselines are timed in the first child: speedups are computed over the merged rows."""
-    r = wb.bench("bias_gelu", ["cpu", "cpu"], shapes=[(64, 128)], budget_s=0.05, baselines=["eager"], isolate=True)
+def test_isolated_rows_are_timed_here_with_their_speedups(wb, cpu_kernel, monkeypatch):
+    """isolate=True calls each variant in a runner first (benchmark._preflight), then times it here,
+    as without isolate: no runner is in the numbers."""
+    preflown, real = [], benchmark._preflight
+
+    def preflight(op, spec, names, *rest):
+        preflown.append(list(names))
+        return real(op, spec, names, *rest)
+
+    monkeypatch.setattr(benchmark, "_preflight", preflight)
+    r = wb.bench("bias_gelu", ["cpu"], shapes=[(64, 128)], budget_s=0.05, baselines=["eager"], isolate=True)
+    assert preflown == [["cpu"]]
     eager = _row(r, "eager")["median_ms"]
-    variants = [row for row in r.rows if row["kind"] == "variant"]
-    assert len(variants) == 2
-    for row in variants:
-        assert row["speedup_vs_eager"] == pytest.approx(eager / row["median_ms"])
+    (row,) = [row for row in r.rows if row["kind"] == "variant"]
+    assert row["verified"] == verify.CHECKED and row["speedup_vs_eager"] == pytest.approx(eager / row["median_ms"])
 
 
 def test_speedups_leave_out_wrong_and_impossible_rows():

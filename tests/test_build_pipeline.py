@@ -140,16 +140,16 @@ def test_the_pipeline_is_one_package_whose_modules_say_what_they_own():
         assert pathlib.Path(path).read_text().startswith('"""'), f"{path.name} says what it owns"
 
 
-def test_a_childs_address_carries_the_build_options(cpu_kernel):
-    """profile builds with line info here and ncu's child loads the same build: the options travel in
-    the variant's address (isolate.variant_address), not through an environment variable."""
-    from workbench.run import isolate
+def test_a_runners_address_carries_the_build_options(cpu_kernel):
+    """A Python runner loads the build its caller means: the options travel in the variant's address
+    (judge.pyrunner.address_of), not through an environment variable."""
+    from workbench.judge.pyrunner import address_of, resolve
 
     lines = loader.load("bias_gelu", "cpu", options=build.BuildOptions(line_info=True))
-    address = isolate.variant_address("bias_gelu", lines)
+    address = address_of("bias_gelu", lines)
     assert address == {"op": "bias_gelu", "name": "cpu", "options": {"line_info": True}}
-    again = isolate.resolve(address)
+    again = resolve(address)
     assert again.options == lines.options and again.build_id == lines.build_id
     plain = loader.load("bias_gelu", "cpu")
-    assert isolate.variant_address("bias_gelu", plain) == {"op": "bias_gelu", "name": "cpu"}
-    assert isolate.resolve({"op": "bias_gelu", "name": "cpu"}).options == build.DEFAULT_OPTIONS
+    assert address_of("bias_gelu", plain) == {"op": "bias_gelu", "name": "cpu"}
+    assert resolve({"op": "bias_gelu", "name": "cpu"}).options == build.DEFAULT_OPTIONS

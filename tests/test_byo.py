@@ -144,23 +144,27 @@ def test_isolate_imports_the_callable_by_module_path_or_refuses_with_why():
     spec = byo.child_address("bias_gelu", wb.variant(byo_impls.bias_gelu_torch, op="bias_gelu"))
     assert spec["callable"]["fn"]["module"] == "byo_impls"
     local = lambda x, bias: F.gelu(x + bias, approximate="tanh")  # noqa: E731
-    with pytest.raises(WorkbenchError, match=r"cannot be sent to a child process.*a lambda or a local function.*"
+    with pytest.raises(WorkbenchError, match=r"cannot be sent to a runner process.*a lambda or a local function.*"
                                              r"Move it to a module of its own"):
         wb.check("bias_gelu", local, isolate=True)
 
 
-def test_the_profiled_child_remakes_a_callable_and_checks_its_call():
-    """wb.profile runs the call in a child under ncu (ncu.profiled_call there): the child re-makes the
-    callable from its module path, and the profiled call is checked at its shape, as a variant's is."""
-    from workbench.run import isolate
+def test_the_profiled_runner_remakes_a_callable_and_its_call_is_checked():
+    """wb.profile serves the variant from a runner under ncu and drives the call from here
+    (ncu.profiled_call): the Python runner re-makes the callable from its module path, and the
+    profiled call is checked at its shape, as a variant's is."""
     from workbench.explain import ncu
+    from workbench.judge import pyrunner, runner
 
-    spec = isolate.variant_address("bias_gelu", byo_impls.bias_gelu_torch)
-    again = isolate.resolve(spec)
+    again = pyrunner.resolve(pyrunner.address_of("bias_gelu", byo_impls.bias_gelu_torch))
     assert again.name == "byo_impls.bias_gelu_torch" and again.fn is byo_impls.bias_gelu_torch
-    for direction in ("fwd", "bwd"):
-        got = ncu.profiled_call("bias_gelu", again, (256, 64), "float32", direction)
-        assert got["verified"] == "ok", got
+    k = runner.isolated("bias_gelu", byo_impls.bias_gelu_torch)
+    try:
+        for direction in ("fwd", "bwd"):
+            got = ncu.profiled_call("bias_gelu", k, (256, 64), "float32", direction)
+            assert got["verified"] == "ok", got
+    finally:
+        k.module.close()
 
 
 # --------------------------------------------------------------------------------- torch extensions
@@ -193,8 +197,8 @@ def test_an_extension_style_source_builds_and_is_checked(course_cpu):
     assert all(row["verified"] == "ok" for row in r.rows), r.table()
 
 
-def test_an_extension_travels_to_a_child_as_its_source(course_cpu):
-    """isolate=True: the child finds the build in the cache, loads it and probes it again."""
+def test_an_extension_travels_to_a_runner_as_its_source(course_cpu):
+    """isolate=True: the runner finds the build in the cache, loads it and probes it again."""
     fwd_only = wb.load_source("bias_gelu", COURSE_CPU, name="course_fwd", style="extension", backward=None)
     spec = byo.child_address("bias_gelu", fwd_only)
     assert spec["style"] == "extension" and spec["functions"] == ["forward", None], spec
@@ -203,18 +207,18 @@ def test_an_extension_travels_to_a_child_as_its_source(course_cpu):
     assert not any(c.what.startswith("backward") for c in rep.cases), rep.table()   # forward-only there too
 
 
-def test_a_line_info_build_of_an_extension_travels_to_the_child_with_its_options(course_cpu):
-    """wb.profile asks for a -lineinfo build through the variant's address: an extension-style
-    source's address carries the options too, and the child builds (or finds) that same build."""
+def test_a_line_info_build_of_an_extension_travels_to_the_runner_with_its_options(course_cpu):
+    """wb.profile asks for a -lineinfo build through the variant's address (isolated(line_info=True)):
+    an extension-style source's address carries the options too, and the runner builds (or finds)
+    that same build."""
     from workbench.build import BuildOptions
-    from workbench.explain import profiling
-    from workbench.run import isolate
+    from workbench.judge.pyrunner import address_of, resolve
 
-    address = profiling._line_info(isolate.variant_address("bias_gelu", course_cpu), True)
-    again = isolate.resolve(address)
+    address = dict(address_of("bias_gelu", course_cpu), options={"line_info": True})
+    again = resolve(address)
     assert again.options == BuildOptions(line_info=True) and again.kind == "extension", address
-    assert isolate.variant_address("bias_gelu", again)["options"] == {"line_info": True}
-    assert "options" not in isolate.variant_address("bias_gelu", course_cpu)   # the default build's address
+    assert address_of("bias_gelu", again)["options"] == {"line_info": True}
+    assert "options" not in address_of("bias_gelu", course_cpu)   # the default build's address
 
 
 def test_an_extension_that_does_not_compile_is_a_build_error_naming_file_and_line():

@@ -1,28 +1,46 @@
-"""isolate=True: check, gradcheck and bench in a child process. A planted crashing variant
-(tests/faulty/cpu_segfault.cpp) is reported as IsolatedRunError; the caller keeps running. Also
-the sanitize command's refusals, which need no GPU, and children that never report (planted static
-initializers, tests/faulty/static_*.cu): an exit with status 0, SIGABRT, a hang, each an
-IsolatedRunError that says which."""
+"""isolate=True: check and gradcheck run here over the variant served from a runner process
+(workbench/judge); a call that crashes the runner (tests/faulty/cpu_segfault.cpp) is that case's
+FAIL, the next case runs in a fresh runner, and the caller keeps running. A runner that cannot
+start (planted static initializers, tests/faulty/static_*.cu: an exit with status 0, SIGABRT, a
+hang) is an IsolatedRunError that says which (wb.check's, on the GPU: test_gpu_faults.py).
+wb.bench(isolate=True) calls each variant in a runner before timing it here. Also the sanitize
+command's refusals, which need no GPU, and the runner's protocol additions (an NVTX range, own
+memory) on the CPU."""
 from __future__ import annotations
 
 import pathlib
+import sys
+import time
 
 import pytest
 import torch
 
 import workbench as wb
+from workbench.judge import runner
 from workbench.specs.bias_gelu import SPEC as spec
 
 FAULTY = pathlib.Path(__file__).parent / "faulty"
+sys.path.insert(0, str(pathlib.Path(__file__).parent / "fixtures"))
+import byo_impls  # noqa: E402
 
 
-def test_isolated_check_reports_a_crash_and_the_caller_survives(cpu_kernel):
-    k = wb.load_source("bias_gelu", FAULTY / "cpu_segfault.cpp", name="segv")
+@pytest.fixture(scope="module")
+def segv(wb):
+    return wb.load_source("bias_gelu", FAULTY / "cpu_segfault.cpp", name="segv")
+
+
+def test_a_crash_fails_its_case_the_next_runs_in_a_fresh_runner_and_the_caller_survives(cpu_kernel, segv):
+    """cpu_segfault.cpp writes through a null pointer when it has rows to compute: 6x9 crashes the
+    runner; 0x5 launches nothing and passes, in the runner started after the crash."""
     x, b = spec.new_inputs((6, 9), torch.float32, "cpu", torch.Generator().manual_seed(0))
     before = x.clone()
-    with pytest.raises(wb.IsolatedRunError, match="SIGSEGV") as info:
-        wb.check("bias_gelu", k, isolate=True)
-    assert "caller's process is unaffected" in str(info.value) and info.value.returncode < 0
+    report = wb.check("bias_gelu", segv, isolate=True, shapes=[(6, 9), (0, 5)], layouts=("contiguous",),
+                      backward=False)
+    assert report.variant == "segv" and not report.ok, report.table()
+    (crashed,) = report.failures
+    assert crashed.shape == (6, 9) and "killed by SIGSEGV" in crashed.note, report.table()
+    assert "caller's process is unaffected" in crashed.note, crashed.note
+    assert [c.passed for c in report.cases if c.shape == (0, 5)] == [True, True], report.table()
     assert torch.equal(x, before)
     assert wb.correctness.compare(cpu_kernel(x, b), spec.reference(x, b), torch.float32)[0]
 
@@ -31,7 +49,7 @@ def test_isolated_check_agrees_with_in_process(cpu_kernel):
     kwargs = dict(seed=11, shapes=[(3, 5), (17, 33)], layouts=("contiguous", "offset"))
     here = wb.check("bias_gelu", "cpu", **kwargs)
     there = wb.check("bias_gelu", "cpu", isolate=True, **kwargs)
-    assert there.ok and here.ok
+    assert there.ok and here.ok and there.variant == "cpu"
     assert [(c.what, c.shape, c.dtype, c.layout) for c in there.cases] == \
         [(c.what, c.shape, c.dtype, c.layout) for c in here.cases]
 
@@ -52,11 +70,59 @@ def test_isolated_gradcheck_and_bench(cpu_kernel):
     assert {row["variant"] for row in r.rows} == {"eager", "cpu"}
 
 
-def test_isolated_bench_of_a_crashing_variant_names_it(cpu_kernel):
-    k = wb.load_source("bias_gelu", FAULTY / "cpu_segfault.cpp", name="segv")
-    with pytest.raises(wb.IsolatedRunError, match="bench of bias_gelu/segv"):
-        wb.bench("bias_gelu", variants=[k], shapes=[(16, 64)], baselines=(), budget_s=0.05, isolate=True)
+def test_isolated_bench_of_a_crashing_variant_names_it_before_timing_anything(cpu_kernel, segv):
+    with pytest.raises(wb.IsolatedRunError, match="bench of bias_gelu/segv, fwd 16x64 float32: .*SIGSEGV"):
+        wb.bench("bias_gelu", variants=["cpu", segv], shapes=[(16, 64)], baselines=(), budget_s=0.05, isolate=True)
 
+
+# ----------------------------------------------------------------------------- runners that never start
+
+def _planted(stem: str):
+    """A planted static initializer (tests/faulty/static_*.cu) served from a runner: its library
+    runs its initializers when the runner opens it, before any CUDA call (so also without a GPU).
+    check(isolate=True) starts the runner before its first case: what it raises is this."""
+    return runner.isolated("bias_gelu", str(FAULTY / f"{stem}.cu"))
+
+
+@pytest.mark.parametrize("stem, how", [("static_exit", "exited with status 0 before answering"),
+                                       ("static_abort", "was killed by SIGABRT before answering")])
+def test_a_runner_that_ends_while_starting_is_an_error_even_with_status_0(cuda_buildable, cpu_kernel, stem, how):
+    k = _planted(stem)
+    with pytest.raises(wb.IsolatedRunError, match=how) as info:
+        k.module.ensure()
+    assert f"{stem}: variant" in str(info.value) and "caller's process is unaffected" in str(info.value)
+    k.module.close()
+
+
+def test_a_runner_that_hangs_while_starting_is_killed_at_its_time_limit_and_says_so(cuda_buildable):
+    """time_limit (what profile and sanitize put in front of their runners) ends it and everything
+    it started; the caller reads that end as any other."""
+    k = runner.isolated("bias_gelu", str(FAULTY / "static_hang.cu"), prefix=runner.time_limit(5))
+    started = time.monotonic()
+    with pytest.raises(wb.IsolatedRunError, match="static_hang: variant: .*was killed by SIGKILL before answering"):
+        k.module.ensure()
+    assert 5 <= time.monotonic() - started < 60 and k.module.runner is None
+    k.module.close()
+
+
+# ----------------------------------------------------------------------------- the protocol's additions
+
+def test_an_nvtx_range_around_a_call_and_own_memory_leave_the_results_as_they_are(cpu_kernel):
+    """`range`/`end` (what ncu selects) and `own-memory` (what a sanitizer runs on) in the C++
+    runner and in the Python runner (tests/fixtures/byo_impls: a callable by module path)."""
+    from workbench.explain import ncu
+
+    for variant in ("cpu", byo_impls.bias_gelu_torch):
+        k = runner.isolated("bias_gelu", variant, own_memory=True)
+        try:
+            got = ncu.profiled_call("bias_gelu", k, (64, 48), "float32", "fwd")
+            assert got["verified"] == "ok", got
+            assert wb.check("bias_gelu", k, seed=2, shapes=[(5, 7)], dtypes=["float32"]).ok
+        finally:
+            k.module.close()
+
+
+# ----------------------------------------------------------------------------- sanitize, without a GPU
 
 def test_sanitize_without_compute_sanitizer_fails_loudly(run_cli, cpu_kernel):
     proc = run_cli("sanitize", "bias_gelu", "scalar", env_extra={"WORKBENCH_COMPUTE_SANITIZER": "/nonexistent/cs"})
@@ -72,6 +138,31 @@ def test_sanitize_refuses_a_cpu_variant(run_cli, cpu_kernel, tmp_path):
     assert proc.returncode != 0 and "runs on the CPU" in proc.stderr
 
 
+STAND_IN_SANITIZER = """#!{python}
+# A stand-in for compute-sanitizer: runs the runner, then writes its summary as the real one does,
+# once the runner has ended (0 errors where it ended by itself, as a polite end makes it).
+import subprocess, sys
+args = sys.argv[1:]
+target = args[args.index("--log-file") + 2:]
+code = subprocess.run(target, pass_fds=[int(target[-1])]).returncode
+with open(args[args.index("--log-file") + 1], "w") as log:
+    log.write(f"========= ERROR SUMMARY: {{0 if code == 0 else 1}} errors\\n")
+"""
+
+
+def test_sanitize_drives_the_check_through_a_runner_behind_the_tool_and_reads_its_report(cpu_kernel, tmp_path):
+    """The sanitize path on the CPU (a CPU variant, a stand-in tool): the runner starts behind the
+    tool on own memory, the small check runs here, and the runner is ended politely so the tool
+    writes its summary (a killed tool writes none: 'did not run')."""
+    from workbench.run import sanitize
+
+    tool = tmp_path / "compute-sanitizer"
+    tool.write_text(STAND_IN_SANITIZER.format(python=sys.executable))
+    tool.chmod(0o755)
+    result = sanitize._run_tool("bias_gelu", "cpu", str(tool), "memcheck", 120)
+    assert result.ran and result.errors == 0, result.first_errors
+
+
 def test_sanitizer_summaries_are_read():
     from workbench.run import sanitize
 
@@ -80,117 +171,3 @@ def test_sanitizer_summaries_are_read():
     assert sanitize.summary_errors("========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)") == 0
     assert sanitize.summary_errors("========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)") == 1
     assert sanitize.summary_errors("Traceback (most recent call last):\n") is None
-
-
-def test_a_worker_runs_jobs_in_turn_and_survives_a_crash_by_restarting(cpu_kernel):
-    """isolate.Worker (the exercise checker's child): several jobs in one warm child; a crashing
-    job ends it with the same error as a one-shot child, and the next job starts a fresh one."""
-    from workbench.run import isolate
-
-    segv = wb.load_source("bias_gelu", FAULTY / "cpu_segfault.cpp", name="segv_worker")
-    kwargs = dict(seed=1, shapes=[[3, 5]], layouts=["contiguous"])
-    with isolate.Worker({"op": "bias_gelu", "variant": "cpu"}) as worker:
-        first = worker.run("check", isolate.variant_address("bias_gelu", "cpu"), kwargs)
-        assert wb.correctness.Report.from_dict(first).ok
-        pid = worker._proc.pid
-        again = worker.run("gradcheck", isolate.variant_address("bias_gelu", "cpu"), {"seed": 1})
-        assert wb.correctness.Report.from_dict(again).ok and worker._proc.pid == pid  # the same child
-        with pytest.raises(wb.IsolatedRunError, match="SIGSEGV"):
-            worker.run("check", isolate.variant_address("bias_gelu", segv), kwargs)
-        after = worker.run("check", isolate.variant_address("bias_gelu", "cpu"), kwargs)
-        assert wb.correctness.Report.from_dict(after).ok and worker._proc.pid != pid
-        assert "[worker] ready in" in first["child_output"] or "[worker] check in" in after["child_output"]
-
-
-def test_a_child_starts_through_its_own_entry_point_never_the_cli(cpu_kernel, tmp_path):
-    """isolate's children run `python -m workbench.run.isolate_child`, behind a tool where one is
-    given; the CLI module is never imported in them (PYTHONVERBOSE names every module loaded)."""
-    import re
-    import sys
-
-    from workbench.run import isolate
-
-    job_file = tmp_path / "job.json"
-    assert isolate.child_command(job_file, ["ncu", "--nvtx"]) == \
-        ["ncu", "--nvtx", sys.executable, "-m", "workbench.run.isolate_child", str(job_file)]
-    assert isolate.worker_command({"op": "bias_gelu"})[1:4] == ["-m", "workbench.run.isolate_child", "--worker"]
-    out = isolate.run("check", isolate.variant_address("bias_gelu", "cpu"), dict(seed=1, shapes=[[3, 5]]),
-                      extra_env={"PYTHONVERBOSE": "1"})
-    assert wb.correctness.Report.from_dict(out).ok
-    imported = set(re.findall(r"^import '([\w.]+)' #", out["child_output"], flags=re.MULTILINE))
-    assert {"workbench.run.jobs", "workbench.measure.correctness"} <= imported, sorted(imported)
-    assert not {"workbench.cli", "workbench.__main__"} & imported
-    with isolate.Worker({"op": "bias_gelu"}) as worker:
-        worker.run("gradcheck", isolate.variant_address("bias_gelu", "cpu"), {"seed": 1})
-        assert worker._proc.args[1:3] == ["-m", "workbench.run.isolate_child"]
-
-
-def test_a_job_that_is_not_one_is_refused_before_a_child_starts():
-    from workbench.run import isolate, jobs
-
-    assert isolate.JOBS == tuple(jobs.BY_NAME)  # the parent's list of names is the child's
-    with pytest.raises(ValueError, match=r"job must be one of \['load', 'check', 'gradcheck', 'bench', 'measure'\]; "
-                                         r"got 'chek'"):
-        isolate.run("chek", isolate.variant_address("bias_gelu", "cpu"), {})
-
-
-# ----------------------------------------------------------------------------- children that never report
-
-def _planted(stem: str):
-    """A planted static initializer (tests/faulty/static_*.cu), built as the checker builds it
-    (not loaded here), and its address (how a child finds it)."""
-    from workbench.run import isolate, loader
-
-    built = loader.build_source("bias_gelu", FAULTY / f"{stem}.cu", f"ex01_{stem}")  # the names the CLI tests use
-    return isolate.variant_address("bias_gelu", built)
-
-
-@pytest.mark.parametrize("stem, how", [("static_exit", "exited with status 0 before reporting its result"),
-                                       ("static_abort", "was killed by SIGABRT before reporting its result")])
-def test_a_child_that_ends_before_reporting_is_an_error_even_with_status_0(cuda_buildable, cpu_kernel, stem, how):
-    """A one-shot child and a Worker alike: only a result received counts, never an exit status;
-    the Worker's next job runs in a fresh child."""
-    from workbench.run import isolate
-
-    address = _planted(stem)
-    with pytest.raises(wb.IsolatedRunError, match=how) as info:
-        isolate.run("load", address, {}, timeout_s=300)
-    assert "[load] bias_gelu/ex01_" in info.value.output  # its last words
-    with isolate.Worker({"op": "bias_gelu"}) as worker:
-        with pytest.raises(wb.IsolatedRunError, match=how):
-            worker.run("load", address, {}, timeout_s=300)
-        again = worker.run("check", isolate.variant_address("bias_gelu", "cpu"), dict(seed=1, shapes=[[3, 5]]))
-        assert wb.correctness.Report.from_dict(again).ok
-
-
-def test_a_child_that_hangs_is_killed_and_says_so(cuda_buildable, cpu_kernel):
-    import subprocess
-
-    from workbench.run import isolate
-
-    address = _planted("static_hang")
-    with pytest.raises(isolate.ChildTimeout, match=r"did not finish within 15 s and was killed") as info:
-        isolate.run("load", address, {}, timeout_s=15)  # a one-shot child's time includes its start-up
-    assert isinstance(info.value, subprocess.TimeoutExpired) and isinstance(info.value, wb.IsolatedRunError)
-    with isolate.Worker({"op": "bias_gelu"}) as worker:
-        # The job's time counts from when the child is ready: its start-up (import torch) is not in the 2 s.
-        with pytest.raises(isolate.ChildTimeout, match=r"did not finish within 2 s and was killed") as info:
-            worker.run("load", address, {}, timeout_s=2)
-        assert not info.value.starting and "[load] bias_gelu/ex01_static_hang" in info.value.output
-        again = worker.run("check", isolate.variant_address("bias_gelu", "cpu"), dict(seed=1, shapes=[[3, 5]]))
-        assert wb.correctness.Report.from_dict(again).ok
-
-
-def test_the_exercise_checkers_worker_warms_up_on_the_smallest_sizes_its_seed_draws(cpu_kernel):
-    """jobs.warm_up with exercise_seed (the checker's Worker where a GPU is likely): a check of the
-    reference on the three smallest non-empty sizes of the seed's draw and its empty ones
-    (exercise/sizes.warmup_shapes), in the exercise's dtypes and layouts."""
-    from workbench.run import jobs
-    from workbench.exercise import sizes
-
-    shapes = sizes.warmup_shapes(7, spec)
-    drawn = sizes.random_sizes(7, spec)
-    assert [s for s in shapes if 0 not in s] == sorted((s for s in drawn if 0 not in s), key=sum)[:3]
-    assert [s for s in shapes if 0 in s] == [s for s in drawn if 0 in s] != []
-    jobs.warm_up("bias_gelu", "cpu", dtypes=["float32", "int8"], layouts=["contiguous", "offset"], seed=7,
-                 exercise_seed=7)  # a dtype the variant lacks is left out, as the checker's are

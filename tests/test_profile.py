@@ -3,8 +3,9 @@ the comparison of two variants, the roofline, and the CLI.
 
 On the CPU: the verdict rules on synthetic metrics; ncu's raw CSV (the format of --csv --page raw
 --print-units base, as in the captured tests/fixtures/ncu/*.csv) parsed into the table; a stand-in
-ncu (a script) for the error paths: ncu missing, no permission, a metric this ncu lacks (left out,
-run again), a run that hangs (stopped with its children); the CLI; the exercise checker's hint.
+ncu (a script that starts the runner as ncu does) for the whole path with a CPU variant and for
+the error paths: ncu missing, no permission, a metric this ncu lacks (left out, run again), a run
+that hangs (stopped with its children); the CLI; the exercise checker's hint.
 The reports captured on an H100 by scripts/gpu_run.sh's `profile_fixtures` step
 (tests/fixtures/ncu/profile_*.csv) are parsed where committed (skipped, saying so, until then).
 
@@ -34,7 +35,6 @@ from workbench.explain.profiling import metrics as pm
 from workbench.explain.profiling import report as pr
 from workbench.explain.profiling import rules as pv
 
-from conftest import describe
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "ncu"
 FAULTY = pathlib.Path(__file__).parent / "faulty"
@@ -571,10 +571,23 @@ if unknown and unknown in metrics:
     print("==ERROR== Failed to find metric regex:^" + unknown.split(".")[0] + "\\.(sum|avg|max|min)$")
     sys.exit(1)
 log.write_text(pathlib.Path(os.environ["FAKE_NCU_CSV"]).read_text())
-if os.environ.get("FAKE_NCU_RESULT"):  # the profiled child's report (ncu.profiled_call), as the real child writes it
-    job = json.loads(pathlib.Path(args[-1]).read_text())
-    pathlib.Path(job["result"]).write_text(os.environ["FAKE_NCU_RESULT"])
+target = args[args.index("--log-file") + 2:]  # the runner, which the caller drives over its socket
+os.execv(target[0], target)
 '''
+
+
+@pytest.fixture
+def checked(monkeypatch):
+    """ncu.profiled_call without a GPU, for a CUDA variant: the runner starts (the stand-in ncu
+    runs it) and the call's check is what the test sets (checked["report"]; None: not checked)."""
+    state = {"report": None}
+
+    def call(op, kernel, size, dtype, direction):
+        kernel.module.ensure()
+        return state["report"]
+
+    monkeypatch.setattr(ncu, "profiled_call", call)
+    return state
 
 
 @pytest.fixture
@@ -607,7 +620,7 @@ def test_a_missing_ncu_says_how_to_go_on_without_it(monkeypatch, tmp_path):
 def test_no_permission_for_the_counters_is_named_with_its_fix(fake_ncu, monkeypatch):
     monkeypatch.setenv("FAKE_NCU_MODE", "perm")
     with pytest.raises(ncu.NcuUnavailable, match="ERR_NVGPUCTRPERM.*NVreg_RestrictProfilingToAdminUsers=0.*wb.bench"):
-        ncu.measure("bias_gelu", "vec4", (64, 64), "float32", metrics=pm.requested_metrics())
+        ncu.measure("bias_gelu", "cpu", (64, 64), "float32", metrics=pm.requested_metrics())
 
 
 def _alive(pid: int) -> bool:
@@ -631,8 +644,8 @@ def test_ncus_unknown_metric_message_names_what_to_leave_out(message):
 def test_a_run_that_hangs_is_stopped_with_its_children(fake_ncu, monkeypatch, tmp_path):
     monkeypatch.setenv("FAKE_NCU_MODE", "hang")
     started = time.perf_counter()
-    with pytest.raises(ncu.NcuTimeout, match="did not finish profiling bias_gelu/vec4 within 2 s.*timeout_s"):
-        ncu.measure("bias_gelu", "vec4", (64, 64), "float32", timeout_s=2)
+    with pytest.raises(ncu.NcuTimeout, match="did not finish profiling bias_gelu/cpu within 2 s.*timeout_s"):
+        ncu.measure("bias_gelu", "cpu", (64, 64), "float32", timeout_s=2)
     assert time.perf_counter() - started < 30
     pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
     deadline = time.monotonic() + 10
@@ -641,24 +654,37 @@ def test_a_run_that_hangs_is_stopped_with_its_children(fake_ncu, monkeypatch, tm
     assert not any(_alive(p) for p in pids), f"still running: {pids}"
 
 
-def test_a_metric_this_ncu_lacks_is_left_out_and_the_run_repeated(fake_ncu, monkeypatch, tmp_path):
+def test_a_metric_this_ncu_lacks_is_left_out_and_the_run_repeated(fake_ncu, cpu_kernel, monkeypatch, tmp_path):
+    """With a CPU variant the whole path runs here: the runner under the stand-in, the call driven
+    and checked from here inside the runner's NVTX range."""
+    from workbench.judge.runner import runner_executable
+
     lacking = pm.METRICS["tensor_pct"]
     monkeypatch.setenv("FAKE_NCU_UNKNOWN", lacking)
-    kernels = ncu.measure("bias_gelu", "vec4", (64, 64), "float32", metrics=pm.requested_metrics(),
+    kernels = ncu.measure("bias_gelu", "cpu", (64, 64), "float32", metrics=pm.requested_metrics(),
                           extra_args=pm.NCU_ARGS, keep_csv=tmp_path / "kept.csv")
     calls = fake_ncu()
     assert len(calls) == 2 and kernels.dropped == (lacking,) and len(kernels) == 1
+    assert kernels.measured["verified"] == "ok", kernels.measured
     first, second = (c[c.index("--metrics") + 1].split(",") for c in calls)
     assert lacking in first and lacking not in second and len(second) == len(first) - 1
-    for c in calls:  # exactly the NVTX range, base units, clocks left alone, then the child
+    for c in calls:  # exactly the NVTX range, base units, clocks left alone, then the runner
         assert c[c.index("--nvtx-include") + 1] == f"{ncu.RANGE}/" and "--print-units" in c
         assert c[c.index("--clock-control") + 1] == "none"
-        assert c[-3:-1] == ["-m", "workbench.run.isolate_child"]
+        assert c[-2] == str(runner_executable())
     assert (tmp_path / "kept.csv").read_text() == (tmp_path / "report.csv").read_text()
 
 
-def test_profile_end_to_end_with_a_stand_in_ncu(fake_ncu, scalar_kernel, tmp_path):
-    """The whole path on the CPU: the variant built here, ncu run on the child (a stand-in here),
+def test_the_profiled_call_through_the_runner_is_checked_at_its_shape(fake_ncu, wb):
+    """The check that decides "wrong" is made here, on the outputs the runner wrote into this
+    process's memory: the planted CPU variant that leaves rows unwritten from 512 rows on."""
+    partial = wb.load_source("bias_gelu", FAULTY / "cpu_partial_at_size.cpp", name="cpu_partial_at_size")
+    bad = ncu.measure("bias_gelu", partial, (1024, 64), "float32").measured
+    assert bad["verified"] == "wrong" and "unwritten" in bad["verify_detail"], bad
+
+
+def test_profile_end_to_end_with_a_stand_in_ncu(fake_ncu, checked, scalar_kernel, tmp_path):
+    """The whole path on the CPU: the variant built here, ncu run on the runner (a stand-in here),
     the CSV kept, parsed, the verdict without ceilings (no GPU: from DRAM % of peak)."""
     page = tmp_path / "source.csv"
     page.write_text(source_csv(PAGE))
@@ -681,7 +707,7 @@ def test_profile_end_to_end_with_a_stand_in_ncu(fake_ncu, scalar_kernel, tmp_pat
         wb.profile("bias_gelu", "scalar", shape=(64, 64), direction="fwd+bwd")
 
 
-def test_profile_asks_for_the_whole_tensor_pipe_on_hopper_only(fake_ncu, scalar_kernel, monkeypatch):
+def test_profile_asks_for_the_whole_tensor_pipe_on_hopper_only(fake_ncu, checked, scalar_kernel, monkeypatch):
     whole = pm.HOPPER_METRICS["tensor_all_pct"]
     for capability, asked in (((9, 0), True), ((8, 0), False), (None, False)):
         monkeypatch.setattr(wbp, "device_capability", lambda capability=capability: capability)
@@ -690,22 +716,17 @@ def test_profile_asks_for_the_whole_tensor_pipe_on_hopper_only(fake_ncu, scalar_
         assert (whole in run[run.index("--metrics") + 1].split(",")) == asked, (capability, run)
 
 
-def test_where_no_line_info_build_is_possible_the_profile_goes_on_without_lines(fake_ncu, scalar_kernel, monkeypatch):
-    """An installed wheel without nvcc serves its prebuilt variant but cannot build a -lineinfo one."""
-    from workbench import errors
-    from workbench.run import isolate
+def test_where_no_line_info_build_is_possible_the_profile_goes_on_without_lines(fake_ncu, checked, scalar_kernel,
+                                                                                monkeypatch):
+    """An installed wheel without nvcc serves its prebuilt variant (from the Python runner) but
+    cannot build a -lineinfo one."""
+    from workbench.ship import ndarray_build
 
-    resolve = isolate.resolve
-
-    def no_lineinfo_builds(spec):
-        if spec.get("options", {}).get("line_info"):
-            raise errors.WorkbenchError("bias_gelu/scalar: no usable prebuilt library, and no nvcc found")
-        return resolve(spec)
-
-    monkeypatch.setattr(isolate, "resolve", no_lineinfo_builds)
+    monkeypatch.setattr(ndarray_build, "can_build_cuda", lambda: False)
     p = wb.profile("bias_gelu", "scalar", shape=(8192, 8192))
     assert "--section" not in fake_ncu()[-1] and p.kernels[0].lines == []
-    assert any(n.startswith("no source lines: the variants could not be built with -lineinfo here") for n in p.notes)
+    assert fake_ncu()[-1][-3:-1] == ["-m", "workbench.judge.pyrunner"]
+    assert any(n.startswith("no source lines: the variants cannot be built with -lineinfo here") for n in p.notes)
 
 
 # ----------------------------------------------------------------------------- the profiled call, checked at its shape
@@ -718,7 +739,7 @@ WRONG_CHECK = {"size": [8192, 8192], "dtype": "float32", "direction": "fwd", "ve
 
 
 def test_the_profiled_call_is_checked_at_its_shape(wb):
-    """ncu.profiled_call (the child ncu profiles) checks the call at the profiled shape: the planted
+    """ncu.profiled_call (driven here; ncu profiles the runner) checks the call at the profiled shape: the planted
     CPU variant that leaves the last quarter of the rows unwritten from 512 rows on is wrong at
     1024 x 64 and right at 64 x 64. (On the CPU: the same code path without the NVTX range.)"""
     partial = wb.load_source("bias_gelu", FAULTY / "cpu_partial_at_size.cpp", name="cpu_partial_at_size")
@@ -726,7 +747,6 @@ def test_the_profiled_call_is_checked_at_its_shape(wb):
     assert bad["verified"] == "wrong" and bad["verify_where"][0] >= 768, bad
     assert "y wrong at 1024x64 float32" in bad["verify_detail"] and "unwritten" in bad["verify_detail"], bad
     assert bad["verify_detail"].startswith("before profiling (fresh inputs, outputs poisoned):"), bad
-    json.dumps(bad)  # it travels back to the parent as JSON
     good = ncu.profiled_call("bias_gelu", partial, (64, 64), "float32", "fwd")
     assert good["verified"] == "ok" and good["verify_against"] == "float64 reference", good
     assert 0 <= good["verify_max_abs_err"] < 1e-4, good
@@ -758,17 +778,16 @@ def test_a_wrong_output_is_said_first_and_gets_no_performance_verdict():
     assert "not checked" not in wbp.from_csv("bias_gelu", {"scalar": csv}, BIAS_SHAPE).table().split("verdict")[1]
 
 
-def test_the_profile_command_exits_1_on_a_wrong_output(run_cli, fake_ncu, scalar_kernel):
-    env = {k: os.environ[k] for k in ("WORKBENCH_NCU", "FAKE_NCU_CALLS", "FAKE_NCU_CSV")}
-    proc = run_cli("profile", "bias_gelu", "scalar", "--shape", "8192x8192", "--no-lines",
-                   env_extra=dict(env, FAKE_NCU_RESULT=json.dumps(WRONG_CHECK)))
-    assert proc.returncode == 1, describe(proc)
-    lines = proc.stdout.splitlines()
-    assert lines[1].startswith("WRONG OUTPUT: scalar at 8192x8192 float32 fwd"), proc.stdout
-    assert "verdict scalar/forward_kernel<float>: WRONG OUTPUT at the profiled shape" in proc.stdout
-    ok = run_cli("profile", "bias_gelu", "scalar", "--shape", "8192x8192", "--no-lines",
-                 env_extra=dict(env, FAKE_NCU_RESULT=json.dumps(dict(WRONG_CHECK, verified="ok"))))
-    assert ok.returncode == 0 and "WRONG" not in ok.stdout and "memory-bound" in ok.stdout, describe(ok)
+def test_the_profile_command_exits_1_on_a_wrong_output(fake_ncu, checked, scalar_kernel, capsys):
+    checked["report"] = dict(WRONG_CHECK)
+    assert cli.main(["profile", "bias_gelu", "scalar", "--shape", "8192x8192", "--no-lines"]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[1].startswith("WRONG OUTPUT: scalar at 8192x8192 float32 fwd"), out
+    assert "verdict scalar/forward_kernel<float>: WRONG OUTPUT at the profiled shape" in out
+    checked["report"] = dict(WRONG_CHECK, verified="ok")
+    assert cli.main(["profile", "bias_gelu", "scalar", "--shape", "8192x8192", "--no-lines"]) == 0
+    out = capsys.readouterr().out
+    assert "WRONG" not in out and "memory-bound" in out, out
 
 
 # ----------------------------------------------------------------------------- the command line
@@ -795,42 +814,12 @@ def test_the_profile_command_without_ncu(monkeypatch, tmp_path, capsys):
     assert err.startswith("error: Nsight Compute (ncu) not found") and "wb.bench" in err
 
 
-def test_the_profile_command_prints_the_table(run_cli, fake_ncu, scalar_kernel, tmp_path):
-    env = {k: os.environ[k] for k in ("WORKBENCH_NCU", "FAKE_NCU_CALLS", "FAKE_NCU_CSV")}
-    proc = run_cli("profile", "bias_gelu", "scalar", "--shape", "8192x8192", "--roofline", str(tmp_path / "r.png"),
-                   env_extra=env)
-    assert proc.returncode == 0, describe(proc)
-    assert proc.stdout.startswith("profile: bias_gelu fwd float32 8192x8192") and "verdict scalar/forward_kernel<float>: " \
-        "memory-bound" in proc.stdout, proc.stdout
-    assert (tmp_path / "r.png").is_file() and f"roofline: {tmp_path / 'r.png'}" in proc.stdout
-
-
-def test_a_missed_speed_target_offers_the_profile_command(monkeypatch, cuda_buildable):
-    from workbench.measure import correctness
-    from workbench import exercise as wbex
-    from workbench.measure.bench_result import BenchResult
-
-    def bench(ex, kernel, variants, dtypes, shapes, directions, **kw):
-        return BenchResult([{"direction": d, "dtype": t, "variant": n, "median_ms": ms}
-                            for d in directions for t in dtypes for n, ms in ((kernel.name, 1.0), (variants[1], 0.8))])
-
-    def in_child(kind, ex, kernel, worker=None, **kw):
-        if kind == "bench":
-            return bench(ex, kernel, **kw)
-        return correctness.Report(ex.op, kernel.name, "cuda",
-                                  [correctness.Case("forward", (3, 5), "float32", "contiguous", True)])
-
-    monkeypatch.setattr(wbex.child, "gpu_present", lambda: True)
-    monkeypatch.setattr(wbex.child, "start_worker", lambda ex, seed: None)
-    monkeypatch.setattr(wbex.child, "in_child", in_child)
-    ex = wbex.get(2)
-    report = wbex.check_exercise(2, ex.solution, seed=1)
-    speed = report.check("speed")
-    assert speed.status == "FAIL", report.summary()
-    hint = next(ln for ln in speed.lines if "python -m workbench profile" in ln)
-    assert hint.endswith(f"python -m workbench profile {ex.op} ex02_solution {ex.reference} --source "
-                         f"{wbex.checks.shown(ex.solution)} --shape 8192x8192 --dtype float32 --direction fwd"), hint
-    assert "python -m workbench profile" in report.summary()
+def test_the_profile_command_prints_the_table(fake_ncu, checked, scalar_kernel, tmp_path, capsys):
+    assert cli.main(["profile", "bias_gelu", "scalar", "--shape", "8192x8192", "--roofline", str(tmp_path / "r.png")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("profile: bias_gelu fwd float32 8192x8192") and "verdict scalar/forward_kernel<float>: " \
+        "memory-bound" in out, out
+    assert (tmp_path / "r.png").is_file() and f"roofline: {tmp_path / 'r.png'}" in out
 
 
 # ----------------------------------------------------------------------------- on the GPU, with ncu
@@ -852,7 +841,7 @@ def bias_scalar_vec4():
         pytest.skip("needs Nsight Compute (ncu)")
     reports, seconds, ceil = {}, {}, {}
     for v in ("scalar", "vec4"):
-        wb.load("bias_gelu", v, options=wbp.LINE_INFO)  # the build profile makes, outside the timed profile
+        wbp.prebuild("bias_gelu", v)  # the builds profile makes, outside the timed profile
         started = time.perf_counter()
         p = wb.profile("bias_gelu", v, shape=BIAS_SHAPE, dtype="float32")
         seconds[v] = time.perf_counter() - started
@@ -908,6 +897,14 @@ def test_a_variant_wrong_at_the_profiled_shape_gets_no_performance_verdict():
     assert p.verdict("partial_at_timed_shape").kind == "wrong", p.table()
     assert p.table().splitlines()[1].startswith("WRONG OUTPUT: partial_at_timed_shape at 8192x8192"), p.table()
     assert p.verdict("vec4").kind == "memory-bound", p.table()
+
+
+@pytest.mark.gpu
+def test_a_triton_variant_is_profiled_through_the_python_runner():
+    """The Python runner pushes the NVTX range ncu selects: the Triton kernel is profiled, checked."""
+    _need_ncu()
+    p = wb.profile("rmsnorm", "triton", shape=(256, 1024), dtype="float32", lines=False)
+    assert p.kernels and p.checked("triton") == "ok", p.table()
 
 
 @pytest.mark.gpu

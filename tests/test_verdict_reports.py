@@ -131,7 +131,7 @@ def test_rows_print_only_what_was_measured(wb):
             assert "rel " not in c.line() and "max|d|" not in c.line(), c.line()
         else:
             assert c.measured and "rel " in c.line() and "max|d|" in c.line(), c.line()
-    # What was not measured survives a trip through JSON (isolate=True) as not measured.
+    # What was not measured survives a trip through JSON (the exercise checker's child) as not measured.
     back = Report.from_dict(json.loads(json.dumps(report.to_dict())))
     assert [c.line() for c in back.cases] == [c.line() for c in report.cases]
     assert Case("determinism", (4,), "float32", "contiguous", True).line().split() == \

@@ -1,5 +1,5 @@
-"""`python -m workbench ...`: the command line (cli.py). The isolated children start elsewhere
-(`python -m workbench.run.isolate_child`, isolate_child.py), never through here."""
+"""`python -m workbench ...`: the command line (cli.py). Runners start elsewhere (workbench/judge),
+never through here."""
 import sys
 
 from . import bytecode

@@ -1,5 +1,6 @@
-"""Where the workbench's own processes (`python -m workbench ...` and the isolated children,
-isolate_child.py) keep Python bytecode when the environment turned its cache off.
+"""Where the workbench's own processes (`python -m workbench ...`, the Python runner
+judge/pyrunner.py, the exercise checker's child) keep Python bytecode when the environment turned
+its cache off.
 
 Where PYTHONDONTWRITEBYTECODE is set (as on the lent H100 image, whose torch ships without .pyc
 files), every process recompiles torch's sources at import: 5 s for `import torch` there, 12 s with

@@ -38,18 +38,22 @@ class LockTimeout(WorkbenchError):
 
 
 class IsolatedRunError(WorkbenchError):
-    """A check or bench run in a child process (isolate=True) failed: the child raised (a CUDA
-    error such as an illegal address), or died (a signal). The caller's process, its CUDA context
-    and its tensors are untouched. `returncode` and `output` (the child's last lines) say how."""
+    """A variant run out of this process (isolate=True, wb.profile, sanitize: a runner, workbench/judge)
+    could not be: the process running it did not start, died (a signal, an exit), lost its CUDA
+    context or ran out of time. The caller's process, its CUDA context and its tensors are
+    untouched. `returncode` (None where the process did not end by itself) and `output` (its last
+    lines) say how."""
 
-    def __init__(self, what: str, returncode: int, output: str, full_output: str = "", *, before: str = ""):
+    def __init__(self, what: str, returncode: int | None, output: str, full_output: str = "", *, before: str = ""):
         self.returncode, self.output, self.full_output = returncode, output, full_output or output
-        if returncode < 0:
+        if returncode is None:
+            how = ""
+        elif returncode < 0:
             try:
-                how = f"was killed by {signal.Signals(-returncode).name}"
+                how = f" was killed by {signal.Signals(-returncode).name}"
             except ValueError:
-                how = f"was killed by signal {-returncode}"
+                how = f" was killed by signal {-returncode}"
         else:
-            how = f"exited with status {returncode}"
+            how = f" exited with status {returncode}"
         when = f" {before}" if before else ""  # what it had not done yet, where that matters
-        super().__init__(f"{what}: the child process {how}{when}; the caller's process is unaffected.\n{output}")
+        super().__init__(f"{what}: the process running it{how}{when}; the caller's process is unaffected.\n{output}")

@@ -25,12 +25,18 @@
 //   marker                                         launch wb_runner_marker and wait (a profiler's
 //                                                  boundary between loading and the checked calls)
 //   threads <n>                                    CPU variants' threads
+//   range <hex name>, end                          push, pop an NVTX range (a profiler's selection:
+//                                                  ncu --nvtx-include name/)
+//   own-memory                                     from now on each CUDA call runs on allocations of
+//                                                  the runner's own, one per tensor (a sanitizer's
+//                                                  bounds), its tensors copied in and its outputs back
 // stdout is the caller's log, never the protocol: fd 1 goes to fd 2 before any library is opened.
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
@@ -47,6 +53,7 @@
 
 #ifdef WB_RUNNER_WITH_CUDA
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
 __global__ void wb_runner_marker(int* sink) {
   if (sink) *sink = 1;
 }
@@ -205,6 +212,19 @@ class Runner {
       in >> workbench::tl_threads;
       return "ok";
     }
+    if (cmd == "range" || cmd == "end") {
+#ifdef WB_RUNNER_WITH_CUDA
+      std::string name;
+      in >> name;
+      if (cmd == "range") nvtxRangePushA(unhex(name).c_str());
+      else nvtxRangePop();
+#endif
+      return "ok";
+    }
+    if (cmd == "own-memory") {
+      own_memory_ = true;
+      return "ok";
+    }
     throw Failure{"unknown command: " + cmd, false};
   }
 
@@ -287,8 +307,15 @@ class Runner {
     return c;
   }
 
-  // The contract's empty-tensor guard (the outputs zero-filled, nothing launched), else the launch.
   void run(Call& c) {
+#ifdef WB_RUNNER_WITH_CUDA
+    if (own_memory_ && variant_->device == WB_DEVICE_CUDA) return run_on_own_memory(c);
+#endif
+    launch(c);
+  }
+
+  // The contract's empty-tensor guard (the outputs zero-filled, nothing launched), else the launch.
+  void launch(Call& c) {
     size_t first = 0;
     const auto args = workbench::schema_args<RunnerFront>(*decl_, c.step, c.inputs, &first);
     std::vector<std::vector<int64_t>> shapes;
@@ -354,6 +381,39 @@ class Runner {
   }
 
 #ifdef WB_RUNNER_WITH_CUDA
+  // The call on allocations of its own, one per tensor at the caller's offset modulo 16 (an arena
+  // is one allocation: an access past a tensor's end would stay inside it), every tensor copied in
+  // (the outputs' poison too) and the outputs copied back once the call has finished.
+  void run_on_own_memory(Call& c) {
+    const size_t item = element_size(c.call.dtype);
+    std::vector<void*> owned;
+    auto own = [&](WbTensor& t, WbTensor& in_call) {
+      const size_t bytes = static_cast<size_t>(t.numel) * item, skew = reinterpret_cast<uintptr_t>(t.data) % 16;
+      void* base = nullptr;
+      if (bytes) check(cudaMalloc(&base, skew + bytes), "cudaMalloc (own memory)");
+      owned.push_back(base);
+      void* mine = base ? static_cast<char*>(base) + skew : nullptr;
+      if (bytes) check(cudaMemcpyAsync(mine, t.data, bytes, cudaMemcpyDefault, stream()), "cudaMemcpy (own memory)");
+      void* theirs = t.data;
+      t.data = in_call.data = mine;
+      return theirs;
+    };
+    std::vector<void*> outputs;
+    try {
+      for (size_t i = 0; i < c.inputs.size(); ++i) own(c.inputs[i], c.call.inputs[i]);
+      for (size_t i = 0; i < c.outputs.size(); ++i) outputs.push_back(own(c.outputs[i], c.call.outputs[i]));
+      launch(c);
+      for (size_t i = 0; i < outputs.size(); ++i)
+        if (c.output_bytes[i]) check(cudaMemcpyAsync(outputs[i], c.outputs[i].data, c.output_bytes[i],
+                                                     cudaMemcpyDefault, stream()), "cudaMemcpy (own memory)");
+      wait();
+    } catch (...) {
+      for (void* p : owned) cudaFree(p);
+      throw;
+    }
+    for (void* p : owned) cudaFree(p);
+  }
+
   cudaStream_t stream() {
     if (!stream_) {
       check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -412,6 +472,7 @@ class Runner {
 
   int fd_;
   int pending_fd_ = -1;
+  bool own_memory_ = false;
   std::string buffer_, label_ = "variant";
   std::unique_ptr<workbench::OpDecl> decl_;
   const WbOpBinding* binding_ = nullptr;

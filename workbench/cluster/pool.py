@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from .. import config
 from ..errors import WorkbenchError
-from ..run.isolate import child_env
+from ..config import child_env
 from .worker import Worker
 
 INSTALL = 'pip install "ray[default]"   (or, with the workbench: pip install "kernel-workbench[ray]")'
@@ -62,7 +62,7 @@ def worker_env() -> dict:
     checkout's workbench importable (an installed one is importable anyway)."""
     env = {"WORKBENCH_QUIET": "1"}
     if not config.INSTALLED:
-        env["PYTHONPATH"] = child_env()["PYTHONPATH"]  # as an isolated child's
+        env["PYTHONPATH"] = child_env()["PYTHONPATH"]  # as a runner's
     return env
 
 

@@ -196,11 +196,3 @@ def tiled_sizes(seed: int, spec, moduli: tuple[int, ...] = TILED_MODULI, aligned
     sizes.append(size({d: m0 * rng.randint(4, 8) + step[d] * rng.randint(1, m0 // step[d] - 1) for d in dims}))
     rng.shuffle(sizes)
     return sizes + [size({d: 0}) for d in dims]
-
-
-def warmup_shapes(seed: int, spec) -> list[tuple[int, ...]]:
-    """The sizes the checker's child warms up on before the student's check (jobs.warm_up): the
-    three smallest non-empty and every empty one of the elementwise draw from `seed`, enough to
-    load the kernels (torch's, the harness's) the check at the seed's sizes will use, quickly."""
-    drawn = random_sizes(seed, spec)
-    return sorted((s for s in drawn if 0 not in s), key=sum)[:3] + [s for s in drawn if 0 in s]

@@ -1,17 +1,17 @@
 """Hardware counters for one call of a variant, from Nsight Compute (ncu).
 
-`measure(op, variant, size, dtype, direction, metrics)` runs the variant in a child process under
-ncu: the child (profiled_call, the "measure" job of jobs.py) warms the call up, then makes it once
-more inside the NVTX range "wb_measure", checked at its shape, and
-ncu profiles exactly the kernels launched in that range (the warm-up, the inputs' creation and
-anything torch launches outside it are left out). Returns one dict per kernel: its name and the
-metrics, in base units (bytes, sectors, ns).
+`measure(op, variant, size, dtype, direction, metrics)` serves the variant from a runner
+(judge.runner.isolated) started under ncu, and drives the call from here (profiled_call): warms it
+up, then makes it once more inside the runner's NVTX range "wb_measure", checked at its shape. ncu
+profiles exactly the kernels launched in that range: not the warm-up, and nothing of torch's (the
+inputs, the copies, the reference run in this process, which ncu does not watch). Returns one dict
+per kernel: its name and the metrics, in base units (bytes, sectors, ns).
 
 Where ncu is missing, or the driver does not let it read the counters (ERR_NVGPUCTRPERM, a
-sandboxed container), NcuUnavailable says so and how to go on without it; the child has a time
-limit (NcuTimeout: ncu and everything it started are stopped), so a stuck profiler fails instead
-of hanging. A metric this ncu or this GPU does not know ("Failed to find metric") is left out and
-the run repeated without it; the result's `dropped` names what was left out.
+sandboxed container), NcuUnavailable says so and how to go on without it; the run has a time
+limit (NcuTimeout: ncu and the runner are stopped), so a stuck profiler fails instead of hanging.
+A metric this ncu or this GPU does not know ("Failed to find metric") is left out and the run
+repeated without it; the result's `dropped` names what was left out.
 
 With source_lines=True the same run also samples warp stalls per instruction (the SourceCounters
 section) into a report, and ncu's source page of that report (CUDA lines with their SASS) comes
@@ -20,19 +20,17 @@ only where the build carries line info (nvcc -lineinfo); without it the page has
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
-import json
 import os
 import pathlib
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
+import time
 
-from .. import config
-from ..run import isolate
 from ..build import toolchain
 from ..errors import IsolatedRunError, WorkbenchError
 
@@ -58,7 +56,7 @@ class NcuUnavailable(WorkbenchError):
 
 
 class NcuTimeout(WorkbenchError):
-    """The profiled child did not finish in time; ncu and its child were stopped."""
+    """The profiled run did not finish in time; ncu and the runner were stopped."""
 
 
 class Kernels(list):
@@ -67,9 +65,9 @@ class Kernels(list):
 
     dropped: tuple[str, ...] = ()
     source_csv: str = ""            # ncu's source page (--print-source cuda,sass) where asked for
-    # What the profiled child reported (profiled_call): the size, dtype and direction, and the check
-    # of the profiled call's output at that shape (verified: "ok", "wrong", "not checked";
-    # verify_detail, verify_max_abs_err, verify_where, verify_against). None: the child reported nothing.
+    # The check of the profiled call made here (profiled_call): the size, dtype and direction, and
+    # its output's verdict at that shape (verified: "ok", "wrong", "not checked"; verify_detail,
+    # verify_max_abs_err, verify_where, verify_against). None: not checked.
     measured: dict | None = None
 
 
@@ -180,60 +178,42 @@ def unknown_metrics(text: str, metrics) -> list[str]:
     return [m for m in metrics if m.split(".")[0] in missing]
 
 
-def _run_child(address: dict, call: dict, prefix: list[str], timeout_s: float
-               ) -> tuple[int, str, dict | None]:
-    """The "measure" job (profiled_call, with the arguments `call`) in a child under `prefix` (ncu
-    and its options): (exit status, everything it printed, the job's result or None). Started in a
-    session of its own, so that on a timeout (or an interrupt) ncu and the child it started are
-    stopped together, not only ncu. Not isolate.run: a child under ncu is judged by ncu's log."""
-    with tempfile.TemporaryDirectory(prefix="workbench-child-") as tmp:
-        job_file = pathlib.Path(tmp) / "job.json"
-        result = pathlib.Path(tmp) / "result.json"
-        job_file.write_text(json.dumps(isolate.job_message("measure", address, call, result)))
-        proc = subprocess.Popen(isolate.child_command(job_file, prefix), env=isolate.child_env(), cwd=config.REPO_ROOT,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
-        try:
-            out, _ = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _stop(proc)
-            raise NcuTimeout(
-                f"ncu did not finish profiling {address['op']}/{address['name']} within {timeout_s:.0f} s; it and its child were "
-                f"stopped. A kernel that never ends hangs under ncu too (check it first: wb.check); a long kernel "
-                f"at a large size is replayed once per group of metrics: profile a smaller shape or allow more "
-                f"time (timeout_s, --timeout). {WITHOUT_NCU}") from None
-        except BaseException:
-            _stop(proc)
-            raise
-        try:
-            reported = json.loads(result.read_text()) if result.is_file() else None
-        except ValueError:
-            reported = None
-        return proc.returncode, out, reported
+def _run(op: str, variant, call: dict, ncu_args: list[str], line_info: bool, timeout_s: float):
+    """The profiled call (profiled_call, driven from here) of the variant served from a runner behind
+    ncu (ncu_args), all of it stopped after timeout_s: (its check, what the runner and ncu printed,
+    the error that ended the runner where one did, whether the time ran out). A runner lost is not
+    started again: ncu's report is the first one's."""
+    from ..judge.runner import TOOL_GRACE_S, isolated, time_limit
 
-
-def _stop(proc: subprocess.Popen) -> None:
+    kernel = isolated(op, variant, prefix=[*time_limit(timeout_s), *ncu_args], line_info=line_info)
+    remote = kernel.module
+    remote.MAX_RESTARTS = 0
+    started = time.monotonic()
     try:
-        os.killpg(proc.pid, signal.SIGKILL)  # its own session: ncu and the child it started
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    try:
-        proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        pass
+        remote.ensure()  # ncu's own refusals (a metric it lacks, no permission) end it here
+        reported = profiled_call(op, kernel, **call)
+        runner = remote.ensure()
+        runner.finish(TOOL_GRACE_S)  # the runner ends, ncu writes its report and exits
+        return reported, runner.log_tail(1 << 20), None, False
+    except IsolatedRunError as e:
+        return None, e.full_output, e, time.monotonic() - started >= timeout_s
+    finally:
+        remote.close()
 
 
 def measure(op: str, variant, size, dtype: str, direction: str = "fwd", metrics=TRAFFIC, *,
-            timeout_s: float = 300, keep_csv=None, extra_args=(), source_lines: bool = False) -> Kernels:
+            timeout_s: float = 300, keep_csv=None, extra_args=(), source_lines: bool = False,
+            line_info: bool = False) -> Kernels:
     """Per-kernel counters of one `direction` call of the variant at `size`, `dtype` (see module).
     keep_csv: a path to copy ncu's raw CSV to (test fixtures are captured this way; the source page
     goes beside it as <name>_source.csv). extra_args: more ncu options (e.g. ["--clock-control",
     "none"]). timeout_s: for the whole profiled run. source_lines: also the stall samples per
-    source line (the result's source_csv)."""
+    source line (the result's source_csv). line_info: the runner's build made with nvcc -lineinfo
+    (the lines of that page)."""
     exe = require()
-    address = isolate.variant_address(op, variant)
+    name = getattr(variant, "name", variant)
     metrics, dropped = list(metrics), []
-    call = dict(size=list(size), dtype=dtype, direction=direction)
+    call = dict(size=tuple(size), dtype=dtype, direction=direction)
     with tempfile.TemporaryDirectory(prefix="workbench-ncu-") as tmp:
         log = pathlib.Path(tmp) / "ncu.csv"
         report = pathlib.Path(tmp) / "report"  # ncu adds .ncu-rep
@@ -241,10 +221,16 @@ def measure(op: str, variant, size, dtype: str, direction: str = "fwd", metrics=
                     "--force-overwrite"] if source_lines else []
         while True:
             log.unlink(missing_ok=True)
-            prefix = [exe, "--target-processes", "all", "--nvtx", "--nvtx-include", f"{RANGE}/",
-                      "--metrics", ",".join(metrics), "--csv", "--page", "raw", "--print-units", "base",
-                      *sampling, *extra_args, "--log-file", str(log)]
-            code, output, reported = _run_child(address, call, prefix, timeout_s)
+            args = [exe, "--target-processes", "all", "--nvtx", "--nvtx-include", f"{RANGE}/",
+                    "--metrics", ",".join(metrics), "--csv", "--page", "raw", "--print-units", "base",
+                    *sampling, *extra_args, "--log-file", str(log)]
+            reported, output, failed, timed_out = _run(op, variant, call, args, line_info, timeout_s)
+            if timed_out:
+                raise NcuTimeout(
+                    f"ncu did not finish profiling {op}/{name} within {timeout_s:.0f} s; it and the runner were "
+                    f"stopped. A kernel that never ends hangs under ncu too (check it first: wb.check); a long kernel "
+                    f"at a large size is replayed once per group of metrics: profile a smaller shape or allow more "
+                    f"time (timeout_s, --timeout). {WITHOUT_NCU}") from None
             text = log.read_text(errors="replace") if log.exists() else ""
             why = _permission_problem(text + output)
             if why:
@@ -257,10 +243,9 @@ def measure(op: str, variant, size, dtype: str, direction: str = "fwd", metrics=
             break
         if keep_csv:
             pathlib.Path(keep_csv).write_text(text)
-        if code != 0:
-            full = text + output
-            tail = "\n".join(full.strip().splitlines()[-25:])
-            raise IsolatedRunError(f"measure of {op}/{address['name']} under ncu", code, tail, full)
+        if failed is not None:
+            failed.args = (f"measure of {op}/{name} under ncu: {failed}",)
+            raise failed
         kernels = Kernels(parse_csv(text))
         kernels.dropped = tuple(dropped)
         kernels.measured = reported
@@ -271,7 +256,7 @@ def measure(op: str, variant, size, dtype: str, direction: str = "fwd", metrics=
                 keep = pathlib.Path(keep_csv)
                 keep.with_name(keep.stem + "_source.csv").write_text(kernels.source_csv)
         if not kernels:
-            raise WorkbenchError(f"ncu profiled no kernel in the NVTX range {RANGE!r} of {op}/{address['name']}; "
+            raise WorkbenchError(f"ncu profiled no kernel in the NVTX range {RANGE!r} of {op}/{name}; "
                                  f"its output:\n" + "\n".join((text + output).splitlines()[-15:]))
         return kernels
 
@@ -281,13 +266,14 @@ def total(kernels: list[dict], metric: str) -> float:
 
 
 def profiled_call(op: str, kernel, size, dtype: str, direction: str) -> dict:
-    """The child's side of measure(): warm the call up (builds, CUDA's lazy module loading, the
-    allocator), then make it once inside the NVTX range RANGE; inputs and gradients are made before
-    the range opens. The profiled call is checked at its shape (issue 23): first on fresh inputs
-    with its outputs poisoned (verify.check_kernel_at), then the profiled call's own output, on
-    inputs drawn after the warm-up (an answer replayed from the warm-up is wrong for them), against
-    the trusted result (float64 reference, or eager where that does not fit). The result carries
-    the verdict (Kernels.measured on the parent's side)."""
+    """measure()'s call, driven here: warm it up (CUDA's lazy module loading, the runner's
+    workspace), then make it once inside the NVTX range RANGE (the runner's, where the kernel is
+    served from one: isolated's kind "runner"); inputs and gradients are made before the range
+    opens. The profiled call is checked at its shape (issue 23): first on fresh inputs with its
+    outputs poisoned (verify.check_kernel_at), then the profiled call's own output, on inputs drawn
+    after the warm-up (an answer replayed from the warm-up is wrong for them), against the trusted
+    result (float64 reference, or eager where that does not fit). Returns the verdict
+    (Kernels.measured)."""
     import torch
 
     from ..measure import verify
@@ -311,14 +297,8 @@ def profiled_call(op: str, kernel, size, dtype: str, direction: str) -> dict:
         step(warm)
     del warm
     probe = verify.Probe(spec, size, dtype, direction, attrs, gen, device)  # fresh inputs for the profiled call
-    cuda = device.type == "cuda"  # a CPU variant runs here too (tests of the check, without a GPU)
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.nvtx.range_push(RANGE)
-    out = step(probe)
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.nvtx.range_pop()
+    with kernel.module.nvtx_range(RANGE) if kernel.kind == "runner" else contextlib.nullcontext():
+        out = step(probe)
     last = probe.judge(out, "the profiled call")
     del out, probe
     if not before.ok:  # check_kernel_at's own run, before the warm-up: say which of the two it was

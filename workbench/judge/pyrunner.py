@@ -34,8 +34,12 @@ def address_of(op: str, variant) -> dict:
     """How a runner finds the same variant (a JSON dict with "op" and "name"): by name in the tree,
     by source path, an extension by its source, a callable by its module path."""
     from ..model import registry
-    from ..run import byo, loader
+    from ..run import byo, extension, loader
 
+    if isinstance(variant, extension.BuiltExtension):  # an extension-style source, built, never loaded here
+        return {"op": op, "name": variant.name, "source": str(variant.source), "style": "extension"}
+    if isinstance(variant, loader.BuiltVariant):  # built, never loaded here: the runner loads that source
+        return {"op": op, "name": variant.name, "source": str(variant.source)}
     variant = byo.as_variant(op, variant)
     if isinstance(variant, byo.CallableKernel):
         return byo.child_address(op, variant)
@@ -66,7 +70,7 @@ def resolve(address: dict):
 class PyRunner:
     def __init__(self, fd: int):
         self.sock = socket.socket(fileno=fd)
-        self.buffer, self.fds, self.arenas, self.kernel = b"", [], {}, None
+        self.buffer, self.fds, self.arenas, self.kernel, self.own_memory = b"", [], {}, None, False
 
     def serve(self) -> int:
         while True:
@@ -88,6 +92,15 @@ class PyRunner:
         if cmd in ("declare", "binding", "threads", "marker"):
             if cmd == "threads":
                 torch.set_num_threads(int(words[1]))
+            return "ok"
+        if cmd in ("range", "end"):
+            if torch.cuda.is_available() and cmd == "range":
+                torch.cuda.nvtx.range_push(bytes.fromhex(words[1]).decode())
+            elif torch.cuda.is_available():
+                torch.cuda.nvtx.range_pop()
+            return "ok"
+        if cmd == "own-memory":  # each call's inputs copied to allocations of their own (its outputs are)
+            self.own_memory = True
             return "ok"
         if cmd == "variant":
             self.kernel = resolve(json.loads(bytes.fromhex(words[1])))
@@ -149,6 +162,8 @@ class PyRunner:
             return out
 
         inputs, outputs = tensors(), tensors()
+        if self.own_memory:  # at the caller's offset modulo 16, as the C++ runner places them
+            inputs = [_own_copy(t, self.kernel.device) for t in inputs]
         n, pos = int(words[pos]), pos + 1
         attrs = [float(words[pos + 2 * i + 1]) if words[pos + 2 * i] == "f" else int(words[pos + 2 * i + 1])
                  for i in range(n)]
@@ -172,6 +187,11 @@ class PyRunner:
 
     def reply(self, text: str) -> None:
         self.sock.sendall((text + "\n").encode())
+
+
+def _own_copy(t: torch.Tensor, device: str) -> torch.Tensor:
+    skew = t.data_ptr() % 16 // t.element_size()
+    return torch.empty(t.numel() + skew, dtype=t.dtype, device=device)[skew:].view(t.shape).copy_(t)
 
 
 def main(argv: list[str]) -> int:

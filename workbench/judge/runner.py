@@ -13,6 +13,7 @@ faults takes the runner down, never the caller (its CUDA context, its tensors).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -35,6 +36,7 @@ from .sandbox import Sandbox
 
 REPLY_TIMEOUT_S = 600.0    # one command (a batch of calls included); a kernel that never returns fails
 START_TIMEOUT_S = 120.0    # a runner's start, its library's load included
+TOOL_GRACE_S = 120.0       # a tool in front of a runner (ncu, compute-sanitizer) writes its report as the runner ends
 _LOG_TAIL = 40
 
 
@@ -73,6 +75,7 @@ class Runner:
                                          start_new_session=True)
         theirs.close()
         self.started = time.perf_counter()
+        self.fronted = bool(prefix)  # a tool in front of it writes its report as the runner ends
 
     # ------------------------------------------------------------------ the protocol
 
@@ -101,8 +104,11 @@ class Runner:
                                    f"it sent {reply[:200]!r}\n{self.log_tail()}",
                                    before="after answering outside the protocol (something it loaded wrote to its socket)")
         if word == "fatal":
+            if self.fronted:  # the tool writes its report as the runner ends
+                self.finish(TOOL_GRACE_S)
             self.close()
-            raise DeviceLost(f"{self.label}: {line.split()[0]}", -1, self.log_tail(), before=f"({text})") from None
+            raise DeviceLost(f"{self.label}: {line.split()[0]}", None, self.log_tail(),
+                             before=f"lost its CUDA context ({text})") from None
         raise CallRefused(text)
 
     def send(self, lines: list[str]) -> None:
@@ -193,12 +199,20 @@ class Runner:
         self._sock.close()
 
     def discard(self) -> None:
+        if self.fronted:  # the tool writes its report as the runner ends
+            self.finish(TOOL_GRACE_S)
         self.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
 def hex_text(text: str) -> str:
     return text.encode().hex()
+
+
+def time_limit(timeout_s: float) -> list[str]:
+    """A prefix that kills what follows (a tool, the runner behind it: their whole process group)
+    after timeout_s: coreutils timeout. The caller then reads the runner's end as any other."""
+    return ["timeout", "-s", "KILL", f"{timeout_s:g}"]
 
 
 # ---------------------------------------------------------------------- calls
@@ -224,8 +238,8 @@ class Remote:
 
     MAX_RESTARTS = 3
 
-    def __init__(self, op: str, device: str, start):
-        self.op, self.spec, self.device = op, registry.spec(op), device
+    def __init__(self, op: str, device: str, start, *, own_memory: bool = False):
+        self.op, self.spec, self.device, self.own_memory = op, registry.spec(op), device, own_memory
         self._start, self.runner, self.reported, self.restarts = start, None, {}, 0
         self._arena: Arena | None = None
 
@@ -235,11 +249,21 @@ class Remote:
                 self.runner.discard()
                 self.runner = None
                 if self.restarts >= self.MAX_RESTARTS:
-                    raise DeviceLost(f"{self.op}: the runner", -1, "", before=f"was lost {self.restarts + 1} times; "
-                                                                          f"not started again")
+                    raise DeviceLost(self.op, None, "", before=f"was lost {self.restarts + 1} times; not started again")
                 self.restarts += 1
             self.runner, self.reported = self._start()
+            if self.own_memory:
+                self.runner.request("own-memory")
         return self.runner
+
+    @contextlib.contextmanager
+    def nvtx_range(self, name: str):
+        """The calls inside in an NVTX range of the runner's (what a profiler in front selects:
+        ncu --nvtx-include NAME/); a call that raises leaves it open, in a runner that is gone."""
+        runner = self.ensure()
+        runner.request("range " + hex_text(name))
+        yield
+        runner.request("end")
 
     def forward(self, *args, **attrs):
         return self._call("forward", args, attrs)
@@ -277,7 +301,7 @@ class Remote:
         if arena.device == "cuda":
             torch.cuda.synchronize()  # the inputs and the poison are in place before the runner reads
         runner.request(call_line(step, dtypes_.name_of(dtype), ins, outs, list(values)))
-        out = tuple(v.clone() for v in views)
+        out = tuple(v.to(self.device, copy=True) for v in views)
         return out[0] if len(out) == 1 else out
 
     def _arena_for(self, need: int) -> Arena:
@@ -285,7 +309,9 @@ class Remote:
             if self._arena is not None and self.runner is not None:
                 self.runner.discard()  # a runner keeps every arena it was lent mapped: start afresh
                 self.runner = None
-            self._arena = Arena("cuda" if self.device == "cuda" else "cpu", max(need, 64 << 20))
+            # Own memory: the runner copies from host memory (no CUDA IPC under a sanitizer)
+            device = "cuda" if self.device == "cuda" and not self.own_memory else "cpu"
+            self._arena = Arena(device, max(need, 64 << 20))
         return self._arena
 
     def close(self) -> None:
@@ -365,11 +391,13 @@ def start_python(address: dict, label: str, *, sandbox: Sandbox | None = None, p
         raise
 
 
-def isolated(op: str, variant, *, sandbox: Sandbox | None = None, prefix=(), line_info: bool = False):
+def isolated(op: str, variant, *, sandbox: Sandbox | None = None, prefix=(), line_info: bool = False,
+             own_memory: bool = False):
     """`variant` (a name, a Kernel, a source path, a callable, an extension) served from a runner of
     its own, as a Kernel the checks call (kernel()): a C++ variant of the workbench's ABI in the C++
     runner (its torch-free build), anything else in the Python runner. A fault in it ends the
-    runner, never this process; the next call starts another."""
+    runner, never this process; the next call starts another. own_memory: every call on the
+    runner's allocations, one per tensor, copied from host memory (a sanitizer's bounds)."""
     from ..run import byo, loader
     from ..ship import ndarray_build
 
@@ -379,7 +407,8 @@ def isolated(op: str, variant, *, sandbox: Sandbox | None = None, prefix=(), lin
         source = pathlib.Path(v.source)
     elif isinstance(v, str):
         source = registry.variant_sources(op).get(v) or (pathlib.Path(v) if pathlib.Path(v).is_file() else None)
-    if source is not None and source.suffix in (".cu", ".cpp"):
+    # Where no nvcc is (an installed wheel), a CUDA variant is served by the Python runner (its prebuilt library)
+    if source is not None and (source.suffix == ".cpp" or source.suffix == ".cu" and ndarray_build.can_build_cuda()):
         name = v if isinstance(v, str) and not pathlib.Path(v).is_file() else getattr(v, "name", source.stem)
         info = registry.static_variant(op, source, name)
         src = registry.sources(op)
@@ -393,7 +422,8 @@ def isolated(op: str, variant, *, sandbox: Sandbox | None = None, prefix=(), lin
             library = ndarray_build.build_host_library(f"runner-{op}/{name}", "ndarray-variant", source, include)[0]
         binding = ndarray_build.build_host_library(f"ndarray-binding/{op}", "ndarray-binding", src.binding,
                                                    [config.BINDINGS_DIR, config.COMMON_DIR, src.kernel_dir])[0]
-        remote = Remote(op, info.device, lambda: start_cxx(op, library, binding, name, sandbox=sandbox, prefix=prefix))
+        remote = Remote(op, info.device, lambda: start_cxx(op, library, binding, name, sandbox=sandbox, prefix=prefix),
+                        own_memory=own_memory)
         return kernel(remote, name, info.dtypes, source=source, library=library, description=info.description)
     from .pyrunner import address_of
 
@@ -401,6 +431,7 @@ def isolated(op: str, variant, *, sandbox: Sandbox | None = None, prefix=(), lin
     if line_info:
         address["options"] = {**address.get("options", {}), "line_info": True}
     device = getattr(v, "device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
-    remote = Remote(op, device, lambda: start_python(address, address["name"], sandbox=sandbox, prefix=prefix))
+    remote = Remote(op, device, lambda: start_python(address, address["name"], sandbox=sandbox, prefix=prefix),
+                    own_memory=own_memory)
     dtypes = getattr(v, "dtypes", None) or dtypes_.NAMES
     return kernel(remote, address["name"], dtypes, description=getattr(v, "description", ""))

@@ -7,6 +7,7 @@ come from workbench.explain.plot.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import sys
 import time
@@ -248,8 +249,9 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     and extensions brought from outside (workbench/run/byo.py: wb.variant), alone or mixed. shapes:
     sizes for the op's size pattern (default: the spec's bench sizes for the device). attrs: the
     op's attributes (default: the spec's first sample). device: "cuda" if a GPU is visible, else
-    "cpu" (CPU variants, CPU timers). isolate=True runs the sweep in a child process (a faulting
-    kernel cannot take this one down). Returns a BenchResult (.table() .frame() .figure() .plot()
+    "cpu" (CPU variants, CPU timers). isolate=True first calls each variant in a runner process
+    (_preflight: a fault raises IsolatedRunError naming it); the timing then runs here, as without
+    isolate. Returns a BenchResult (.table() .frame() .figure() .plot()
     .save()). baselines: names (default: every baseline the op has, baselines_of(spec)). cluster:
     "local", "auto" or "ray://HOST:PORT" spreads the sweep over a Ray cluster's workers, one per GPU
     (workbench/cluster; needs Ray); None runs it here."""
@@ -261,11 +263,6 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     sweep_started = time.perf_counter()
     if baselines is None:
         baselines = baselines_of(registry.spec(op))
-    if isolate:
-        return _bench_isolated(op, variants, dict(
-            dtypes=list(dtypes), shapes=[list(s) for s in shapes] if shapes else None, baselines=list(baselines),
-            directions=list(directions), attrs=attrs, device=None if device is None else str(device),
-            budget_s=budget_s, target_rse=target_rse), save=save, results_path=results_path)
     if isinstance(variants, loader.Kernel) or (isinstance(variants, (list, tuple)) and variants
                                                 and all(isinstance(v, loader.Kernel) for v in variants)):
         variants = [v if _brought(v) else v.name
@@ -294,6 +291,8 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     shapes = [tuple(s) for s in (shapes or spec.bench_sizes[device.type])]
     for s in shapes:
         spec.dims(s)  # a size that does not fit the op's pattern fails here, naming it
+    if isolate:
+        _preflight(op, spec, names, own, dtypes, shapes, directions, attrs, device)
     result = BenchResult()
     if device.type == "cpu":
         result.notes.append("no GPU visible: CPU variants timed on the CPU; no copy ceiling")
@@ -393,20 +392,29 @@ def _own_variants(op: str, variants):
     return names, own
 
 
-def _bench_isolated(op, variants, kwargs, *, save, results_path) -> BenchResult:
-    """One child process per variant, so a fault names its variant; baselines run in the first."""
-    from ..run import isolate
+def _preflight(op: str, spec, names, own: dict, dtypes, shapes, directions, attrs: dict, device) -> None:
+    """isolate=True: each variant called once in a runner of its own (judge.runner.isolated) at every
+    dtype, size and direction the sweep will time, before it runs here; a call that ends the runner
+    (an illegal address, a crash) raises IsolatedRunError naming the variant and the call. The
+    timing stays here (a runner's copies would be in the numbers): a fault only a later call hits
+    is not found."""
+    from ..errors import IsolatedRunError
+    from ..judge.runner import isolated
 
-    if variants == "all":
-        device = kwargs["device"] or ("cuda" if toolchain.gpu_available() else "cpu")
-        variants = [v.name for v in loaded.variants(op) if v.runs_on(device)]
-    items = variants if isinstance(variants, (list, tuple)) else [variants]
-    result = BenchResult()
-    for i, v in enumerate(items):
-        out = isolate.run("bench", isolate.variant_address(op, v), dict(kwargs, baselines=kwargs["baselines"] if i == 0 else []))
-        result.rows.extend(out["rows"])
-        result.notes += [n for n in out.get("notes", []) if n not in result.notes]
-    add_speedups(result.rows)  # over the merged rows: the baselines were timed in the first child
-    if save:
-        result.save(results_path)
-    return result
+    gen = torch.Generator(device=device).manual_seed(0)
+    for name in names:
+        k = isolated(op, own.get(name) or loader.STATE.newest(op, name) or name)
+        if k.device != device.type or toolchain.unmet_arch(getattr(k, "source", None), device):
+            continue
+        try:
+            for dname, shape, direction in itertools.product([d for d in dtypes if d in k.dtypes], shapes, directions):
+                probe = verify.Probe(spec, shape, dname, direction, attrs, gen, device)
+                try:
+                    verify.run_step(k, spec, probe.inputs, attrs, direction, probe.grads)
+                except IsolatedRunError as e:
+                    e.args = (f"bench of {op}/{name}, {direction} {spec.label(shape)} {dname}: {e}",)
+                    raise
+                except Exception:  # noqa: BLE001 - a call the variant refused: the sweep's own row says so
+                    pass
+        finally:
+            k.module.close()

@@ -183,7 +183,7 @@ def _first_line(e: BaseException) -> str:
 
 def _fatal(e: BaseException, device: torch.device) -> bool:
     """An error that leaves the CUDA context unusable (an illegal address, a device-side assert):
-    every later case would fail with it, so it propagates (isolate=True keeps it in a child)."""
+    every later case would fail with it, so it propagates (isolate=True: the runner's, one case's)."""
     if isinstance(e, getattr(torch, "AcceleratorError", ())):
         return True
     if device.type == "cuda":
@@ -266,10 +266,19 @@ def _seed(seed: int | None) -> int:
     return int.from_bytes(os.urandom(4), "little") if seed is None else seed
 
 
-def _isolated(kind: str, op: str, variant, kwargs: dict) -> Report:
-    from ..run import isolate
+def _isolated(run, op: str, variant, kwargs: dict) -> Report:
+    """run(op, kernel, **kwargs) (check, gradcheck) here, over the variant served from a runner
+    (judge.runner.isolated): a call that ends the runner fails its case, the next starts another."""
+    from ..judge.runner import isolated
 
-    return Report.from_dict(isolate.run(kind, isolate.variant_address(op, variant), kwargs))
+    kernel = isolated(op, variant)
+    try:
+        _device_for(kernel)  # no GPU for a CUDA variant: said before a runner starts
+        kernel.module.ensure()  # a runner that cannot start raises IsolatedRunError here, not as a case
+        kernel.info["steps"] = kernel.module.reported["steps"]  # what the library exports (forward only?)
+        return run(op, kernel, **kwargs)
+    finally:
+        kernel.module.close()
 
 
 def _kernel(op: str, variant):
@@ -304,14 +313,13 @@ def check(op: str, variant, *, dtypes=None, shapes=None, layouts=("contiguous", 
     wb.variant, probed where undeclared): every supported dtype x size x layout (x the
     spec's attribute samples, in turn), forward and backward, against the float64 reference.
     `shapes`: sizes for the op's size pattern (default: the spec's check sizes). Returns a Report
-    (report.ok, report.table()). isolate=True runs it in a child process: a kernel that faults
-    raises IsolatedRunError here and leaves this process, its CUDA context and its tensors as they
-    were. on_case(description) is called before each case runs (the exercise checker names the
-    case a crash happened in)."""
+    (report.ok, report.table()). isolate=True makes every call in a runner process (workbench/judge):
+    a call that faults fails its case with the error, leaves this process, its CUDA context and its
+    tensors as they were, and the next case starts a fresh runner; a runner that cannot start raises
+    IsolatedRunError. on_case(description) is called before each case runs."""
     if isolate:
-        return _isolated("check", op, variant, dict(
-            dtypes=dtypes, shapes=[list(s) for s in shapes] if shapes else None, layouts=list(layouts),
-            seed=seed, backward=backward))
+        return _isolated(check, op, variant, dict(dtypes=dtypes, shapes=shapes, layouts=layouts, seed=seed,
+                                                  backward=backward, verbose=verbose, on_case=on_case))
     spec = registry.spec(op)
     kernel = _kernel(op, variant)
     device = _device_for(kernel)

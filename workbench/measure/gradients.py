@@ -19,7 +19,7 @@ def gradcheck(op: str, variant, *, seed: int | None = None, shapes=None, isolate
     sizes (default: the op's three smallest non-empty check sizes). The report's `method` says
     which ran. isolate=True: as for check()."""
     if isolate:
-        return _isolated("gradcheck", op, variant, dict(seed=seed, shapes=[list(s) for s in shapes] if shapes else None))
+        return _isolated(gradcheck, op, variant, dict(seed=seed, shapes=shapes))
     spec = registry.spec(op)
     kernel = _kernel(op, variant)
     device = _device_for(kernel)

@@ -2,7 +2,6 @@
 path; kernel: the Kernel handle it returns; loaded: the one record of what this process loaded),
 its torch.library op with autograd and fakes (torchops), nn layers, variants brought from outside
 (byo: callables; extension: torch extensions written the course's way; pyvariant: Python/Triton
-variants), the notebook cell magic, and isolation (isolate starts a child, isolate_child is its entry
-point, jobs are what it runs; sanitize runs compute-sanitizer over one). May import: model, build;
-jobs.py, the child's side, also calls measure, explain (ncu's profiled call) and exercise (warm-up sizes).
+variants), the notebook cell magic, and sanitize (compute-sanitizer over a runner, workbench/judge).
+May import: model, build.
 """

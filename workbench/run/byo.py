@@ -28,12 +28,12 @@ WORKBENCH_QUIET). The probe proves that a call runs, not that it is right: the c
 Rows, tables and plots name a callable by its qualified name, `module.qualname` ("__main__." left
 off: a notebook's own functions are named by their qualname).
 
-isolate=True (and wb.profile, whose call runs in a child under Nsight Compute): a child process
-cannot be handed a function object, so it imports it by module path: a callable defined at the
-top level of an importable module (not __main__, not a lambda or a local function) is re-made in
-the child from that module (its backward likewise); any other callable is refused with a message
-saying why and what to do. An extension travels as its source (the child finds the build in the
-cache).
+isolate=True, wb.profile and sanitize serve a variant from a runner process (workbench/judge),
+which cannot be handed a function object, so it imports it by module path: a callable defined at
+the top level of an importable module (not __main__, not a lambda or a local function) is re-made
+in the runner from that module (its backward likewise); any other callable is refused with a
+message saying why and what to do. An extension travels as its source (the runner finds the build
+in the cache).
 
 A torch extension written the course's way is served through this path by extension.py.
 """
@@ -87,7 +87,7 @@ class CallableKernel(loader.Kernel):
     autograd: bool = False          # no backward given; autograd flows through fn
     probe: str = ""                 # what the probe found (or what was declared)
     module: Any = None              # an extension's loaded module (pybind11) or torch.ops namespace
-    origin: dict = field(default_factory=dict)   # how a child process re-makes it (isolate.variant_spec)
+    origin: dict = field(default_factory=dict)   # how a runner re-makes it (child_address)
 
     def __post_init__(self):
         self._spec = registry.spec(self.op)  # once: registry.spec looks at the tree on every call
@@ -222,7 +222,7 @@ def variant(fn, op: str, backward=None, dtypes=None, device=None, name: str | No
                          f"not tell them apart: pass another name=")
     if device is not None and device not in ("cuda", "cpu"):
         raise ValueError(f"variant: device must be 'cuda', 'cpu' or None (probed); got {device!r}")
-    if device == "cuda" and not toolchain.gpu_available():
+    if device == "cuda" and not toolchain.gpu_available() and kind != "runner":  # a runner's calls say so
         raise RuntimeError("variant: device='cuda' but no GPU is visible here")
     wanted = list(dtypes_.NAMES) if dtypes is None else dtypes_.names(dtypes)
     src = source or _source_of(fn)
@@ -327,9 +327,9 @@ def origin_of(fn) -> dict | None:
 
 
 def child_address(op: str, kernel: CallableKernel) -> dict:
-    """How a child process re-makes this variant (isolate.variant_spec): an extension by its source,
-    a callable by module path; a callable that cannot be imported there raises WorkbenchError."""
-    if kernel.kind == "extension":  # with its build options (line info): the child loads that same build
+    """How a runner (judge.pyrunner) re-makes this variant: an extension by its source, a callable
+    by module path; a callable that cannot be imported there raises WorkbenchError."""
+    if kernel.kind == "extension":  # with its build options (line info): the runner loads that same build
         options = {"options": kernel.options.as_dict()} if kernel.options.as_dict() else {}
         return {"op": op, "name": kernel.name, "source": str(kernel.source), "style": "extension",
                 "declared": kernel.origin.get("declared"), "functions": kernel.origin.get("functions"), **options}
@@ -338,7 +338,7 @@ def child_address(op: str, kernel: CallableKernel) -> dict:
     if missing:
         what = kernel.fn if "fn" in missing else kernel.backward_fn
         raise WorkbenchError(
-            f"{op}/{kernel.name}: a callable cannot be sent to a child process (isolate=True, wb.profile) as an "
+            f"{op}/{kernel.name}: a callable cannot be sent to a runner process (isolate=True, wb.profile) as an "
             f"object; it is imported there by module path, and {qualified_name(what)} cannot be "
             f"({'defined in __main__ (a notebook or script)' if getattr(what, '__module__', None) == '__main__' else 'a lambda or a local function' if '<' in getattr(what, '__qualname__', '<') else 'not found under its module path'}). "
             f"Move it to a module of its own (a .py file importable from here) and pass that function, or run "

@@ -216,7 +216,7 @@ class BuiltVariant:
     that must never run the variant's code (the exercise checker's) knows of it, from its source
     text and its files. `device`, `dtypes` and `description` are the declaration read from the
     source (registry.static_variant), not the library's exported descriptor: reading that means
-    loading the library, which runs its static initializers (a child does it: isolate, "load")."""
+    loading the library, which runs its static initializers (a runner does it: workbench/judge)."""
     op: str
     name: str
     source: pathlib.Path

@@ -1,9 +1,9 @@
 """`python -m workbench sanitize <op> <variant>`: compute-sanitizer over a small check run.
 
-Each tool (memcheck, racecheck, initcheck, synccheck) runs the variant's check in a child process
-under compute-sanitizer, with PyTorch's caching allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1) so
-every tensor is its own allocation and an access past a tensor's end is an access past an
-allocation's end.
+For each tool (memcheck, racecheck, initcheck, synccheck) the variant is served from a runner
+(judge.runner.isolated) behind compute-sanitizer, on memory of its own (one allocation per tensor,
+PyTorch's caching allocator off), so an access past a tensor's end is one past an allocation's end;
+the small check runs here. The tool's report is its log, written as the runner ends.
 """
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import os
 import pathlib
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass
 
-from . import isolate
 from ..build import toolchain
 from ..errors import IsolatedRunError, WorkbenchError
 
@@ -87,21 +87,31 @@ def run(op: str, variant, tools=TOOLS, *, timeout_s: float = 900) -> list[ToolRe
         raise WorkbenchError(
             "compute-sanitizer not found: it ships with the CUDA toolkit (bin/compute-sanitizer under "
             "CUDA_HOME); put it on PATH or set WORKBENCH_COMPUTE_SANITIZER to its path")
-    address = isolate.variant_address(op, variant)
-    out = []
-    for tool in tools:
-        prefix = [exe, "--tool", tool, "--error-exitcode", "86", "--print-limit", "10"]
-        env = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "WORKBENCH_QUIET": "1"}
+    return [_run_tool(op, variant, exe, tool, timeout_s) for tool in tools]
+
+
+def _run_tool(op: str, variant, exe: str, tool: str, timeout_s: float) -> ToolResult:
+    from ..judge.runner import isolated, time_limit
+    from ..measure.correctness import check
+
+    with tempfile.TemporaryDirectory(prefix="wb-sanitize-") as tmp:
+        log = pathlib.Path(tmp) / f"{tool}.log"
+        prefix = [*time_limit(timeout_s), "env", "PYTORCH_NO_CUDA_MEMORY_CACHING=1", exe, "--tool", tool,
+                  "--print-limit", "10", "--log-file", str(log)]
+        kernel = isolated(op, variant, prefix=prefix, own_memory=True)
+        kernel.module.MAX_RESTARTS = 0  # the tool's report is the first runner's: a lost one is not replaced
+        said = ""
         try:
-            res = isolate.run("check", address, small_check(op), timeout_s=timeout_s, extra_env=env, prefix=prefix)
-            text, ran = res["child_output"], True
-        except IsolatedRunError as e:  # the check failed or the tool found errors: read its report
-            text, ran = e.full_output, True
-        errors = summary_errors(text)
-        lines = [ln for ln in text.splitlines() if ln.startswith("=========")]
-        out.append(ToolResult(tool, errors if errors is not None else -1, "\n".join(lines[:12]),
-                              ran and errors is not None))
-    return out
+            kernel.module.ensure()
+            check(op, kernel, **small_check(op))
+        except IsolatedRunError as e:  # the runner did not start: what it said
+            said = e.full_output
+        finally:
+            kernel.module.close()  # the runner ends; the tool writes its summary and exits
+        text = (log.read_text(errors="replace") if log.is_file() else "") + said
+    errors = summary_errors(text)
+    lines = [ln for ln in text.splitlines() if ln.startswith("=========")] or text.splitlines()[-12:]
+    return ToolResult(tool, errors if errors is not None else -1, "\n".join(lines[:12]), errors is not None)
 
 
 def main(op: str, variant, tools=TOOLS) -> int:

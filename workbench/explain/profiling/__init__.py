@@ -10,14 +10,15 @@ roofline.
     python -m workbench profile bias_gelu scalar vec4 --shape 8192x8192 --dtype float32 [--direction fwd]
 
 How: the variant is built here (a compile error is raised before anything is profiled), then ncu
-runs a child that warms the call up and makes it once more inside the NVTX range ncu.RANGE; only the
-kernels launched in that range are profiled (not the warm-up, not the inputs' creation), with one
+runs a runner that serves it (judge.runner); from here the call is warmed up and made once more
+inside the runner's NVTX range ncu.RANGE; only the kernels launched in that range are profiled (not
+the warm-up, nothing of torch's: inputs, copies and the check run in this process), with one
 set of metrics (METRICS, STALLS) that ncu collects by replaying each kernel a few times. GPU clocks
 are left as they are (--clock-control none), so durations compare with wb.bench's and with the
-measured ceilings. The child has a time limit; where ncu is missing or cannot read the counters,
+measured ceilings. The run has a time limit; where ncu is missing or cannot read the counters,
 ncu.NcuUnavailable says so and how to go on without them (wb.bench, the ptxas report, roofline()).
 The same run samples warp stalls per instruction (ncu's SourceCounters section); with the
-variant built with nvcc -lineinfo (profile does that build, cached), each kernel's table ends with
+runner's build made with nvcc -lineinfo (profile makes it, cached), each kernel's table ends with
 its source lines that collected the most stall samples, and why (lines=False leaves this out).
 
 The verdict's rules: profiling/rules.py. Its modules: metrics (what ncu is asked for and how a
@@ -27,13 +28,11 @@ from __future__ import annotations
 
 import pathlib
 
-from ... import build, config
-from ...run import isolate
+from ... import config
 from .. import ncu
 from ...model import registry
 from ... import dtypes as dtypes_
 from .. import roofline as roofline_
-from ...errors import WorkbenchError
 from .metrics import NCU_ARGS, device_capability, kernel_metrics, requested_metrics, short_name
 from .report import KernelProfile, Profile, hot_lines
 from .rules import verdict, wrong_verdict
@@ -56,7 +55,7 @@ def from_reports(op: str, reports: dict, shape, dtype: str = "float32", directio
     DRAM traffic and by duration where a call launches several), and the verdicts. No GPU needed:
     tests build one from committed CSVs. sources: {variant: ncu.parse_source_csv(...)}, the stall
     samples per source line, matched to the kernels by name (by order where the names differ).
-    checks: {variant: the profiled child's report (ncu.Kernels.measured)}: a variant whose output
+    checks: {variant: the profiled call's check (ncu.Kernels.measured)}: a variant whose output
     was wrong at this shape gets the verdict "wrong" for each kernel, and no performance verdict."""
     spec = registry.spec(op)
     shape = tuple(shape)
@@ -82,12 +81,12 @@ def from_reports(op: str, reports: dict, shape, dtype: str = "float32", directio
                 k.verdict = wrong_verdict(op, variant, shape, dtype, check)
         _attach_lines(ks, (sources or {}).get(variant) or [])
         kernels += ks
-    given = checks is not None  # profile() passes what each child reported; from committed CSVs there is none
+    given = checks is not None  # profile() passes each call's check; from committed CSVs there is none
     checks = {str(v): c for v, c in (checks or {}).items() if c}
     notes = list(notes) + [
         f"{v}: the profiled call's output was not checked at this shape"
         + (f" ({checks[v]['verify_detail']})" if (checks.get(v) or {}).get("verify_detail") else
-           " (the profiled child reported no check)")
+           " (no check of it was made)")
         for v in map(str, reports) if given and (checks.get(v) or {}).get("verified") not in ("ok", "wrong")]
     return Profile(op, shape, dtype, direction, [str(v) for v in reports], kernels, nbytes or None, flops or None,
                    copy_GBps, gemm_TFLOPs, spec.compute_bound, notes, checks)
@@ -136,11 +135,12 @@ def profile(op: str, variant, shape=None, dtype: str = "float32", direction: str
     compare side by side) at `shape` (default: default_shape) and `dtype`; see the module. Returns
     a Profile. keep_csv: a folder to keep ncu's raw CSV in (profile_<op>_<variant>_<direction>.csv,
     and its source page beside it). lines: the source lines with the most warp stalls per kernel;
-    for them each C++ variant is built (once, cached) with nvcc -lineinfo, which leaves the machine
-    code as it is and adds the line table, and this build becomes the variant's newest.
+    for them the runner's build of each C++ variant is made (once, cached) with nvcc -lineinfo,
+    which leaves the machine code as it is and adds the line table.
     Raises ncu.NcuUnavailable (ncu missing, or no access to the counters: the message says how to go
     on without) and ncu.NcuTimeout (the run took longer than timeout_s)."""
-    from ...run import loader
+    from ...run import byo, loader
+    from ...ship import ndarray_build
 
     spec = registry.spec(op)
     if direction not in ("fwd", "bwd"):
@@ -155,17 +155,12 @@ def profile(op: str, variant, shape=None, dtype: str = "float32", direction: str
         raise ValueError("profile: name at least one variant")
     ncu.require()  # before any build: say at once where ncu is missing
     notes: list[str] = []
-    try:
-        # Built here, not profiled; the child resolves each kernel's address (its options with it) to the same build.
-        kernels = [isolate.resolve(_line_info(isolate.variant_address(op, v), lines))
-                   if lines or not isinstance(v, loader.Kernel) else v for v in items]
-    except WorkbenchError as e:
-        if not lines:
-            raise
+    # Loaded here to say what each is; the profiled calls go to a runner's build of it (ncu.measure).
+    kernels = [loader.get(op, k) if isinstance(k, str) else k for k in (byo.as_variant(op, v) for v in items)]
+    if lines and not ndarray_build.can_build_cuda():
         # e.g. an installed wheel where no nvcc exists: its prebuilt libraries carry no line table
-        notes.append(f"no source lines: the variants could not be built with -lineinfo here ({str(e).splitlines()[0]})")
+        notes.append("no source lines: the variants cannot be built with -lineinfo here (no nvcc)")
         lines = False
-        kernels = [v if isinstance(v, loader.Kernel) else loader.load(op, v) for v in items]
     for k in kernels:
         if k.device == "cpu":
             raise ValueError(f"profile: {op}/{k.name} runs on the CPU; Nsight Compute profiles CUDA kernels")
@@ -183,8 +178,8 @@ def profile(op: str, variant, shape=None, dtype: str = "float32", direction: str
         if keep_csv is not None:
             pathlib.Path(keep_csv).mkdir(parents=True, exist_ok=True)
             keep = pathlib.Path(keep_csv) / f"profile_{op}_{k.name}_{direction}.csv"
-        rows = ncu.measure(op, k, shape, dtype, direction, metrics=requested_metrics(capability),
-                           timeout_s=timeout_s, keep_csv=keep, extra_args=NCU_ARGS, source_lines=lines)
+        rows = ncu.measure(op, k, shape, dtype, direction, metrics=requested_metrics(capability), timeout_s=timeout_s,
+                           keep_csv=keep, extra_args=NCU_ARGS, source_lines=lines, line_info=lines)
         if rows.dropped:
             notes.append(f"{k.name}: this ncu or GPU lacks {', '.join(rows.dropped)} (left out)")
         reports[k.name] = rows
@@ -198,12 +193,16 @@ def profile(op: str, variant, shape=None, dtype: str = "float32", direction: str
                         sources=sources)
 
 
-LINE_INFO = build.BuildOptions(line_info=True)  # the build whose line table ncu's source page reads
+def prebuild(op: str, variant, lines: bool = True) -> None:
+    """The builds profile() makes of `variant` (a name, a Kernel, a callable), made now: its build
+    here, the runner, and the runner's build of it (with -lineinfo where `lines`). A profile timed
+    after this times no build."""
+    from ...judge.runner import isolated, runner_executable
+    from ...run import byo, loader
 
-
-def _line_info(address: dict, on: bool) -> dict:
-    """A variant's address (isolate.variant_address) with line info among its build options while `on`."""
-    return dict(address, options=dict(address.get("options", {}), **LINE_INFO.as_dict())) if on else address
+    v = byo.as_variant(op, variant)
+    isolated(op, loader.get(op, v) if isinstance(v, str) else v, line_info=lines)
+    runner_executable()
 
 
 def command(op: str, variants, shape, dtype: str, direction: str = "fwd", source=None) -> str:

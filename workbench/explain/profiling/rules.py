@@ -15,7 +15,7 @@ FLOPs) is, first rule that holds:
                     limiter: registers, shared memory, block size), or warps stalled (top 3 reasons)
 each with what to try next.
 
-The profiled call is checked at its shape first (jobs._measure, verify.check_kernel_at: fresh inputs,
+The profiled call is checked at its shape first (ncu.profiled_call, verify.check_kernel_at: fresh inputs,
 outputs poisoned, the float64 reference or eager where that does not fit), and the profiled call's
 own output on inputs drawn after the warm-up; the table's first row says "ok", "WRONG" or "not
 checked". A variant whose output is wrong is named above the table, its kernels' verdict is "wrong"
