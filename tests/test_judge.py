@@ -253,3 +253,29 @@ def test_every_planted_cheat_is_caught_on_the_gpu():
                           text=True, timeout=1800, cwd=config.REPO_ROOT)
     assert proc.returncode == 0 and "0 not as expected" in proc.stdout, describe(proc)
 
+
+
+# ----------------------------------------------------------------------------- the judge's clock, on the host
+
+@pytest.mark.parametrize("variant, wrong", [("cpu", ""), (str(FAULTY / "cpu_partial_at_size.cpp"), "wrong"),
+                                            (str(FAULTY / "cpu_wrong_after_warmup.cpp"), "wrong"),
+                                            (str(FAULTY / "cpu_deferred.cpp"), "work left running")],
+                         ids=["honest", "partial-at-size", "wrong-after-warmup", "deferred"])
+def test_the_clock_verifies_every_timed_call(variant, wrong):
+    """judge/clock.py with CPU variants in runners (host arenas): each side's calls are timed on
+    the caller's clock, each output checked; a variant that skips work at the timed size or goes
+    wrong after its first calls is wrong there, whatever its time."""
+    from workbench.judge import clock
+    from workbench.judge.runner import isolated
+
+    reference = isolated("bias_gelu", "cpu").module
+    mine = isolated("bias_gelu", variant).module
+    try:
+        race = clock.race("bias_gelu", {"cpu": reference, "yours": mine}, "fwd", "float32", (600, 256),
+                          rounds=2, batch_s=0.002)
+    finally:
+        reference.close()
+        mine.close()
+    assert race.calls >= 2 and race.rounds == 2 and race.sides["cpu"].wrong == ""
+    assert len(race.sides["yours"].per_call_ms) == 2 and race.protocol_ms > 0
+    assert (wrong in race.sides["yours"].wrong) if wrong else race.sides["yours"].wrong == "", race.sides["yours"]

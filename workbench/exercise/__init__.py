@@ -115,7 +115,8 @@ def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool
         return c
 
     pool = ThreadPoolExecutor(max_workers=2)
-    # In-tree pieces the checks need, built (or found) while the student's file builds.
+    # While the student's file builds: the in-tree pieces the checks need, built (or found), and this
+    # process's CUDA context (the checker owns the memory every check uses).
     warm = pool.submit(_reference_pieces, ex) if ex.reference else None
     started = time.perf_counter()
     built, check = checks.build(ex, source, variant_name(ex, source))
@@ -198,6 +199,10 @@ def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool
 def _reference_pieces(ex: Exercise) -> None:
     from ..judge.runner import runner_executable
 
+    if toolchain.gpu_available():
+        import torch
+
+        torch.zeros(1, device="cuda")
     runner_executable()
     checks.binding_library(ex.op)
 

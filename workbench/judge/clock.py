@@ -15,6 +15,7 @@ reported; the sides alternate which goes first.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ BATCH_S = 0.02            # a batch's aimed-for length: the protocol's fixed cos
 ROUNDS = 3
 MEMORY_SHARE = 0.4        # of the device's free memory, for the batch's inputs, outputs and expected outputs
 MIN_CALLS, MAX_CALLS = 2, 256
+_HOST_BYTES = 2 << 30     # what a race on the host takes at most (of which MEMORY_SHARE)
 
 
 @dataclass
@@ -207,7 +209,8 @@ def _present(sample) -> bool:
 def _timed(runner, lines: list[str], sample) -> tuple[float, bool]:
     """(seconds from "go" to every output verified present, whether they were)."""
     runner.send([f"batch {len(lines)}", *lines])  # parsed by the runner before the clock starts
-    torch.cuda.synchronize()
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
     start = time.perf_counter()
     runner.request("go")
     ok = _present(sample)
@@ -216,63 +219,72 @@ def _timed(runner, lines: list[str], sample) -> tuple[float, bool]:
 
 def race(op: str, sides: dict[str, Remote], direction: str, dtype: str, shape, *, rounds: int = ROUNDS,
          batch_s: float = BATCH_S, seed: int = 0) -> Race:
-    """Time every side at `shape` in `direction` and `dtype` (module docstring). The sides are CUDA
-    variants in runners; the first is the reference the calls' count is sized by."""
+    """Time every side at `shape` in `direction` and `dtype` (module docstring). The sides are
+    variants in runners, all of one device (the first side's); the first is the reference the
+    calls' count is sized by."""
     out = Race(op, direction, dtype, tuple(shape))
-    need = _Batch.bytes_per_call(op, direction, dtype, shape)
-    free = torch.cuda.mem_get_info()[0]
-    limit = max(MIN_CALLS, min(MAX_CALLS, int(free * MEMORY_SHARE // need)))
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(seed)
-    secret = torch.Generator(device="cuda")
-    secret.manual_seed(int.from_bytes(__import__("os").urandom(8), "little"))
-    # Calibrate on the first side: two calls, untimed for the verdict, set the batch's size.
-    probe_arena = Arena("cuda", 2 * need + 4096)
-    probe = _Batch(op, direction, dtype, shape, 2, probe_arena)
-    probe.fresh(gen)
     first = next(iter(sides.values()))
-    runner = first.ensure()
-    lines = probe.lines(runner.lend(probe_arena))
-    seconds, _ = _timed(runner, lines, None)
-    seconds, _ = _timed(runner, lines, None)
+    device = "cuda" if first.device == "cuda" else "cpu"
+    need = _Batch.bytes_per_call(op, direction, dtype, shape)
+    free = torch.cuda.mem_get_info()[0] if device == "cuda" else _HOST_BYTES
+    limit = max(MIN_CALLS, min(MAX_CALLS, int(free * MEMORY_SHARE // need)))
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    secret = torch.Generator(device=device)
+    secret.manual_seed(int.from_bytes(os.urandom(8), "little"))
+    # Calibrate on the first side: two calls, untimed for the verdict, set the batch's size.
+    probe_arena = Arena(device, 2 * need + 4096)
+    try:
+        probe = _Batch(op, direction, dtype, shape, 2, probe_arena)
+        probe.fresh(gen)
+        runner = first.ensure()
+        lines = probe.lines(runner.lend(probe_arena))
+        _timed(runner, lines, None)
+        seconds, _ = _timed(runner, lines, None)
+        runner.forget(probe_arena)
+    finally:
+        probe_arena.close()
     n = max(MIN_CALLS, min(limit, int(math.ceil(batch_s / max(seconds / 2, 1e-7)))))
     if n == limit and limit < batch_s / max(seconds / 2, 1e-7):
         out.notes.append(f"{n} calls a batch: their inputs and outputs fill {100 * MEMORY_SHARE:.0f}% of the free "
-                         f"device memory")
-    for remote in sides.values():
-        remote.ensure().forget(probe_arena)
-    probe_arena.close()
-    arena = Arena("cuda", n * need + 4096)
-    batch = _Batch(op, direction, dtype, shape, n, arena)
-    out.calls, out.rounds = n, rounds
+                         f"{'device' if device == 'cuda' else 'host'} memory it may take")
+    arena = Arena(device, n * need + 4096)
+    try:
+        _rounds(out, sides, _Batch(op, direction, dtype, shape, n, arena), rounds, gen, secret)
+    finally:
+        for remote in sides.values():
+            if remote.runner is not None and remote.runner.alive:
+                remote.runner.forget(arena)
+        arena.close()
+    return out
+
+
+def _rounds(out: Race, sides: dict[str, Remote], batch: _Batch, rounds: int, gen, secret) -> None:
+    """The timed rounds (round 0 warms every side up, uncounted). A runner that dies here ends the
+    race (its caller's check fails, naming it): it is never restarted mid-race."""
+    out.calls, out.rounds = batch.n, rounds
     names = list(sides)
+    out.sides = {name: Side(name) for name in names}
+    runners = {name: sides[name].ensure() for name in names}
+    ids = {name: runners[name].lend(batch.arena) for name in names}
     protocol, batches = [], []
-    for name in names:
-        out.sides[name] = Side(name)
-    ids = {name: sides[name].ensure().lend(arena) for name in names}
-    for r in range(rounds + 1):  # round 0 warms every side up, uncounted
+    for r in range(rounds + 1):
         batch.fresh(gen)
-        order = names if r % 2 else names[::-1]
-        for name in order:
-            side, runner = out.sides[name], sides[name].ensure()
+        for name in (names if r % 2 else names[::-1]):
+            side = out.sides[name]
             batch.poison()
             sample = batch.sampler(secret)
-            seconds, present = _timed(runner, batch.lines(ids[name]), sample)
-            wrong = "" if present else (f"an output did not hold its values when the runner said it was done "
-                                        f"(round {r}): work left to run after the call returned")
-            wrong = wrong or batch.verify_all()
+            seconds, present = _timed(runners[name], batch.lines(ids[name]), sample)
+            wrong = batch.verify_all()
+            if not present and not wrong:  # right afterwards, not when the runner said it was done
+                wrong = (f"round {r}: outputs did not hold their values when the runner said the calls were done, "
+                         f"and did later: work left running after the calls returned")
             if wrong and not side.wrong:
                 side.wrong = wrong
             if r:
-                side.per_call_ms.append(1e3 * seconds / n)
+                side.per_call_ms.append(1e3 * seconds / batch.n)
                 batches.append(seconds)
-        if r:
-            runner = sides[names[0]].ensure()
-            empty, _ = _timed(runner, [], None)
-            protocol.append(empty)
+        if r:  # the protocol alone: an empty batch, and the same check of every output's samples
+            protocol.append(_timed(runners[names[0]], [], sample)[0])
     out.protocol_ms = 1e3 * statistics.median(protocol)
     out.batch_ms = 1e3 * statistics.median(batches)
-    for remote in sides.values():
-        remote.ensure().forget(arena)
-    arena.close()
-    return out
