@@ -279,3 +279,25 @@ def test_the_clock_verifies_every_timed_call(variant, wrong):
     assert race.calls >= 2 and race.rounds == 2 and race.sides["cpu"].wrong == ""
     assert len(race.sides["yours"].per_call_ms) == 2 and race.protocol_ms > 0
     assert (wrong in race.sides["yours"].wrong) if wrong else race.sides["yours"].wrong == "", race.sides["yours"]
+
+
+def test_an_observation_splits_at_the_markers_and_pairs_each_launch_with_its_code():
+    """judge/observe.py on ncu's pages as they come: a block of instructions per launch (paired in
+    order), or per function (found by name, its counts shared by its launches); what ran before the
+    first marker (the library's load) is not counted."""
+    from workbench.judge.observe import Executed, RanKernel, observation
+
+    def block(name, warps):
+        return RanKernel(name, [Executed(0x10, "LDG.E.128", None, warps, 32 * warps, "Global", "Load", 128)])
+
+    marker, kernel = "wb_runner_marker(int *)", "void <unnamed>::k<float>(const float *, float *)"
+    rows = [{"Kernel Name": n} for n in ("void decoy()", marker, kernel, marker, kernel)]
+    per_launch = observation(rows, [block("void decoy()", 9), block(marker, 1), block(kernel, 2), block(marker, 1),
+                                    block(kernel, 3)])
+    assert (per_launch.at_load, per_launch.markers, len(per_launch.calls)) == (1, 2, 2)
+    assert [k.code[0].warps for k in per_launch.kernels] == [2, 3]   # each launch's own counts; no decoy
+    # ncu's source page may spell a function otherwise than its raw page (template arguments, namespaces)
+    spelled = "k<float>(float const *, float *)"
+    per_function = observation(rows, [block("void decoy()", 9), block(marker, 2), block(spelled, 5)])
+    assert [k.name for k in per_function.kernels] == [spelled] and per_function.kernels[0].code[0].warps == 5
+    assert len(per_function.calls) == 2 and per_function.at_load == 1

@@ -59,21 +59,19 @@ class RanKernel:
 
 @dataclass
 class Observation:
-    calls: list[list[RanKernel]]           # per checked call, the kernels it launched, in launch order
+    calls: list[list[RanKernel]]           # per checked call, its launches in order (the raw page's: metrics)
     at_load: int = 0                       # launched before the first call (while the library loaded): not counted
     markers: int = 0                       # marker kernels seen (the judge launched one before each call)
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    functions: list[RanKernel] | None = None   # where ncu's source page summed each function's launches
 
     @property
     def kernels(self) -> list[RanKernel]:
-        """Each function that ran during the checked calls, once (its launches share one listing,
-        its counts summed over every launch ncu profiled)."""
-        seen: dict[str, RanKernel] = {}
-        for call in self.calls:
-            for k in call:
-                seen.setdefault(k.name, k)
-        return list(seen.values())
+        """What the rules read: each launch during the checked calls with its own instructions and
+        counts, or, where ncu's source page gave a function's counts summed over its launches, each
+        function that ran during the calls, once."""
+        return self.functions if self.functions is not None else [k for call in self.calls for k in call]
 
 
 def unavailable(gpu: bool) -> str:
@@ -105,25 +103,51 @@ def read_report(report: pathlib.Path) -> Observation:
                             capture_output=True, text=True, timeout=REPORT_TIMEOUT_S)
     if raw.returncode != 0 or source.returncode != 0:
         raise RuntimeError(f"ncu could not read its report: {(raw.stderr or source.stderr).strip()[:300]}")
-    code: dict[str, dict[int, Executed]] = {}
-    for block in parse_sass_page(source.stdout):  # one block per profiled launch, or per function
-        merged = code.setdefault(block.name, {})
-        for i in block.code:
-            had = merged.get(i.address)
-            merged[i.address] = i if had is None else Executed(
-                i.address, i.opcode, i.target, had.warps + i.warps, had.threads + i.threads, i.space, i.access, i.bits)
-    listings = {name: sorted(by_address.values(), key=lambda i: i.address) for name, by_address in code.items()}
-    launches = [RanKernel(str(row.get("Kernel Name", "?")), listings.get(str(row.get("Kernel Name", "?")), []), row)
-                for row in ncu.parse_csv(raw.stdout)]
-    marks = [i for i, k in enumerate(launches) if _is_marker(k.name)]
+    return observation(ncu.parse_csv(raw.stdout), parse_sass_page(source.stdout))
+
+
+def observation(rows: list[dict], blocks: list[RanKernel]) -> Observation:
+    """The launches (`rows`, the raw page's, in order) with their instructions (`blocks`, the
+    source page's), split into the checked calls at the runner's marker kernel."""
+    names = [str(row.get("Kernel Name", "?")) for row in rows]
+    marks = [i for i, n in enumerate(names) if _is_marker(n)]
+    paired = len(blocks) == len(rows)  # a block per launch, in launch order: each launch its own counts
+    launches = [RanKernel(n, blocks[i].code if paired else [], row) for i, (n, row) in enumerate(zip(names, rows))]
     if not marks:
-        return Observation([launches], notes=["no marker kernel: every kernel the runner launched is counted"])
+        return Observation([launches], notes=["no marker kernel: every kernel the runner launched is counted"],
+                           functions=None if paired else [b for b in blocks if not _is_marker(b.name)])
     calls = [launches[a + 1:b] for a, b in zip(marks, marks[1:] + [len(launches)])]
-    return Observation(calls, at_load=marks[0], markers=len(marks))
+    functions = None
+    if not paired:  # a block per function: those that ran during the calls, by their base names
+        ran = {_base(n) for n in names[marks[0] + 1:] if not _is_marker(n)}
+        functions = [b for b in blocks if _base(b.name) in ran and not _is_marker(b.name)]
+    return Observation(calls, at_load=marks[0], markers=len(marks), functions=functions)
+
+
+def _base(name: str) -> str:
+    """A kernel's identifier alone (no namespace, template arguments or parameters): ncu's two pages
+    may spell the rest differently."""
+    name = _function(name).replace("<unnamed>", "").replace("(anonymous namespace)", "")
+    while re.search(r"<[^<>]*>", name):  # template arguments, innermost first
+        name = re.sub(r"<[^<>]*>", "", name)
+    return name.split("::")[-1].strip()
+
+
+def _function(name: str) -> str:
+    """A kernel's name without its return type and parameter list, as both of ncu's pages agree on."""
+    name = name.strip()
+    depth, cut = 0, len(name)
+    for i in range(len(name) - 1, -1, -1):  # the parameter list: the last balanced (...) at the end
+        depth += {")": 1, "(": -1}.get(name[i], 0)
+        if depth == 0 and name[i] == "(" and name.endswith(")"):
+            cut = i
+            break
+    head = name[:cut].strip()
+    return head[5:] if head.startswith("void ") else head
 
 
 def _is_marker(name: str) -> bool:
-    return name.split("(")[0].strip().split(" ")[-1] == MARKER
+    return _function(name).split("::")[-1] == MARKER
 
 
 _PREDICATE = re.compile(r"^@!?U?P\w+\s+")
