@@ -2,10 +2,11 @@
 (nvidia/cu13/lib/libnvrtc.so.13 and its builtins), else CUDA_HOME's. Nothing is installed for it.
 
 compile_program takes every file as text (NVRTC's in-memory headers): the device views of a
-variant's closure (nvrtc_split.py) and a few system headers of our own below, since NVRTC has no C
-library headers and refuses host functions, even declared ones. Those headers carry only what
-device code of the kernel tree uses; the host-only ones (<atomic>, <algorithm>) declare what
-launchers use, which NVRTC parses in no function it compiles (the device view has none left).
+variant's closure (nvrtc_split.py) and a few C and C++ library headers of our own below, since NVRTC
+has none and refuses host functions, even declared ones. They carry what device code uses, and what
+nvcc's implicit cuda_runtime.h gives every .cu file (<stdint.h>, <math.h>'s INFINITY and M_PI,
+std::sqrt ..., <limits.h>): PRE_INCLUDE, read before every program. The CUDA toolkit's own headers
+(cuda_fp16.h, cuda/std/..., cooperative_groups.h) NVRTC reads from the toolkit (nvrtc_tier.py's -I).
 """
 from __future__ import annotations
 
@@ -21,9 +22,78 @@ _STDINT = """#pragma once
 typedef signed char int8_t; typedef short int16_t; typedef int int32_t; typedef long int64_t;
 typedef unsigned char uint8_t; typedef unsigned short uint16_t; typedef unsigned int uint32_t;
 typedef unsigned long uint64_t; typedef long intptr_t; typedef unsigned long uintptr_t;
+namespace std { using ::int8_t; using ::int16_t; using ::int32_t; using ::int64_t; using ::uint8_t;
+  using ::uint16_t; using ::uint32_t; using ::uint64_t; using ::intptr_t; using ::uintptr_t; }
+#define INT8_MIN (-128)
+#define INT8_MAX 127
+#define INT16_MIN (-32767-1)
+#define INT16_MAX 32767
+#define INT32_MIN (-2147483647-1)
 #define INT32_MAX 2147483647
+#define INT64_MIN (-9223372036854775807L-1)
 #define INT64_MAX 9223372036854775807L
+#define UINT8_MAX 255
+#define UINT16_MAX 65535
 #define UINT32_MAX 4294967295u
+#define UINT64_MAX 18446744073709551615ul
+#define SIZE_MAX UINT64_MAX
+"""
+_LIMITS = """#pragma once
+#define CHAR_BIT 8
+#define SCHAR_MIN (-128)
+#define SCHAR_MAX 127
+#define UCHAR_MAX 255
+#define SHRT_MIN (-32767-1)
+#define SHRT_MAX 32767
+#define USHRT_MAX 65535
+#define INT_MIN (-2147483647-1)
+#define INT_MAX 2147483647
+#define UINT_MAX 4294967295u
+#define LONG_MIN (-9223372036854775807L-1)
+#define LONG_MAX 9223372036854775807L
+#define ULONG_MAX 18446744073709551615ul
+#define LLONG_MIN (-9223372036854775807LL-1)
+#define LLONG_MAX 9223372036854775807LL
+#define ULLONG_MAX 18446744073709551615ull
+"""
+_FLOAT = """#pragma once
+#define FLT_MAX 3.402823466e+38f
+#define FLT_MIN 1.175494351e-38f
+#define FLT_EPSILON 1.192092896e-07f
+#define DBL_MAX 1.7976931348623158e+308
+#define DBL_MIN 2.2250738585072014e-308
+#define DBL_EPSILON 2.2204460492503131e-16
+"""
+# NVRTC declares the math functions (float and double overloads) in the global namespace; <cmath>
+# puts them in std, and <math.h> has the constants.
+_MATH = ("""#pragma once
+#define INFINITY __builtin_bit_cast(float, 0x7f800000u)
+#define NAN __builtin_bit_cast(float, 0x7fc00000u)
+#define HUGE_VALF INFINITY
+#define HUGE_VAL __builtin_bit_cast(double, 0x7ff0000000000000ul)
+#define M_E 2.7182818284590452354
+#define M_LOG2E 1.4426950408889634074
+#define M_LOG10E 0.43429448190325182765
+#define M_LN2 0.69314718055994530942
+#define M_LN10 2.30258509299404568402
+#define M_PI 3.14159265358979323846
+#define M_PI_2 1.57079632679489661923
+#define M_PI_4 0.78539816339744830962
+#define M_1_PI 0.31830988618379067154
+#define M_2_PI 0.63661977236758134308
+#define M_2_SQRTPI 1.12837916709551257390
+#define M_SQRT2 1.41421356237309504880
+#define M_SQRT1_2 0.70710678118654752440
+namespace std { """ + " ".join(f"using ::{f};" for f in (
+    "abs fabs sqrt cbrt exp exp2 expm1 log log2 log10 log1p pow sin cos tan asin acos atan atan2 sinh cosh tanh "
+    "asinh acosh atanh erf erfc tgamma lgamma floor ceil round trunc rint nearbyint lround llround fmod remainder "
+    "fmin fmax fma fdim hypot ldexp frexp modf copysign nextafter isinf isnan isfinite signbit scalbn ilogb logb").split())
+    + " }\n")
+_ALGORITHM = """#pragma once
+namespace std {  // what device code takes from <algorithm> (constexpr: nvcc's relaxed constexpr lets it)
+template <class T> __host__ __device__ constexpr const T& min(const T& a, const T& b) { return b < a ? b : a; }
+template <class T> __host__ __device__ constexpr const T& max(const T& a, const T& b) { return a < b ? b : a; }
+}
 """
 _STDDEF = """#pragma once
 typedef unsigned long size_t; typedef long ptrdiff_t;
@@ -78,11 +148,15 @@ typedef int CUresult; typedef int CUtensorMapDataType; typedef int CUtensorMapIn
 typedef int CUtensorMapSwizzle; typedef int CUtensorMapL2promotion; typedef int CUtensorMapFloatOOBfill;
 """
 _EMPTY = "#pragma once\n"
-# <name> -> text. <math.h>, <string.h>: NVRTC declares the device math functions and memcpy itself.
 SYSTEM_HEADERS = {"stdint.h": _STDINT, "cstdint": _STDINT, "stddef.h": _STDDEF, "cstddef": _STDDEF,
-                  "type_traits": _TYPE_TRAITS, "atomic": _ATOMIC, "math.h": _EMPTY, "cmath": _EMPTY,
-                  "string.h": _EMPTY, "cstring": _EMPTY, "initializer_list": _EMPTY, "algorithm": _EMPTY,
-                  "cuda_runtime.h": _EMPTY, "cuda.h": _CUDA_H}
+                  "limits.h": _LIMITS, "climits": _LIMITS, "float.h": _FLOAT, "cfloat": _FLOAT, "math.h": _MATH,
+                  "cmath": _MATH, "type_traits": _TYPE_TRAITS, "atomic": _ATOMIC, "algorithm": _ALGORITHM,
+                  "string.h": _EMPTY, "cstring": _EMPTY, "initializer_list": _EMPTY, "cuda_runtime.h": _EMPTY,
+                  "cuda.h": _CUDA_H,
+                  # What nvcc's implicit cuda_runtime.h brings into every .cu file.
+                  "wb_nvcc_implicit.h": "#pragma once\n#include <stdint.h>\n#include <stddef.h>\n#include <math.h>\n"
+                                        "#include <limits.h>\n"}
+PRE_INCLUDE = "--pre-include=wb_nvcc_implicit.h"
 
 _NVRTC_SUCCESS = 0
 

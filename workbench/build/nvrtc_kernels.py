@@ -1,28 +1,26 @@
 """The NVRTC tier's kernels: one NVRTC program per kernel, compiled when first launched or, before
-that, in the background (issue 27's edit loop).
+that, in the background.
 
 A build (nvrtc_tier.compile_nvrtc) only checks the device view: NVRTC's front end with every kernel
-instantiated (-fdevice-syntax-only; tens of ms), so a device error is still a BuildError naming
-file:line. Almost all of NVRTC's time is its optimizer and ptxas, per kernel (rmsnorm/vectorized
-instantiates 60 kernels, about 45 ms each on the 2-core machine). So each kernel is its own program:
+instantiated (-fdevice-syntax-only; tens of ms). Almost all of NVRTC's time is its optimizer and
+ptxas, per kernel (rmsnorm/vectorized instantiates 60 kernels, about 45 ms each on the 2-core
+machine), so each kernel is its own program:
 
-- A *unit* is what compiles every kernel of one device view: its texts, options and the kernels
-  (nvcc's canonical name -> name expression), stored once as nvrtc-kernels/<unit key>.json. Its key
-  covers the device view alone: an edit of a launcher reuses every compiled kernel.
-- A compiled kernel is nvrtc-kernels/<kernel key>.name (its cubin's file, which the kernels compiled
-  in one program share, and NVRTC's name for it) and .log (ptxas's registers and spills), each
-  written atomically, the cubin first. Another process finds it there; a missing one is compiled
-  again (a process that exited mid-way loses nothing but time).
-- `provide` is what a launch asks for (through the routed library's provider, run/nvrtc_routes.py):
-  a kernel on disk is returned at once; one queued is taken off the queue and compiled in the
-  caller's thread; one being compiled is waited for. A unit's first launch queues its other kernels
-  for the background (not its build: between a build and its first launch the background would
-  take every core). The kernels a label's launches asked for first are remembered: its next build
-  (an edit) starts on them beside the front end (`prefetch`).
-- The background: daemon threads, half the cores this process may use (at least one), compile the
-  queued kernels, hot ones first (_Queue says which and why); a newer unit of the same label drops
-  the older unit's queued kernels (an edit supersedes them). `drain` waits for the queue: the
-  timers call it, so no measurement shares the CPU with a compile.
+- A *unit* is what compiles every kernel of one device view: its texts, options and kernels (the
+  host library's symbol -> name expression), stored once as nvrtc-kernels/<unit key>.json. Its key
+  covers the device view's tokens alone: an edit of a launcher, or of a comment, reuses every kernel.
+- A compiled kernel is nvrtc-kernels/<kernel key>.cubin, .log (ptxas's registers and spills) and
+  .name (NVRTC's name for it, written last: it marks the kernel done). Another process finds it
+  there; a missing one is compiled again.
+- `provide` is what a launch asks for (run/nvrtc_routes.py): a kernel on disk at once; one queued is
+  taken off the queue and compiled in the caller's thread; one being compiled is waited for. A
+  unit's first launch queues its other kernels for the background. The kernels a label's launches
+  asked for first are remembered: its next build (an edit) starts on them beside the front end
+  (`prefetch`).
+- The background: daemon threads, half the cores this process may use (at least one), hot kernels
+  first (_Queue says which and why); a newer unit of the same label drops the older unit's queued
+  kernels. `drain` waits for the queue: the timers call it, so no measurement shares the CPU with a
+  compile.
 
 The cache folder is private (store.subdir), so a cubin found there is this user's own.
 """
@@ -35,9 +33,9 @@ import json
 import os
 import pathlib
 import threading
-import time
 
 from . import nvrtc, store
+from .keys import tokens
 
 
 def _folder() -> pathlib.Path:
@@ -59,11 +57,19 @@ class Unit:
 
 
 def make_unit(label: str, main: str, texts: dict[str, str], options: list[str], kernels: dict[str, str]) -> Unit:
-    """The unit, its key over the device texts, options, NVRTC version and our system headers (the
+    """The unit, its key over the device texts' tokens (their bytes and the main file's path where
+    line numbers are compiled in: -lineinfo), options, NVRTC version and our system headers (the
     label is not in it: two copies of one file share their kernels)."""
-    blob = json.dumps([main, sorted(texts.items()), options, nvrtc.version(), nvrtc.headers_digest(),
+    exact = "-lineinfo" in options
+    named = {("" if n == main and not exact else n): (t if exact else tokens(t)) for n, t in texts.items()}
+    blob = json.dumps([sorted(named.items()), options, nvrtc.version(), nvrtc.headers_digest(),
                        sorted(set(kernels.values()))])
     return Unit(hashlib.sha256(blob.encode()).hexdigest()[:32], label, main, texts, options, kernels)
+
+
+def saved(unit: Unit) -> bool:
+    """Whether the unit is stored (its front end passed), by this process or another."""
+    return (_folder() / f"{unit.key}.json").is_file()
 
 
 def save(unit: Unit) -> None:
@@ -99,17 +105,14 @@ def unit(key: str) -> Unit:
 
 
 def unit_files(key: str) -> list[pathlib.Path]:
-    """Every file of a unit in nvrtc-kernels/ (its kernels' records and cubins, then the unit itself),
-    for `python -m workbench clean`."""
-    folder, files = _folder(), []
+    """Every file of a unit in nvrtc-kernels/ (its kernels', then the unit itself), for
+    `python -m workbench clean`."""
     try:
-        u = Unit(**json.loads((folder / f"{key}.json").read_text()))
+        u = Unit(**json.loads((_folder() / f"{key}.json").read_text()))
     except (OSError, ValueError, TypeError):
-        u = None
-    for name in u.kernels if u else ():
-        done = compiled(u, name)
-        files += [folder / f"{u.kernel_key(name)}.name", folder / f"{u.kernel_key(name)}.log"] + ([done[0]] if done else [])
-    return files + [folder / f"{key}.json"]
+        return [_folder() / f"{key}.json"]
+    return [_folder() / f"{u.kernel_key(n)}{ext}" for n in u.kernels for ext in (".name", ".log", ".cubin")] + [
+        _folder() / f"{key}.json"]
 
 
 class KernelCompileError(Exception):
@@ -118,38 +121,28 @@ class KernelCompileError(Exception):
 
 
 def compiled(u: Unit, name: str) -> tuple[pathlib.Path, str] | None:
-    """(cubin, lowered name) of a kernel already compiled (by any process), else None."""
+    """(cubin, NVRTC's name) of a kernel already compiled (by any process), else None."""
+    stem = _folder() / u.kernel_key(name)
     try:
-        cubin, lowered = (_folder() / f"{u.kernel_key(name)}.name").read_text().split("\n", 1)
-    except (FileNotFoundError, ValueError):
+        return stem.with_suffix(".cubin"), stem.with_suffix(".name").read_text()
+    except FileNotFoundError:
         return None
-    return _folder() / cubin, lowered
 
 
-def _compile(u: Unit, names: list[str]) -> None:
-    """One NVRTC program for these kernels of the unit: its cubin, and per kernel its .name (the cubin
-    and NVRTC's name, written last: it marks the kernel done) and .log."""
-    expressions = [u.kernels[n] for n in names]
-    start = time.perf_counter()
+def _compile(u: Unit, name: str) -> None:
+    """One NVRTC program for one kernel of the unit: its .cubin, .log and .name (the mark, written last)."""
+    expression, stem = u.kernels[name], _folder() / u.kernel_key(name)
     try:
-        cubin, lowered, log = nvrtc.compile_program(u.main, u.texts, u.options, expressions)
+        cubin, lowered, log = nvrtc.compile_program(u.main, u.texts, u.options, [expression])
     except nvrtc.NvrtcError as e:
-        which = expressions[0][1:] if len(names) == 1 else f"{len(names)} kernels"
         lines = e.args[0].strip().splitlines() or ["?"]
         first = next((ln for ln in lines if "error" in ln.lower()), lines[0])  # not a warning before it
-        raise KernelCompileError(f"{u.label}: NVRTC could not compile {which}: {first.strip()}") from None
-    name = hashlib.sha256("\n".join(u.kernel_key(n) for n in names).encode()).hexdigest()[:32] + ".cubin"
-    tmp = _folder() / f".{name}-{os.getpid()}-{threading.get_ident()}"
+        raise KernelCompileError(f"{u.label}: NVRTC could not compile {expression[1:]}: {first.strip()}") from None
+    tmp = stem.with_name(f".{stem.name}-{os.getpid()}-{threading.get_ident()}")
     tmp.write_bytes(cubin)
-    os.replace(tmp, _folder() / name)
-    seconds = time.perf_counter() - start
-    for n, expression in zip(names, expressions):
-        compile_seconds[(u.key, n)] = seconds
-        store.write_text(_folder() / f"{u.kernel_key(n)}.log", f"{expression}\n{log}")
-        store.write_text(_folder() / f"{u.kernel_key(n)}.name", f"{name}\n{lowered[expression]}")
-
-
-compile_seconds: dict[tuple[str, str], float] = {}  # (unit key, kernel) -> its program's compile, this process
+    os.replace(tmp, stem.with_suffix(".cubin"))
+    store.write_text(stem.with_suffix(".log"), f"{expression}\n{log}")
+    store.write_text(stem.with_suffix(".name"), lowered[expression])
 
 
 class _Queue:
@@ -158,12 +151,8 @@ class _Queue:
     Hot: a launch waits for it, or will (the kernels this label's last build launched first, queued as
     an edit's build starts, so they compile beside NVRTC's front end). Cold: the rest, for later. A
     cold kernel starts only while nothing hot is queued or compiling and no launch is compiling its
-    own: on the H100's host, 15 compiles at once made each 3-4x slower, the launch's own among them.
-    Workers take one kernel a program (a launch waiting on one waits for no others); a thread that
-    drains the queue takes several a program (one front end for them all: the most kernels per CPU
-    second)."""
+    own: on the H100's host, 15 compiles at once made each 3-4x slower, the launch's own among them."""
 
-    BATCH = 8
     REMEMBERED = 8  # kernels per label whose first launches are remembered
 
     def __init__(self) -> None:
@@ -186,25 +175,22 @@ class _Queue:
             cores = os.cpu_count() or 1
         return max(1, cores // 2)
 
-    def _queued(self, item) -> bool:
-        return item in self.hot or item in self.cold or item in self.running
-
     def submit(self, u: Unit, names=None, *, hot: bool = False) -> int:
         """Queue the unit's kernels (`names`, else all) not yet on disk; a previous unit of its label
         leaves the queue (an edit supersedes it)."""
         with self.cond:
             old = self.latest.get(u.label)
-            if old and old != u.key:
-                for queue in (self.hot, self.cold):
-                    for item in [k for k in queue if k[0] == old]:
-                        del queue[item]
+            for queue in (self.hot, self.cold) if old and old != u.key else ():
+                for item in [k for k in queue if k[0] == old]:
+                    del queue[item]
             self.latest[u.label] = u.key
             queued = 0
             for name in sorted(u.kernels) if names is None else names:
                 item = (u.key, name)
                 if hot and item in self.cold:
                     del self.cold[item]
-                if name in u.kernels and not self._queued(item) and compiled(u, name) is None:
+                if (name in u.kernels and item not in self.hot and item not in self.cold and item not in self.running
+                        and compiled(u, name) is None):
                     (self.hot if hot else self.cold)[item] = u
                     queued += 1
             while len(self.threads) < min(self.workers(), len(self.hot) + len(self.cold)):
@@ -214,47 +200,36 @@ class _Queue:
             self.cond.notify_all()
             return queued
 
-    def _take(self, most: int, *, cold_now: bool) -> tuple[Unit, list[str]] | None:
-        """Up to `most` queued kernels of one unit, hot first, now running (call with the lock held);
-        a cold one only where cold_now (else None while only cold ones wait)."""
+    def _take(self, cold_now: bool) -> tuple[Unit, str] | None:
+        """The first queued kernel, hot first, now running (call with the lock held); a cold one only
+        where cold_now (else None while only cold ones wait)."""
         queue = self.hot if self.hot else self.cold if cold_now else None
         if not queue:
             return None
         (key, name), u = queue.popitem(last=False)
-        names = [name]
-        for item in [k for k in queue if k[0] == key][:most - 1]:
-            del queue[item]
-            names.append(item[1])
-        self.running.update({(key, n): queue is self.hot for n in names})
-        return u, names
+        self.running[(key, name)] = queue is self.hot
+        return u, name
 
     def _quiet(self) -> bool:
         """Nothing hot queued or compiling, no launch compiling: a cold kernel may start."""
         return not self.hot and not self.launching and not any(self.running.values())
 
-    def _run(self, u: Unit, names: list[str]) -> None:
+    def _run(self, u: Unit, name: str) -> None:
         try:
-            _compile(u, names)
-        except KernelCompileError as e:
-            if len(names) > 1:  # which kernel: each alone
-                for n in names:
-                    self._run(u, [n])
-                return
-            with self.cond:
-                self.errors[(u.key, names[0])] = str(e)
+            _compile(u, name)
         except Exception as e:  # noqa: BLE001 - kept for the launch that asks for this kernel
             with self.cond:
-                self.errors.update({(u.key, n): f"{u.label}: {type(e).__name__}: {e}" for n in names})
+                self.errors[(u.key, name)] = str(e) if isinstance(e, KernelCompileError) else \
+                    f"{u.label}: {type(e).__name__}: {e}"
         finally:
             with self.cond:
-                for n in names:
-                    self.running.pop((u.key, n), None)
+                self.running.pop((u.key, name), None)
                 self.cond.notify_all()
 
     def _work(self) -> None:
         while True:
             with self.cond:
-                while (taken := self._take(1, cold_now=self._quiet())) is None:
+                while (taken := self._take(self._quiet())) is None:
                     self.cond.wait()
             self._run(*taken)
 
@@ -266,8 +241,7 @@ class _Queue:
                 seen.append(name)
             while item in self.running:  # a thread has it: wait for it
                 self.cond.wait()
-            done = compiled(u, name)
-            if done:
+            if done := compiled(u, name):
                 return done
             if item in self.errors:
                 raise KernelCompileError(self.errors.pop(item))
@@ -276,7 +250,7 @@ class _Queue:
             self.running[item] = True  # ours now
             self.launching += 1
         try:
-            self._run(u, [name])
+            self._run(u, name)
         finally:
             with self.cond:
                 self.launching -= 1
@@ -299,8 +273,7 @@ class _Queue:
         """Help the workers until the queue is empty, then wait for the kernels still compiling."""
         while True:
             with self.cond:
-                share = (len(self.hot) + len(self.cold)) // (len(self.threads) + 1)
-                taken = self._take(max(1, min(self.BATCH, share)), cold_now=True)
+                taken = self._take(True)
             if taken is None:
                 break
             self._run(*taken)
@@ -325,7 +298,7 @@ def submit(u: Unit) -> int:
 
 
 def provide(unit_key: str, name: str) -> tuple[pathlib.Path, str]:
-    """(cubin, lowered name) of nvcc's kernel `name` (canonical) of that unit, compiled now if need be.
+    """(cubin, NVRTC's name) of the unit's kernel `name` (its host symbol), compiled now if need be.
     Raises KernelCompileError."""
     u = unit(unit_key)
     if name not in u.kernels:

@@ -1,17 +1,18 @@
-"""A CUDA variant file's two sides, told apart from the text alone (issue 27): no markers to write.
+"""A CUDA variant file's two sides, told apart from the text alone: no markers to write.
 
 Every function definition in the file and the headers it reaches by quoted #include is classed by
-its execution space: __global__ / __device__ (device), __host__ __device__ (both), or neither
-(host: the launchers, the export table). From that come two views of each file, with every line
-where it was (so a compiler's file:line still points at the real text):
+its execution space: __global__ (a kernel), __device__ (device), __host__ __device__ (both), or
+neither (host: the launchers, the export table). From that come two views of each file, with every
+line where it was (so a compiler's file:line still points at the real text):
 
-- the host view: device function bodies emptied. Its hash over the include closure is the *host
-  key*; nvcc builds the host library from these views once per host key (fast: the kernels are
-  empty), and the NVRTC module supplies the bodies.
+- the host view: device function bodies emptied, each kernel's body a launch of itself, and each
+  `k<<<grid, block, ...>>>(args)` the call `(wb_route::configure(grid, block, ...), k(args))`: plain
+  C++ the host compiler builds, with kernels/common/wb_nvrtc_route.h read first. Its tokens, the
+  main file under one name whatever the file's own, are the *host key*.
 - the device view: host function definitions, and namespace-scope statements that name them,
   blanked (NVRTC refuses host functions, even declarations); an unannotated constexpr function kept
-  as __host__ __device__ (nvcc's relaxed constexpr lets device code call it). NVRTC compiles it; the launchers'
-  template kernels are instantiated by name (nvrtc.py, from the host build's ptxas report).
+  as __host__ __device__ (nvcc's relaxed constexpr lets device code call it). NVRTC compiles it; the
+  launchers' kernels are instantiated by name (nvrtc_tier.py, from the host library's symbols).
 
 The scanner knows C++ well enough for the kernel tree: comments, strings and preprocessor lines are
 skipped; a brace after `)` (with const/noexcept/-> trailing) opens a function body, one after `=` an
@@ -26,7 +27,7 @@ import pathlib
 import re
 from dataclasses import dataclass
 
-from .keys import include_closure
+from .keys import include_closure, tokens
 
 _SPACE_MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+([^\n]*__(?:host|device|global)__[^\n]*)$", re.M)
 _FUNCTION_HEAD = re.compile(r"\)\s*(?:const\b|noexcept\b(?:\s*\([^)]*\))?|override\b|final\b|mutable\b|\s)*"
@@ -41,7 +42,7 @@ class Function:
     head_start: int
     body_open: int
     body_close: int     # index of the closing brace
-    space: str          # "device" (also __global__), "both", "host" or "constexpr" (unannotated)
+    space: str          # "global", "device", "both", "host" or "constexpr" (unannotated)
     name: str
 
 
@@ -167,7 +168,9 @@ def _space(head: str, macros: dict[str, str]) -> str:
     for word in _IDENT.findall(head):
         words.add(word)
         words.update(_IDENT.findall(macros.get(word, "")))
-    if "__global__" in words or ("__device__" in words and "__host__" not in words):
+    if "__global__" in words:
+        return "global"
+    if "__device__" in words and "__host__" not in words:
         return "device"
     if "__device__" in words:
         return "both"
@@ -192,12 +195,121 @@ def _name(head: str) -> str:
 
 
 def host_view(text: str, macros: dict[str, str]) -> str:
-    """Device function bodies emptied (their braces kept)."""
-    out = list(text)
-    for f in functions(text, macros):
-        if f.space == "device":
+    """Device function bodies emptied, each kernel's body a launch of itself, and each
+    `k<<<config>>>(args)` the call `(wb_route::configure(config), k(args))` (wb_nvrtc_route.h): the
+    call deduces a template kernel's arguments and converts the values, as a launch does."""
+    out, code = list(text), list(code_only(text))
+    fns = functions(text, macros)
+    for f in fns:
+        if f.space in ("global", "device"):
             _blank(out, f.body_open + 1, f.body_close)
-    return _keep_directives(text, out)
+            _blank(code, f.body_open + 1, f.body_close)
+    text, code = _keep_directives(text, out), "".join(code)
+    edits = [e for f in fns if f.space == "global" for e in _stub(code, f)] + _launch_calls(text, code)
+    for start, end, replacement in sorted(edits, reverse=True):
+        text = text[:start] + replacement + text[end:]
+    return text
+
+
+def _stub(code: str, f: Function) -> list[tuple[int, int, str]]:
+    """The edits that make a kernel's emptied body launch it: an unnamed parameter named, and the body
+    `wb_here: wb_route::launch_here(&&wb_here, <parameters>);` (the label's address is in the
+    function's code: the library's symbol table says which kernel it is)."""
+    close = code.rindex(")", f.head_start, f.body_open)
+    edits, names = [], []
+    for k, (end, name, pack) in enumerate(_parameters(code, _opening(code, close), close)):
+        if name is None:
+            name = f"wb_p{k}"
+            edits.append((end, end, f" {name}"))
+        names.append(name + ("..." if pack else ""))
+    call = f" wb_here: wb_route::launch_here(&&wb_here{''.join(', ' + n for n in names)}); "
+    return edits + [(f.body_open + 1, f.body_open + 1, call)]
+
+
+_NOT_A_NAME = {"const", "volatile", "__restrict__", "__restrict", "signed", "unsigned", "char", "short", "int",
+               "long", "float", "double", "bool", "void", "auto"}
+
+
+def _parameters(code: str, open_: int, close: int) -> list[tuple[int, str | None, bool]]:
+    """(where its declarator ends, its name or None, whether a pack) for each parameter between the
+    parentheses at open_ and close."""
+    found, depth, at = [], 0, open_ + 1
+    for k in range(open_ + 1, close + 1):
+        c = code[k]
+        depth += (c in "(<[{") - (c in ")>]}")
+        if (c == "," and depth == 0) or k == close:
+            decl = code[at:k].split("=")[0]  # a default argument left out
+            words = re.findall(r"[A-Za-z_]\w*|\.\.\.|[^\sA-Za-z_]", decl)
+            if words and words != ["void"]:
+                last = decl.rstrip()
+                named = re.search(r"([A-Za-z_]\w*)$", last) and len(words) > 1 and words[-1] not in _NOT_A_NAME
+                found.append((at + len(last), words[-1] if named else None, "..." in words))
+            at = k + 1
+    return found
+
+
+_STARTS_NO_KERNEL = {"return", "else", "do", "case", "throw", "co_return"}
+
+
+def _launch_calls(text: str, code: str) -> list[tuple[int, int, str]]:
+    """The edits that write each `kernel<<<config>>>(args)` outside comments and strings as
+    `(wb_route::configure(config), kernel(args))`, every line break kept."""
+    edits, at = [], code.find("<<<")
+    while at >= 0:
+        end = code.find(">>>", at + 3)
+        args = end + 3 + len(code[end + 3:]) - len(code[end + 3:].lstrip())
+        if end > 0 and code[args:args + 1] == "(":
+            start, close = _kernel_start(code, at), _closing(code, args)
+            config = text[at + 3:end]
+            edits.append((start, close + 1, f"(wb_route::configure({' '.join(config.split())}), {text[start:at]}"
+                                            f"{text[args:close + 1]}){chr(10) * config.count(chr(10))}"))
+        at = code.find("<<<", at + 3)
+    return edits
+
+
+def _kernel_start(code: str, at: int) -> int:
+    """Where the kernel named before `<<<` begins: names joined by ::, . or ->, each followed by its
+    <...>, (...) or [...] (kernel<T, 4>, ns::k, table[i], (*fn))."""
+    i = at
+    while True:
+        j = i
+        while j and code[j - 1].isspace():
+            j -= 1
+        if j and code[j - 1] in ">)]":
+            i = _opening(code, j - 1)
+            continue
+        k = j
+        while k and (code[k - 1].isalnum() or code[k - 1] == "_"):
+            k -= 1
+        if k == j or code[k:j] in _STARTS_NO_KERNEL:
+            return i
+        i = j = k
+        while j and code[j - 1].isspace():
+            j -= 1
+        if code[j - 2:j] not in ("::", "->") and code[j - 1:j] != ".":
+            return i
+        i = j - (1 if code[j - 1] == "." else 2)
+
+
+def _opening(code: str, close: int) -> int:
+    """Where the bracket that code[close] (one of > ) ]) closes opens."""
+    shut, depth = code[close], 0
+    opener = {">": "<", ")": "(", "]": "["}[shut]
+    for k in range(close, -1, -1):
+        depth += (code[k] == shut) - (code[k] == opener)
+        if depth == 0:
+            return k
+    return 0
+
+
+def _closing(code: str, open_: int) -> int:
+    """Where the parenthesis opened at code[open_] closes."""
+    depth = 0
+    for k in range(open_, len(code)):
+        depth += (code[k] == "(") - (code[k] == ")")
+        if depth == 0:
+            return k
+    return len(code) - 1
 
 
 def host_names(texts, macros: dict[str, str]) -> set[str]:
@@ -279,21 +391,27 @@ def closure(source: pathlib.Path, include_dirs) -> Closure:
                          for name, path in include_closure(source, include_dirs) if path is not None))
 
 
+HOST_MAIN = "wb_host_view.cpp"  # the host view's main file, whatever the file's own name (load_inline's is its hash)
+
+
 @dataclass(frozen=True)
 class Views:
-    """A closure's texts split: {include name: text} for each side, and the host key."""
+    """A closure's texts split: {include name: text} for each side (the host side's main file under
+    HOST_MAIN), the host key, and the names of the kernels (__global__ functions)."""
     host: dict[str, str]
     device: dict[str, str]
     host_key: str
+    kernels: frozenset[str]
 
 
 def split(c: Closure) -> Views:
     texts = {name: path.read_text(errors="replace") for name, path in c.files}
     macros = space_macros(texts.values())
-    host = {name: host_view(t, macros) for name, t in texts.items()}
     hosts = host_names(texts.values(), macros)
+    host = {HOST_MAIN if name == c.files[0][0] else name: host_view(t, macros) for name, t in texts.items()}
     device = {name: device_view(t, macros, hosts) for name, t in texts.items()}
+    kernels = frozenset(f.name for t in texts.values() for f in functions(t, macros) if f.space == "global")
     h = hashlib.sha256()
-    for name, text in host.items():
-        h.update(name.encode() + b"\0" + " ".join(text.split()).encode() + b"\0")  # layout-blind
-    return Views(host, device, h.hexdigest())
+    for name, text in sorted(host.items()):
+        h.update(name.encode() + b"\0" + tokens(text).encode() + b"\0")
+    return Views(host, device, h.hexdigest(), kernels)
