@@ -397,11 +397,24 @@ HOST_MAIN = "wb_host_view.cpp"  # the host view's main file, whatever the file's
 @dataclass(frozen=True)
 class Views:
     """A closure's texts split: {include name: text} for each side (the host side's main file under
-    HOST_MAIN), the host key, and the names of the kernels (__global__ functions)."""
+    HOST_MAIN), the host key, the names of the kernels (__global__ functions), and the declarations
+    of device variables (__device__, __constant__, __managed__ at namespace scope)."""
     host: dict[str, str]
     device: dict[str, str]
     host_key: str
     kernels: frozenset[str]
+    variables: tuple[str, ...]
+
+
+def device_variables(text: str, macros: dict[str, str]) -> list[str]:
+    """The declarations of device variables outside functions (a function's declaration is none)."""
+    code, found = code_only(text), []
+    for item in _items(text, frozenset(macros.items())):
+        statement = "" if isinstance(item, Function) else code[item[0]:item[1]].strip()
+        if set(_IDENT.findall(statement)) & {"__device__", "__constant__", "__managed__"} and not re.search(
+                r"\)\s*(?:const\s*)?;$", statement):
+            found.append(" ".join(statement.split()))
+    return found
 
 
 def split(c: Closure) -> Views:
@@ -411,7 +424,8 @@ def split(c: Closure) -> Views:
     host = {HOST_MAIN if name == c.files[0][0] else name: host_view(t, macros) for name, t in texts.items()}
     device = {name: device_view(t, macros, hosts) for name, t in texts.items()}
     kernels = frozenset(f.name for t in texts.values() for f in functions(t, macros) if f.space == "global")
+    variables = tuple(v for t in texts.values() for v in device_variables(t, macros))
     h = hashlib.sha256()
     for name, text in sorted(host.items()):
         h.update(name.encode() + b"\0" + tokens(text).encode() + b"\0")
-    return Views(host, device, h.hexdigest(), kernels)
+    return Views(host, device, h.hexdigest(), kernels, variables)

@@ -199,6 +199,8 @@ def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | N
     fallback = functools.partial(_fallback, p, staging, key, rename, last_good, start, closure, build)
     if any(pathlib.PurePath(n).is_absolute() or ".." in pathlib.PurePath(n).parts for n in views.host):
         return fallback("a header is included by an absolute path or through '..'")
+    if views.variables:  # a cubin per kernel would give each kernel its own, and the host none
+        return fallback(f"it declares device variables ({views.variables[0]}), which nvcc's one module keeps one")
     try:
         host = build(host_piece(p, views))
     except BuildError as e:
