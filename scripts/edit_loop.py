@@ -1,12 +1,12 @@
 """The edit loop as a student edits: each kind of edit of a self-contained file, timed per tier.
 
 For each file (exercise 02's and 06's solutions, the tree's bias_gelu/vec4; --files), a copy in a
-temporary folder (the headers it includes from its own folder copied beside it) is edited in each
-way, several rounds, interleaved: each edit is timed with the NVRTC tier (load_inline's default) and
+temporary folder (the headers with device code it includes copied beside it, where the compiler
+finds them first) is edited in each way, several rounds, interleaved: each edit is timed with the NVRTC tier (load_inline's default) and
 with nvcc's whole-file build, in alternating order, every edit made to the original text with a
 constant no earlier run used (so no edit is a warm hit of another):
-  kernel      a constant in a kernel body (a file whose kernels live in a header: in a device
-              function of its own)
+  kernel      a constant in a kernel body (the file's first kernel; for one whose kernels live in
+              a header, as vec4's in wb_row_tiles.cuh, that header's)
   launcher    a constant in the launcher (and exercise 02's block size, kBlock)
   comment     a comment and blank lines added: the same tokens (nothing to rebuild)
   header      a constant in a device function of a header the file includes
@@ -16,6 +16,9 @@ With a GPU, from the edited file to a rebuilt, loaded variant whose first call h
 kernels that first call launches compiled too (what the first call would wait for), the call
 itself left out. Before each edit, every background compile has ended. Each row says whether the
 host side was rebuilt and whether the tier fell back to nvcc.
+
+--gpu-time (GPU only) then times every committed CUDA variant's forward built both ways, side by
+side (NVRTC's machine code against nvcc's).
 
 Writes OUT/edit_loop.jsonl (one row per timed edit), OUT/edit_loop.txt (the table: medians per kind
 and tier, nvcc / nvrtc) and OUT/README.md (provenance), and prints the table last.
@@ -66,43 +69,44 @@ def _launcher(text: str):
                 and re.search(r"WbLaunch|cudaStream_t", text[f.head_start:f.body_open]))
 
 
-def edited(kind: str, text: str, header: str, n: int) -> tuple[str, str, str]:
-    """(file text, header text, what was edited) for edit number n of this kind."""
-    if kind == "kernel":
-        kernel = next((f for f in _functions(text) if f.space == "global"), None)
-        if kernel is None:
-            return text + f"\n__device__ int wb_edit_loop_constant() {{ return {n}; }}\n", header, "a device function's constant"
-        return _insert_in_body(text, kernel, f"(void){n};"), header, f"a constant in kernel {kernel.name}"
+def edited(kind: str, texts: dict[str, str], n: int) -> tuple[dict[str, str], str]:
+    """({file name: text}, what was edited) for edit number n of this kind: `texts` holds the file
+    first, then the headers with device code it includes, copied beside it."""
+    out, (main, text) = dict(texts), next(iter(texts.items()))
+    headers = [name for name in texts if name != main]
+    if kind in ("kernel", "header"):  # a kernel: the file's first (a header's, where it has none)
+        where = [main, *headers] if kind == "kernel" else headers
+        spaces = ("global",) if kind == "kernel" else ("device", "global", "both")
+        name, f = next((name, f) for name in where for f in _functions(texts[name]) if f.space in spaces)
+        out[name] = _insert_in_body(texts[name], f, f"(void){n};")
+        return out, f"a constant in {f.name}" + (f" ({name})" if name != main else "")
+    launcher = _launcher(text)
     if kind == "launcher":
-        out = _insert_in_body(text, _launcher(text), f"(void){n};")
-        if "constexpr int kBlock = 256;" in out:
-            out = out.replace("constexpr int kBlock = 256;", f"constexpr int kBlock = {(128, 512, 64, 1024)[n % 4]};")
-            return out, header, "the block size and a constant in the launcher"
-        return out, header, "a constant in the launcher"
+        out[main] = _insert_in_body(text, launcher, f"(void){n};")
+        if "constexpr int kBlock = 256;" in text:
+            out[main] = out[main].replace("kBlock = 256;", f"kBlock = {(128, 512, 64, 1024)[n % 4]};")
+            return out, "the block size, kBlock, and a constant in the launcher"
+        return out, "a constant in the launcher"
     if kind == "comment":
-        return f"// edit {n}: a note\n{text}\n\n   // and one more\n", header, "a comment and blank lines"
-    if kind == "header":
-        f = next(f for f in _functions(header) if f.space in ("device", "global", "both"))
-        return text, _insert_in_body(header, f, f"(void){n};"), f"a constant in the header's {f.name}"
-    if kind == "new_kernel":  # defined before the launcher, which launches it first
-        launcher, name = _launcher(text), f"wb_new_kernel_{n}"
-        out = _insert_in_body(text, launcher, f"{name}<<<1, 32>>>(nullptr);")
-        kernel = f"__global__ void {name}(float* p) {{ if (p) p[threadIdx.x] = {n}.0f; }}\n"
-        return out[:launcher.head_start] + kernel + out[launcher.head_start:], header, "a kernel, launched"
+        out[main] = f"// edit {n}: a note\n{text}\n\n   // and one more\n"
+        return out, "a comment and blank lines"
+    if kind == "new_kernel":  # defined before the file's first kernel (or launcher), launched by the launcher first
+        at = next((f.head_start for f in _functions(text) if f.space == "global"), launcher.head_start)
+        body = _insert_in_body(text, launcher, f"wb_new_kernel_{n}<<<1, 32>>>(nullptr);")
+        out[main] = f"{body[:at]}__global__ void wb_new_kernel_{n}(float* p) {{ if (p) p[threadIdx.x] = {n}.0f; }}\n{body[at:]}"
+        return out, "a kernel, launched"
     raise ValueError(kind)
 
 
-def local_header(source: pathlib.Path) -> pathlib.Path:
-    """The first header the file includes from its op's folder (its own math, gelu.h / gemm.cuh)
-    that has device code: the header a student edits beside the file."""
-    from workbench.model import registry
-
+def headers_beside(source: pathlib.Path, include_dirs) -> dict[str, str]:
+    """{name: text} of the headers with device code the file includes by a quoted #include, found as
+    the compiler finds them: copied beside the file, they are the ones it reads, and a student's to edit."""
+    found = []
     for name in re.findall(r'^#include "([^"]+)"', source.read_text(), re.M):
-        for folder in (source.parent, *(registry.resolve(op).sources.kernel_dir for op, *_ in FILES.values())):
-            if (folder / name).is_file() and any(f.space in ("device", "global", "both")
-                                                 for f in _functions((folder / name).read_text())):
-                return folder / name
-    raise SystemExit(f"{source}: includes no header with device code beside it")
+        path = next((d / name for d in (source.parent, *include_dirs) if (d / name).is_file()), None)
+        if path and any(f.space in ("device", "global", "both") for f in _functions(path.read_text())):
+            found.append((path.parent.name == "common", name, path.read_text()))
+    return {name: text for _, name, text in sorted(found, key=lambda h: h[0])}  # the op's own headers first
 
 
 def first_call(op: str, kernel) -> None:
@@ -140,27 +144,29 @@ def timed_edit(op: str, path: pathlib.Path, name: str, tier: str, gpu: bool, fir
 
 
 def run_file(key: str, rounds: int, kinds, gpu: bool, rows: list, tmp: pathlib.Path) -> None:
+    from workbench.build.tree import variant_piece
+    from workbench.model import registry
+
     op, source, first_kernel = FILES[key]
     source = ROOT / source
-    header = local_header(source)
+    include_dirs = variant_piece(registry.resolve(op), "x", source).include_dirs
+    texts = {source.name: source.read_text(), **headers_beside(source, include_dirs)}
     folder = tmp / key
     folder.mkdir()
-    path, header_copy = folder / source.name, folder / header.name  # included from the file's folder first
-    text, header_text = source.read_text(), header.read_text()
     base = time.time_ns() % 10**9 * 100  # constants no earlier run used
     for tier in TIERS:  # the first build of each copy: not an edit
-        path.write_text(text)
-        header_copy.write_text(header_text)
-        timed_edit(op, path, f"{key}_{tier}", tier, gpu, [first_kernel])
+        for name, text in texts.items():
+            (folder / name).write_text(text)
+        timed_edit(op, folder / source.name, f"{key}_{tier}", tier, gpu, [first_kernel])
     for r in range(rounds):
         for k, kind in enumerate(kinds):
             n = base + r * len(kinds) + k
-            new_text, new_header, what = edited(kind, text, header_text, n)
+            new, what = edited(kind, texts, n)
             for tier in TIERS if (r + k) % 2 == 0 else TIERS[::-1]:
-                path.write_text(new_text)
-                header_copy.write_text(new_header)
+                for name, text in new.items():
+                    (folder / name).write_text(text)
                 first = [first_kernel] + ([rf"^&wb_new_kernel_{n}$"] if kind == "new_kernel" else [])
-                row = timed_edit(op, path, f"{key}_{tier}", tier, gpu, first)
+                row = timed_edit(op, folder / source.name, f"{key}_{tier}", tier, gpu, first)
                 rows.append({"file": key, "source": str(source.relative_to(ROOT)), "kind": kind, "edit": what,
                              "tier": tier, "round": r, **row})
                 print(f"  {key} {kind:10s} {tier:5s} {row['seconds']:7.3f} s"
@@ -184,11 +190,50 @@ def table(rows: list, measured: str, machine: str, command: str) -> list[str]:
     return lines
 
 
+def gpu_times(rows: list, lines: list, only: list[str] | None = None) -> None:
+    """Every committed CUDA variant's forward (or those in `only`, OP/VARIANT), built by each tier,
+    timed at the op's third CUDA bench size: NVRTC's machine code against nvcc's."""
+    import torch
+
+    from workbench.build import BuildOptions
+    from workbench.measure.timing import time_cuda
+    from workbench.model import registry
+    from workbench.run import loader
+
+    lines += ["", f"{'variant':28s} {'nvcc ms':>10s} {'nvrtc ms':>10s} {'ratio':>7s}  size dtype  (nvrtc tier's device compiler)"]
+    for op in registry.ops():
+        r = registry.resolve(op)
+        sizes = r.spec.bench_sizes.get("cuda") or [r.spec.sample_size()]
+        size = sizes[min(2, len(sizes) - 1)]
+        for name, source in sorted(r.variant_files.items()):
+            if source.suffix != ".cu" or only and f"{op}/{name}" not in only:
+                continue
+            times = {}
+            try:
+                for tier in TIERS:
+                    k = loader.load_source(op, source, f"{name}_{tier}", options=BuildOptions(compiler=tier))
+                    inputs = r.spec.new_inputs(size, k.dtypes[0], "cuda", torch.Generator(device="cuda").manual_seed(0))
+                    times[tier] = time_cuda(lambda: k(*inputs, **r.spec.sample_attrs()[0])).median_ms
+                    if tier == "nvrtc":  # the build's record says whether NVRTC compiled it or nvcc did
+                        device_compiler = json.loads((k.library.parent / "meta.json").read_text()).get("device_compiler")
+            except Exception as e:  # noqa: BLE001 - a variant this GPU cannot run is listed as such
+                lines.append(f"{op + '/' + name:28s} skipped: {type(e).__name__}: {str(e).splitlines()[0][:80]}")
+                continue
+            ratio = times["nvrtc"] / times["nvcc"]
+            rows.append({"kind": "gpu_time", "variant": f"{op}/{name}", "size": list(size), "dtype": k.dtypes[0],
+                         "nvcc_ms": times["nvcc"], "nvrtc_ms": times["nvrtc"], "ratio": ratio,
+                         "nvrtc_tier_device_compiler": device_compiler})
+            lines.append(f"{op + '/' + name:28s} {times['nvcc']:10.4f} {times['nvrtc']:10.4f} {ratio:7.3f}  "
+                         f"{'x'.join(map(str, size))} {k.dtypes[0]}  ({device_compiler})")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5, help="edits of each kind per file and tier (default 5)")
     ap.add_argument("--files", nargs="*", default=list(FILES), choices=list(FILES), help="(default: all)")
     ap.add_argument("--kinds", nargs="*", default=list(KINDS), choices=list(KINDS), help="(default: all)")
+    ap.add_argument("--gpu-time", nargs="*", metavar="OP/VARIANT", help="also time every committed CUDA variant "
+                    "(or these) built both ways on the GPU, after the edits")
     ap.add_argument("--out", default="artifacts/edit_loop", help="folder for edit_loop.jsonl, .txt and README.md")
     args = ap.parse_args()
     if args.rounds < 1:
@@ -212,6 +257,8 @@ def main() -> int:
         for key in args.files:
             run_file(key, args.rounds, args.kinds, gpu, rows, pathlib.Path(tmp))
     lines = table(rows, measured, machine, command)
+    if args.gpu_time is not None and gpu:
+        gpu_times(rows, lines, args.gpu_time)
     commit = results.commit(ROOT)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,26 +1,19 @@
 """The NVRTC tier's kernels: one NVRTC program per kernel, compiled when first launched or, before
 that, in the background.
 
-A build (nvrtc_tier.compile_nvrtc) only checks the device view: NVRTC's front end with every kernel
-instantiated (-fdevice-syntax-only; tens of ms). Almost all of NVRTC's time is its optimizer and
-ptxas, per kernel (rmsnorm/vectorized instantiates 60 kernels, about 45 ms each on the 2-core
-machine), so each kernel is its own program:
+A build (nvrtc_tier.compile_nvrtc) only checks the device view (NVRTC's front end, every kernel
+instantiated: tens of ms). Almost all of NVRTC's time is its optimizer and ptxas, per kernel
+(rmsnorm/vectorized instantiates 60, about 45 ms each on the 2-core machine), so:
 
-- A *unit* is what compiles every kernel of one device view: its texts, options and kernels (the
-  host library's symbol -> name expression), stored once as nvrtc-kernels/<unit key>.json. Its key
-  covers the device view's tokens alone: an edit of a launcher, or of a comment, reuses every kernel.
+- A *unit* compiles every kernel of one device view: its texts, options and kernels (the host
+  library's symbol -> name expression), stored as nvrtc-kernels/<unit key>.json. Its key covers
+  the device view's tokens alone: a launcher edit, or a comment, reuses every kernel.
 - A compiled kernel is nvrtc-kernels/<kernel key>.cubin, .log (ptxas's registers and spills) and
-  .name (NVRTC's name for it, written last: it marks the kernel done). Another process finds it
-  there; a missing one is compiled again.
-- `provide` is what a launch asks for (run/nvrtc_routes.py): a kernel on disk at once; one queued is
-  taken off the queue and compiled in the caller's thread; one being compiled is waited for. A
-  unit's first launch queues its other kernels for the background. The kernels a label's launches
-  asked for first are remembered: its next build (an edit) starts on them beside the front end
-  (`prefetch`).
-- The background: daemon threads, half the cores this process may use (at least one), hot kernels
-  first (_Queue says which and why); a newer unit of the same label drops the older unit's queued
-  kernels. `drain` waits for the queue: the timers call it, so no measurement shares the CPU with a
-  compile.
+  .name (NVRTC's name for it, written last: the mark that it is done), found there by any process.
+- `provide` is what a launch asks for (run/nvrtc_routes.py): a kernel on disk at once, any other
+  compiled in the caller's thread (or waited for, where a thread has it). A unit's first launch
+  queues its other kernels for background threads (_Queue: when they start, and which first);
+  `drain` waits for them: the timers call it, so no measurement shares the CPU with a compile.
 
 The cache folder is private (store.subdir), so a cubin found there is this user's own.
 """
@@ -146,24 +139,23 @@ def _compile(u: Unit, name: str) -> None:
 
 
 class _Queue:
-    """Kernels to compile, hot or cold, and those being compiled now.
+    """Kernels to compile in the background, in order, and those being compiled now.
 
-    Hot: a launch waits for it, or will (the kernels this label's last build launched first, queued as
-    an edit's build starts, so they compile beside NVRTC's front end). Cold: the rest, for later. A
-    cold kernel starts only while nothing hot is queued or compiling and no launch is compiling its
-    own: on the H100's host, 15 compiles at once made each 3-4x slower, the launch's own among them."""
+    A background kernel starts only while no launch is compiling its own: on the H100's host, 15
+    compiles at once made each 3-4x slower, the launch's own among them. The kernels a label's
+    launches asked for first go to the front of the queue as its next build (an edit) starts, so
+    they compile beside NVRTC's front end."""
 
     REMEMBERED = 8  # kernels per label whose first launches are remembered
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
-        self.hot: collections.OrderedDict[tuple[str, str], Unit] = collections.OrderedDict()
-        self.cold: collections.OrderedDict[tuple[str, str], Unit] = collections.OrderedDict()
-        self.running: dict[tuple[str, str], bool] = {}  # -> hot
-        self.launching = 0                              # launches compiling their own kernel now
-        self.latest: dict[str, str] = {}                # label -> its newest unit's key
-        self.launched: dict[str, list[str]] = {}        # label -> the kernels its launches asked for first
-        self.launched_units: set[str] = set()           # units a launch has asked for a kernel
+        self.queued: collections.OrderedDict[tuple[str, str], Unit] = collections.OrderedDict()
+        self.running: set[tuple[str, str]] = set()
+        self.launching = 0                          # launches compiling their own kernel now
+        self.latest: dict[str, str] = {}            # label -> its newest unit's key
+        self.launched: dict[str, list[str]] = {}    # label -> the kernels its launches asked for first
+        self.launched_units: set[str] = set()       # units a launch has asked for a kernel
         self.threads: list[threading.Thread] = []
         self.errors: dict[tuple[str, str], str] = {}
 
@@ -175,44 +167,35 @@ class _Queue:
             cores = os.cpu_count() or 1
         return max(1, cores // 2)
 
-    def submit(self, u: Unit, names=None, *, hot: bool = False) -> int:
-        """Queue the unit's kernels (`names`, else all) not yet on disk; a previous unit of its label
-        leaves the queue (an edit supersedes it)."""
+    def submit(self, u: Unit, names=None, *, first: bool = False) -> int:
+        """Queue the unit's kernels (`names`, else all) not yet on disk, at the front where `first`;
+        a previous unit of its label leaves the queue (an edit supersedes it)."""
         with self.cond:
             old = self.latest.get(u.label)
-            for queue in (self.hot, self.cold) if old and old != u.key else ():
-                for item in [k for k in queue if k[0] == old]:
-                    del queue[item]
+            for item in [k for k in self.queued if old and old != u.key and k[0] == old]:
+                del self.queued[item]
             self.latest[u.label] = u.key
             queued = 0
-            for name in sorted(u.kernels) if names is None else names:
+            for name in reversed(names) if first else sorted(u.kernels) if names is None else names:
                 item = (u.key, name)
-                if hot and item in self.cold:
-                    del self.cold[item]
-                if (name in u.kernels and item not in self.hot and item not in self.cold and item not in self.running
-                        and compiled(u, name) is None):
-                    (self.hot if hot else self.cold)[item] = u
-                    queued += 1
-            while len(self.threads) < min(self.workers(), len(self.hot) + len(self.cold)):
+                if name in u.kernels and item not in self.running and compiled(u, name) is None:
+                    queued += item not in self.queued
+                    self.queued[item] = u
+                    self.queued.move_to_end(item, last=not first)
+            while len(self.threads) < min(self.workers(), len(self.queued)):
                 t = threading.Thread(target=self._work, name=f"wb-nvrtc-{len(self.threads)}", daemon=True)
                 self.threads.append(t)
                 t.start()
             self.cond.notify_all()
             return queued
 
-    def _take(self, cold_now: bool) -> tuple[Unit, str] | None:
-        """The first queued kernel, hot first, now running (call with the lock held); a cold one only
-        where cold_now (else None while only cold ones wait)."""
-        queue = self.hot if self.hot else self.cold if cold_now else None
-        if not queue:
+    def _take(self) -> tuple[Unit, str] | None:
+        """The first queued kernel, now running (call with the lock held), or None."""
+        if not self.queued:
             return None
-        (key, name), u = queue.popitem(last=False)
-        self.running[(key, name)] = queue is self.hot
+        (key, name), u = self.queued.popitem(last=False)
+        self.running.add((key, name))
         return u, name
-
-    def _quiet(self) -> bool:
-        """Nothing hot queued or compiling, no launch compiling: a cold kernel may start."""
-        return not self.hot and not self.launching and not any(self.running.values())
 
     def _run(self, u: Unit, name: str) -> None:
         try:
@@ -223,13 +206,13 @@ class _Queue:
                     f"{u.label}: {type(e).__name__}: {e}"
         finally:
             with self.cond:
-                self.running.pop((u.key, name), None)
+                self.running.discard((u.key, name))
                 self.cond.notify_all()
 
     def _work(self) -> None:
         while True:
             with self.cond:
-                while (taken := self._take(self._quiet())) is None:
+                while self.launching or (taken := self._take()) is None:
                     self.cond.wait()
             self._run(*taken)
 
@@ -245,9 +228,8 @@ class _Queue:
                 return done
             if item in self.errors:
                 raise KernelCompileError(self.errors.pop(item))
-            self.hot.pop(item, None)
-            self.cold.pop(item, None)
-            self.running[item] = True  # ours now
+            self.queued.pop(item, None)
+            self.running.add(item)  # ours now
             self.launching += 1
         try:
             self._run(u, name)
@@ -261,7 +243,7 @@ class _Queue:
         return compiled(u, name)
 
     def provide(self, u: Unit, name: str) -> tuple[pathlib.Path, str]:
-        """The kernel (_provide); the unit's first launch then queues the unit's other kernels, cold."""
+        """The kernel (_provide); the unit's first launch then queues the unit's other kernels."""
         try:
             return self._provide(u, name)
         finally:
@@ -273,12 +255,12 @@ class _Queue:
         """Help the workers until the queue is empty, then wait for the kernels still compiling."""
         while True:
             with self.cond:
-                taken = self._take(True)
+                taken = self._take()
             if taken is None:
                 break
             self._run(*taken)
         with self.cond:
-            while self.hot or self.cold or self.running:
+            while self.queued or self.running:
                 self.cond.wait()
 
 
@@ -289,12 +271,7 @@ def prefetch(u: Unit) -> int:
     """Start on the kernels this label's launches asked for first last time (an edit's first call
     will likely ask again), beside the build's front end; returns how many were queued."""
     names = _queue.launched.get(u.label)
-    return _queue.submit(u, names, hot=True) if names else 0
-
-
-def submit(u: Unit) -> int:
-    """Compile the unit's kernels in the background (those not on disk); returns how many were queued."""
-    return _queue.submit(u)
+    return _queue.submit(u, names, first=True) if names else 0
 
 
 def provide(unit_key: str, name: str) -> tuple[pathlib.Path, str]:
@@ -314,7 +291,7 @@ def drain() -> None:
 
 
 def pending() -> int:
-    return len(_queue.hot) + len(_queue.cold) + len(_queue.running)
+    return len(_queue.queued) + len(_queue.running)
 
 
 def compile_all(unit_key: str) -> None:

@@ -2,17 +2,16 @@
 
 Every function definition in the file and the headers it reaches by quoted #include is classed by
 its execution space: __global__ (a kernel), __device__ (device), __host__ __device__ (both), or
-neither (host: the launchers, the export table). From that come two views of each file, with every
-line where it was (so a compiler's file:line still points at the real text):
+neither (host: the launchers, the export table). Two views of each file follow, every line where
+it was (a compiler's file:line is the real file's):
 
-- the host view: device function bodies emptied, each kernel's body a launch of itself, and each
-  `k<<<grid, block, ...>>>(args)` the call `(wb_route::configure(grid, block, ...), k(args))`: plain
-  C++ the host compiler builds, with kernels/common/wb_nvrtc_route.h read first. Its tokens, the
-  main file under one name whatever the file's own, are the *host key*.
-- the device view: host function definitions, and namespace-scope statements that name them,
-  blanked (NVRTC refuses host functions, even declarations); an unannotated constexpr function kept
-  as __host__ __device__ (nvcc's relaxed constexpr lets device code call it). NVRTC compiles it; the
-  launchers' kernels are instantiated by name (nvrtc_tier.py, from the host library's symbols).
+- the host view, for the host compiler (wb_nvrtc_route.h read first): device function bodies
+  emptied, each kernel's body a launch of itself, each `k<<<grid, block, ...>>>(args)` the call
+  `(wb_route::configure(grid, block, ...), k(args))`. Its tokens are the *host key* (the main file
+  under one name: load_inline names its file by its hash).
+- the device view, for NVRTC: host functions, and namespace-scope statements that name them,
+  blanked (NVRTC refuses host functions, even declared); an unannotated constexpr function kept as
+  __host__ __device__ (nvcc's relaxed constexpr lets device code call it).
 
 The scanner knows C++ well enough for the kernel tree: comments, strings and preprocessor lines are
 skipped; a brace after `)` (with const/noexcept/-> trailing) opens a function body, one after `=` an
@@ -151,16 +150,17 @@ def _walk(code: str, macros: dict[str, str]):
         i += 1
 
 
-def _matching(code: str, open_at: int) -> int:
-    depth = 0
-    for k in range(open_at, len(code)):
-        if code[k] == "{":
-            depth += 1
-        elif code[k] == "}":
-            depth -= 1
-            if depth == 0:
-                return k
-    return len(code) - 1
+_PAIRS = {"{": "}", "(": ")", "[": "]", "<": ">", "}": "{", ")": "(", "]": "[", ">": "<"}
+
+
+def _matching(code: str, at: int) -> int:
+    """Where the bracket at code[at] is matched: an opening one forward, a closing one backward."""
+    step, depth = (1 if code[at] in "{([<" else -1), 0
+    for k in range(at, len(code) if step > 0 else -1, step):
+        depth += (code[k] == code[at]) - (code[k] == _PAIRS[code[at]])
+        if depth == 0:
+            return k
+    return len(code) - 1 if step > 0 else 0
 
 
 def _space(head: str, macros: dict[str, str]) -> str:
@@ -217,7 +217,7 @@ def _stub(code: str, f: Function) -> list[tuple[int, int, str]]:
     function's code: the library's symbol table says which kernel it is)."""
     close = code.rindex(")", f.head_start, f.body_open)
     edits, names = [], []
-    for k, (end, name, pack) in enumerate(_parameters(code, _opening(code, close), close)):
+    for k, (end, name, pack) in enumerate(_parameters(code, _matching(code, close), close)):
         if name is None:
             name = f"wb_p{k}"
             edits.append((end, end, f" {name}"))
@@ -259,7 +259,7 @@ def _launch_calls(text: str, code: str) -> list[tuple[int, int, str]]:
         end = code.find(">>>", at + 3)
         args = end + 3 + len(code[end + 3:]) - len(code[end + 3:].lstrip())
         if end > 0 and code[args:args + 1] == "(":
-            start, close = _kernel_start(code, at), _closing(code, args)
+            start, close = _kernel_start(code, at), _matching(code, args)
             config = text[at + 3:end]
             edits.append((start, close + 1, f"(wb_route::configure({' '.join(config.split())}), {text[start:at]}"
                                             f"{text[args:close + 1]}){chr(10) * config.count(chr(10))}"))
@@ -276,7 +276,7 @@ def _kernel_start(code: str, at: int) -> int:
         while j and code[j - 1].isspace():
             j -= 1
         if j and code[j - 1] in ">)]":
-            i = _opening(code, j - 1)
+            i = _matching(code, j - 1)
             continue
         k = j
         while k and (code[k - 1].isalnum() or code[k - 1] == "_"):
@@ -289,27 +289,6 @@ def _kernel_start(code: str, at: int) -> int:
         if code[j - 2:j] not in ("::", "->") and code[j - 1:j] != ".":
             return i
         i = j - (1 if code[j - 1] == "." else 2)
-
-
-def _opening(code: str, close: int) -> int:
-    """Where the bracket that code[close] (one of > ) ]) closes opens."""
-    shut, depth = code[close], 0
-    opener = {">": "<", ")": "(", "]": "["}[shut]
-    for k in range(close, -1, -1):
-        depth += (code[k] == shut) - (code[k] == opener)
-        if depth == 0:
-            return k
-    return 0
-
-
-def _closing(code: str, open_: int) -> int:
-    """Where the parenthesis opened at code[open_] closes."""
-    depth = 0
-    for k in range(open_, len(code)):
-        depth += (code[k] == "(") - (code[k] == ")")
-        if depth == 0:
-            return k
-    return len(code) - 1
 
 
 def host_names(texts, macros: dict[str, str]) -> set[str]:
@@ -372,23 +351,13 @@ def _space_in(words: set[str], macros: dict[str, str]) -> bool:
     return any("__device__" in macros.get(w, "") for w in words)
 
 
-@dataclass(frozen=True)
-class Closure:
-    """The source and the headers it reaches by quoted #include: (include name, path) in a stable
-    order, the source first under its own file name."""
-    files: tuple[tuple[str, pathlib.Path], ...]
-
-    @property
-    def source(self) -> pathlib.Path:
-        return self.files[0][1]
-
-
-def closure(source: pathlib.Path, include_dirs) -> Closure:
-    """The quoted-include closure as the compiler resolves it (keys.include_closure), the source
-    under its own file name; a header not found is left out (the compile reports it)."""
+def closure(source: pathlib.Path, include_dirs) -> list[tuple[str, pathlib.Path]]:
+    """(include name, path) of the source (under its own file name, first) and the headers it reaches
+    by quoted #include, as the compiler resolves them (keys.include_closure); a header not found is
+    left out (the compile reports it)."""
     source = pathlib.Path(source)
-    return Closure(tuple((source.name if name == "<source>" else name, path)
-                         for name, path in include_closure(source, include_dirs) if path is not None))
+    return [(source.name if name == "<source>" else name, path)
+            for name, path in include_closure(source, include_dirs) if path is not None]
 
 
 HOST_MAIN = "wb_host_view.cpp"  # the host view's main file, whatever the file's own name (load_inline's is its hash)
@@ -417,11 +386,12 @@ def device_variables(text: str, macros: dict[str, str]) -> list[str]:
     return found
 
 
-def split(c: Closure) -> Views:
-    texts = {name: path.read_text(errors="replace") for name, path in c.files}
+def split(files: list[tuple[str, pathlib.Path]]) -> Views:
+    """The views of a closure (closure())."""
+    texts = {name: path.read_text(errors="replace") for name, path in files}
     macros = space_macros(texts.values())
     hosts = host_names(texts.values(), macros)
-    host = {HOST_MAIN if name == c.files[0][0] else name: host_view(t, macros) for name, t in texts.items()}
+    host = {HOST_MAIN if name == files[0][0] else name: host_view(t, macros) for name, t in texts.items()}
     device = {name: device_view(t, macros, hosts) for name, t in texts.items()}
     kernels = frozenset(f.name for t in texts.values() for f in functions(t, macros) if f.space == "global")
     variables = tuple(v for t in texts.values() for v in device_variables(t, macros))

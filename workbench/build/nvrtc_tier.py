@@ -1,23 +1,17 @@
 """The NVRTC tier: a CUDA variant built as two halves, each compiled again only when it changed.
 
-A piece with compiler "nvrtc" (BuildOptions(compiler="nvrtc"); load_inline's default) is keyed on
-its tokens (keys.tokens: a comment or whitespace edit is the same build) and compiled here, into the
-cache like any other (pipeline.cached_build: its lock, staging, publish). nvrtc_split.py splits the
-file and its headers into two views:
+A piece with compiler "nvrtc" (load_inline's default) is keyed by its tokens (a comment edit is the
+same build) and compiled here, into the cache like any other piece. nvrtc_split.py splits the file:
 
-- The host side: the host compiler alone (no nvcc: no device passes, no torch) builds the host view,
-  kernels/common/wb_nvrtc_route.h read first, into a library: a piece of its own (kind variant-host,
-  compiler raw), so a warm hit while the host view's tokens are unchanged. Its symbol table names
-  the kernels the launchers launch.
-- The device side: NVRTC's front end checks the device view with each of those kernels instantiated
-  (tens of ms, once per device view and kernel set); each kernel is then compiled alone on its first
-  launch, or before it in the background, for this device's exact arch (nvrtc_kernels.py), and kept
-  by the device view's tokens: a launcher edit reuses them.
+- the host view is built by the host compiler alone (no nvcc, no torch), wb_nvrtc_route.h read
+  first: a piece of its own (variant-host), a warm hit while its tokens are unchanged. Its symbol
+  table names the kernels the launchers launch.
+- the device view: NVRTC's front end checks it with those kernels instantiated (once per device
+  view); each kernel is compiled alone on its first launch or in the background (nvrtc_kernels.py).
 
-The build folder holds a copy of the host library, loaded by the loader, which hands it its kernels
-(run/nvrtc_routes.py); its record names the kernels' unit. What the host compiler or NVRTC cannot
-build (an error, or what NVRTC lacks) is nvcc's build of the whole file, in one line that says why:
-nvcc's result stands, its BuildError included.
+The build folder holds a copy of the host library; its record names the kernels' unit (the loader
+hands the library its kernels: run/nvrtc_routes.py). What the host compiler or NVRTC cannot build
+is nvcc's build of the whole file, in one line that says why; nvcc's result stands.
 """
 from __future__ import annotations
 
@@ -42,8 +36,9 @@ from ..errors import BuildError
 SYNTAX_ONLY = "-fdevice-syntax-only"
 TIER_FORMAT = 11  # bump when the split, the routing or the files a build holds change (it is in the key)
 ROUTE_HEADER = config.COMMON_DIR / "wb_nvrtc_route.h"
-# -fno-ipa-icf: every kernel keeps an address of its own (their emptied bodies are all alike).
-HOST_FLAGS = ("-O2", "-std=c++20", "-fPIC", "-shared", "-fvisibility=hidden", "-fno-ipa-icf", "-w")
+HOST_FLAGS = ("-O2", "-std=c++20", "-fPIC", "-shared", "-fvisibility=hidden", "-w")
+# libcu++ (and what includes it): 2.6 s of NVRTC front end per program on the 2-core machine.
+_SLOW_HEADER = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<((?:cuda/|cub/|thrust/|cooperative_groups)[^>]*)>", re.M)
 
 
 def exact_arch(options: BuildOptions) -> str:
@@ -201,8 +196,10 @@ def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | N
         return fallback("a header is included by an absolute path or through '..'")
     if views.variables:  # a cubin per kernel would give each kernel its own, and the host none
         return fallback(f"it declares device variables ({views.variables[0]}), which nvcc's one module keeps one")
-    try:
-        host = build(host_piece(p, views))
+    if slow := next((m.group(1) for t in views.device.values() for m in [_SLOW_HEADER.search(t)] if m), None):
+        return fallback(f"it includes <{slow}>: libcu++ costs NVRTC seconds per kernel, more than nvcc's whole build")
+    try:  # an error in the host view's main file is named as the variant's (line numbers are its own)
+        host = build(host_piece(p, views), rename={nvrtc_split.HOST_MAIN: (rename or {}).get(str(source), str(source))})
     except BuildError as e:
         return fallback(f"the host compiler cannot build its host side ({e.file}:{e.line}: "
                         f"{(e.first_error.splitlines() or ['?'])[0]})")
@@ -211,7 +208,7 @@ def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | N
                        f"{host.record['build_seconds']:.2f} s")
     kernels = launched_kernels(host.library, views.kernels)
     device_texts = dict(views.device)
-    device_texts[str(source)] = device_texts.pop(closure.files[0][0])
+    device_texts[str(source)] = device_texts.pop(closure[0][0])
     options = list(p.command[2:])
     unit = nvrtc_kernels.make_unit(p.label, str(source), device_texts, options, kernels)
     if not nvrtc_kernels.saved(unit):  # a device view checked once is not checked again
@@ -219,7 +216,7 @@ def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | N
         try:  # the front end alone, every kernel instantiated (nvrtc_kernels.py)
             nvrtc.compile_program(str(source), device_texts, [*options, SYNTAX_ONLY], sorted(set(kernels.values())))
         except nvrtc.NvrtcError as e:
-            headers = {name: str(path) for name, path in closure.files}
+            headers = {name: str(path) for name, path in closure}
             file, line, message = first_error(e.args[0], {**headers, **(rename or {})})
             return fallback(f"NVRTC cannot compile {file or 'it'}:{line or '?'} ({(message.splitlines() or ['?'])[0]})")
         nvrtc_kernels.save(unit)
@@ -248,13 +245,13 @@ def nvcc_piece(p: Piece) -> Piece:
                  cflags=p.cflags, arch_list=archs, cuda_cflags=[*p.cuda_cflags, *variant_arch_flags(source, archs)])
 
 
-def _fallback(p: Piece, staging: pathlib.Path, key: str, rename, last_good, start: float,
-              closure: nvrtc_split.Closure, build, why: str) -> Compiled:
+def _fallback(p: Piece, staging: pathlib.Path, key: str, rename, last_good, start: float, closure, build,
+              why: str) -> Compiled:
     """nvcc's build of the whole file (nvcc_piece, cached as usual), under this key too."""
     store.progress(f"{p.label}: nvcc builds it: {why}")
     built = build(nvcc_piece(p), rename=rename, last_good=last_good)
     library = staging / f"{p.label.replace('/', '_')}-{key[:12]}-{uuid.uuid4().hex[:6]}.so"
     shutil.copyfile(built.library, library)
     shutil.copyfile(built.build_dir / "build.log", staging / "build.log")
-    return Compiled(library, time.perf_counter() - start, [str(path) for _, path in closure.files],
+    return Compiled(library, time.perf_counter() - start, [str(path) for _, path in closure],
                     {"device_compiler": "nvcc", "nvrtc_fallback": why, "nvcc_build": built.key}, unique_name=True)

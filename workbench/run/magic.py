@@ -2,7 +2,7 @@
 
     %load_ext workbench
 
-    %%workbench OP NAME [--only gpu|cpu] [--quiet] [--compiler nvrtc|nvcc]
+    %%workbench OP NAME [--only gpu|cpu] [--quiet]
     <the variant's CUDA C++ (or C++ for a CPU variant), ending in WB_EXPORT_VARIANT(...)>
 
 The cell is built with workbench.load_inline(OP, cell, name=NAME): CUDA when it has a __global__
@@ -15,8 +15,7 @@ earlier builds keep running their own build.
 why it was skipped. A CUDA cell and its C++ twin under the same NAME let the cells below use NAME
 on either machine. --quiet: no line after a successful build. A CUDA cell is built by load_inline's
 default tier, NVRTC's (device code by NVRTC, the host side by the host compiler, each rebuilt only
-when it changed: workbench/build/nvrtc_tier.py), or by nvcc alone with --compiler nvcc; the line
-after the build names the tier.
+when it changed: workbench/build/nvrtc_tier.py); the line after the build names the tier.
 
 A compile error raises workbench.BuildError, shown in the cell as the compiler's first error and
 the full log's path. Line numbers in it are the cell's own (the %%workbench line is line 1). NAME
@@ -34,7 +33,7 @@ from IPython.core.error import UsageError
 
 from . import loader
 from ..model import registry
-from ..build import BuildOptions, toolchain
+from ..build import toolchain
 from ..errors import BuildError, WorkbenchError
 
 
@@ -50,8 +49,6 @@ _PARSER.add_argument("name", metavar="NAME", help="the variant's name, bound in 
 _PARSER.add_argument("--only", choices=("gpu", "cpu"),
                      help="build only where a GPU is (gpu) or is not (cpu) visible; else skip the cell")
 _PARSER.add_argument("--quiet", action="store_true", help="print nothing after a successful build")
-_PARSER.add_argument("--compiler", choices=("nvrtc", "nvcc"), default="nvrtc",
-                     help="nvrtc (default): the NVRTC tier, each half rebuilt when it changed; nvcc: the whole file")
 
 
 def _usage(message: str) -> UsageError:
@@ -123,7 +120,7 @@ def run(line: str, cell: str, namespace: dict) -> None:
     # A first line standing for the %%workbench line, so the compiler's line numbers are the cell's.
     source = f"// %%workbench {args.op} {args.name}\n{cell}"
     try:
-        kernel = loader.load_inline(args.op, source, name=args.name, options=BuildOptions(compiler=args.compiler))
+        kernel = loader.load_inline(args.op, source, name=args.name)
     except BuildError:
         raise  # rendered by IPython through BuildError._render_traceback_; NAME keeps its last good build
     except (ValueError, WorkbenchError) as e:  # the source is not a variant of OP, or cannot build here
