@@ -415,8 +415,12 @@ def test_what_nvrtc_cannot_compile_falls_back_to_nvcc_in_one_line(tmp_path, monk
 NVCC_GIVES = """#include <cstdint>
 #include <cfloat>
 #include <algorithm>
+#include <cstdio>
+#include <cassert>
 __global__ void wb_gives(float* y, std::int64_t n) {
   const int i = threadIdx.x;
+  assert(n >= 0);
+  if (n < 0) printf("n = %lld\\n", static_cast<long long>(n));
   float best = -INFINITY, low = FLT_MAX;
   if (i < n) best = std::max(std::sqrt(y[i]) * float(M_PI), best) + (INT_MAX > 0) + isnan(y[i]) + std::fabs(NAN);
   low = std::min(low, expf(best)) + (UINT32_MAX > 0);

@@ -96,6 +96,7 @@ void launch_here(const void* here, const P&... p) {
 // An argument of a runtime call: a kernel (its host function) becomes its cudaKernel_t.
 template <typename T> T arg(T v) { return v; }
 inline const void* arg(const void* f) { return kernel(f); }
+inline const void* arg(void* f) { return kernel(f); }
 template <typename... P> const void* arg(void (*f)(P...)) { return kernel(reinterpret_cast<const void*>(f)); }
 
 // cudaLaunchKernelEx(config, kernel, args...), the arguments converted as a launch converts them.

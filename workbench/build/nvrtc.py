@@ -102,6 +102,7 @@ SYSTEM_HEADERS = {"stdint.h": _STDINT, "cstdint": _STDINT, "stddef.h": _STDDEF, 
                   "limits.h": _LIMITS, "climits": _LIMITS, "float.h": _FLOAT, "cfloat": _FLOAT, "math.h": _MATH,
                   "cmath": _MATH, "type_traits": _TYPE_TRAITS, "atomic": _EMPTY, "algorithm": _ALGORITHM,
                   "string.h": _EMPTY, "cstring": _EMPTY, "initializer_list": _EMPTY, "cuda_runtime.h": _EMPTY,
+                  "stdio.h": _EMPTY, "cstdio": _EMPTY, "assert.h": _EMPTY, "cassert": _EMPTY,  # NVRTC's own printf, assert
                   "cuda.h": _CUDA_H,
                   # What nvcc's implicit cuda_runtime.h brings into every .cu file.
                   "wb_nvcc_implicit.h": "#pragma once\n#include <stdint.h>\n#include <stddef.h>\n#include <math.h>\n"

@@ -254,16 +254,13 @@ _STARTS_NO_KERNEL = {"return", "else", "do", "case", "throw", "co_return"}
 def _launch_calls(text: str, code: str) -> list[tuple[int, int, str]]:
     """The edits that write each `kernel<<<config>>>(args)` outside comments and strings as
     `(wb_route::configure(config), kernel(args))`, every line break kept."""
-    edits, at = [], code.find("<<<")
-    while at >= 0:
-        end = code.find(">>>", at + 3)
-        args = end + 3 + len(code[end + 3:]) - len(code[end + 3:].lstrip())
-        if end > 0 and code[args:args + 1] == "(":
-            start, close = _kernel_start(code, at), _matching(code, args)
-            config = text[at + 3:end]
-            edits.append((start, close + 1, f"(wb_route::configure({' '.join(config.split())}), {text[start:at]}"
-                                            f"{text[args:close + 1]}){chr(10) * config.count(chr(10))}"))
-        at = code.find("<<<", at + 3)
+    edits = []
+    for m in re.finditer(r"<<<(.*?)>>>\s*\(", code, re.S):
+        start, close = _kernel_start(code, m.start()), _matching(code, m.end() - 1)
+        config = text[m.start(1):m.end(1)]
+        kept = "\n" * config.count("\n")
+        edits.append((start, close + 1, f"(wb_route::configure({' '.join(config.split())}), "
+                                        f"{text[start:m.start()]}{text[m.end() - 1:close + 1]}){kept}"))
     return edits
 
 
