@@ -241,6 +241,7 @@ def main() -> int:
     from workbench.build import toolchain
     from workbench.measure import results
 
+    commit = results.commit(ROOT)  # the code that runs: taken before it does
     gpu = toolchain.gpu_available()
     if gpu:
         import torch
@@ -259,7 +260,6 @@ def main() -> int:
     lines = table(rows, measured, machine, command)
     if args.gpu_time is not None and gpu:
         gpu_times(rows, lines, args.gpu_time)
-    commit = results.commit(ROOT)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "README.md").write_text(

@@ -372,6 +372,37 @@ def test_clean_removes_the_kernels_of_units_no_build_names(tmp_path, monkeypatch
     assert all(f.exists() for f in nvrtc_kernels.unit_files(kept.key))   # a build still names it
 
 
+@pytest.mark.parametrize("key", ["ex02", "ex06", "vec4"])
+def test_the_edit_loops_edits_touch_the_half_they_say(tmp_path, key):
+    """scripts/edit_loop.py's edits of a student's file: a kernel's constant leaves the host side as it
+    was, a launcher's changes it, a comment changes no token, a header's and a new kernel reach the
+    kernels; every edit keeps the file a variant the split reads."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("edit_loop", REPO_ROOT / "scripts" / "edit_loop.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    op, source, _ = script.FILES[key]
+    source = REPO_ROOT / source
+    include_dirs = variant_piece(registry.resolve(op), "x", source).include_dirs
+    texts = {source.name: source.read_text(), **script.headers_beside(source, include_dirs)}
+
+    def views(files, folder):
+        folder.mkdir()
+        for name, text in files.items():
+            (folder / name).write_text(text)
+        return nvrtc_split.split(nvrtc_split.closure(folder / source.name, include_dirs))
+
+    base = views(texts, tmp_path / "base")
+    edits = {kind: script.edited(kind, texts, 12345)[0] for kind in script.KINDS}
+    got = {kind: views(files, tmp_path / kind) for kind, files in edits.items()}
+    assert got["kernel"].host_key == base.host_key and got["kernel"].device != base.device
+    assert got["launcher"].host_key != base.host_key
+    assert all(keys.tokens(edits["comment"][n]) == keys.tokens(texts[n]) for n in texts)
+    assert got["header"].device != base.device
+    assert got["new_kernel"].kernels == base.kernels | {"wb_new_kernel_12345"}
+
+
 def test_the_timers_wait_for_background_compiles(monkeypatch):
     from workbench.measure import timing
 
@@ -618,6 +649,17 @@ def test_without_nvrtc_the_tier_is_nvcc_with_one_line(monkeypatch, capsys, tmp_p
     assert piece.compiler != NVRTC
     said = capsys.readouterr().err.splitlines()
     assert len(said) == 1 and "no NVRTC library" in said[0], said
+
+
+def test_a_torch_extension_asked_for_nvrtc_is_nvccs_with_one_line(monkeypatch, capsys, tmp_path):
+    from workbench.build.tree import cuda_source_piece
+
+    monkeypatch.setenv("WORKBENCH_QUIET", "0")
+    piece = cuda_source_piece(label="vector_add/torch_extension", kind="extension", source=_copy(tmp_path),
+                              include_dirs=[tmp_path], options=OPTIONS)
+    assert piece.compiler == CPP_EXTENSION
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and "nvcc builds it: a torch extension" in said[0], said
 
 
 def test_the_fallback_shares_the_nvcc_tiers_cache_entry(tmp_path):

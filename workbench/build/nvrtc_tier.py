@@ -81,12 +81,14 @@ def nvrtc_options(arch: str, cuda_cflags) -> list[str]:
     return own + [f for f in cuda_cflags if f.startswith(("-D", "-U")) or f == "-lineinfo"]
 
 
-def piece(*, label: str, source: pathlib.Path, include_dirs, cflags, cuda_cflags,
+def piece(*, label: str, kind: str, source: pathlib.Path, include_dirs, cflags, cuda_cflags,
           options: BuildOptions) -> Piece | None:
     """The NVRTC tier's piece for a .cu variant; its key covers NVRTC's version, options and arch.
-    None where no NVRTC library is found (nvcc builds it, and one line says why)."""
-    if not nvrtc.available():
-        store.progress(f"{label}: nvcc builds it: no NVRTC library here (torch's CUDA wheels bring libnvrtc)")
+    None where nvcc builds it, and one line says why."""
+    why = ("a torch extension is compiled with torch's headers, which NVRTC does not take" if kind != "variant" else
+           None if nvrtc.available() else "no NVRTC library here (torch's CUDA wheels bring libnvrtc)")
+    if why:
+        store.progress(f"{label}: nvcc builds it: {why}")
         return None
     arch = exact_arch(options)
     return Piece(label=label, kind="variant", sources=[source], include_dirs=include_dirs, with_cuda=True,
