@@ -83,28 +83,34 @@ inline void configure(dim3 grid, dim3 block, size_t smem = 0, cudaStream_t strea
   config = {grid, block, smem, stream, true};
 }
 
+// An argument of a runtime call: a kernel (its host function) becomes its cudaKernel_t; a function
+// that is no kernel of this library, nullptr (which the runtime refuses); any other pointer stays.
+template <typename T> T arg(T v) { return v; }
+inline const void* arg(const void* f) { return kernel(f); }
+inline const void* arg(void* f) { return kernel(f); }
+template <typename... P> const void* arg(void (*f)(P...)) {
+  const void* k = kernel(reinterpret_cast<const void*>(f));
+  return k == reinterpret_cast<const void*>(f) ? nullptr : k;
+}
+
 // A kernel's body: `here` is an address in its own code, `p` its parameters.
 template <typename... P>
 void launch_here(const void* here, const P&... p) {
   void* args[] = {const_cast<void*>(static_cast<const void*>(&p))..., nullptr};
   const Config c = config;
   config.set = false;
+  const void* k = c.set ? kernel(here) : nullptr;
   if (!c.set) pending = cudaErrorMissingConfiguration;  // called, not launched
-  else if (const void* k = kernel(here)) ::cudaLaunchKernel(k, c.grid, c.block, args, c.smem, c.stream);
+  else if (k == here) pending = cudaErrorInvalidDeviceFunction;  // in no kernel of this library
+  else if (k) ::cudaLaunchKernel(k, c.grid, c.block, args, c.smem, c.stream);
 }
-
-// An argument of a runtime call: a kernel (its host function) becomes its cudaKernel_t.
-template <typename T> T arg(T v) { return v; }
-inline const void* arg(const void* f) { return kernel(f); }
-inline const void* arg(void* f) { return kernel(f); }
-template <typename... P> const void* arg(void (*f)(P...)) { return kernel(reinterpret_cast<const void*>(f)); }
 
 // cudaLaunchKernelEx(config, kernel, args...), the arguments converted as a launch converts them.
 template <typename... P, typename... A>
 cudaError_t launch_ex(const cudaLaunchConfig_t* c, void (*host)(P...), A&&... a) {
   return [&](P... p) {
     void* args[] = {const_cast<void*>(static_cast<const void*>(&p))..., nullptr};
-    return ::cudaLaunchKernelExC(c, kernel(reinterpret_cast<const void*>(host)), args);
+    return ::cudaLaunchKernelExC(c, arg(host), args);
   }(static_cast<A&&>(a)...);
 }
 
