@@ -345,12 +345,15 @@ PY
     probe)  # scripts/probe_bandwidth.cu: access patterns for the memory-bound kernels, against a copy
       "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" -O3 -std=c++17 -arch=sm_90 -I kernels/common -I kernels/scale_bias_relu \
         scripts/probe_bandwidth.cu -o /tmp/probe_bandwidth && timeout 300 /tmp/probe_bandwidth 2>&1 | tee "$OUT/probe.log" ;;
-    nvrtc)  # issue 27: the NVRTC tier's GPU tests, then the edit loop per tier (bias_gelu/vec4, rmsnorm/vectorized,
-      # matmul/warptile: edit -> rebuilt, loaded, first call) and every committed CUDA variant's GPU time both ways
-      WORKBENCH_TEST_CACHE="$WORKBENCH_CACHE" timeout 300 python3 -m pytest -q -m gpu -rfEs -p no:logging \
-        tests/test_nvrtc.py 2>&1 | tee "$OUT/nvrtc_tests.log"
-      timeout 540 python3 scripts/edit_loop.py --edits "${EDITS:-5}" ${GPU_TIME:---gpu-time} --out "$OUT/edit_loop" 2>&1 \
-        | grep -v "^\[workbench\]" | tee "$OUT/edit_loop.log" ;;
+    nvrtc)  # issue 39: the edit loop as a student edits (exercise 02's and 06's solutions, bias_gelu/vec4: five kinds
+      # of edit, each timed with the tier and with nvcc's whole-file build of the same text, interleaved, to the first
+      # call returned), then the tier's GPU tests, then the table. GPU_TIME=1: every CUDA variant's GPU time both ways
+      # too (minutes more). $OUT/edit_loop.log nvrtc_tests.log edit_loop/{edit_loop.jsonl,edit_loop.txt,README.md}
+      timeout 420 python3 scripts/edit_loop.py --rounds "${ROUNDS:-5}" ${GPU_TIME:+--gpu-time} --out "$OUT/edit_loop" \
+        2>&1 | grep -v "^\[workbench\]" > "$OUT/edit_loop.log"
+      WORKBENCH_TEST_CACHE="$WORKBENCH_CACHE" timeout 150 python3 -m pytest -q -m gpu -rfEs -p no:logging \
+        tests/test_nvrtc.py 2>&1 | tee "$OUT/nvrtc_tests.log" | tail -15
+      sed -n '/^edit loop on/,$p' "$OUT/edit_loop.log" ;;
     call_path)  # issue 26, items 1-3: the host cost of a call, native against the workbench (scripts/call_overhead.py):
       # the five CUDA variants it times built first (in parallel; rmsnorm/triton is imported when first called), then
       # tests/test_call_path.py on the GPU (C++ autograd on a CUDA variant, inductor, the Triton direct path), then the

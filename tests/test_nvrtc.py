@@ -1,9 +1,10 @@
-"""The NVRTC build tier (issue 27): a device-code edit rebuilt by NVRTC while nvcc's host library is
-reused; a launcher edit rebuilds the host side and says so; code NVRTC cannot take falls back to
-nvcc in one line; a device compile error is a BuildError naming file:line; the cache key carries
-NVRTC's version and options; the cache's lock and publish hold for this tier too.
+"""The NVRTC tier: a CUDA variant's two halves each rebuilt only when they changed. A device edit is
+NVRTC's alone, the host library reused; a launcher edit is the host compiler's alone (no nvcc); a
+comment or whitespace edit rebuilds nothing; what NVRTC or the host compiler cannot take is nvcc's
+build, in one line; the cache's key, lock and publish hold for this tier too.
 
-NVRTC compiles without a GPU, so everything but running the result is tested on the CPU."""
+NVRTC and the host compiler need no GPU, so everything but running the kernels is tested on the CPU
+(the routing included: a launch there asks the provider for the right kernel, then fails to load it)."""
 from __future__ import annotations
 
 import ctypes
@@ -11,13 +12,14 @@ import pathlib
 import re
 import shutil
 import threading
+import time
 
 import pytest
 
 from conftest import HAS_GPU, REPO_ROOT
-from workbench.build import BuildOptions, get_or_build, nvrtc, nvrtc_kernels, nvrtc_split, nvrtc_tier, toolchain
+from workbench.build import BuildOptions, get_or_build, keys, nvrtc, nvrtc_kernels, nvrtc_split, nvrtc_tier, toolchain
 from workbench.build import store
-from workbench.build.piece import NVRTC
+from workbench.build.piece import CPP_EXTENSION, NVRTC, RAW
 from workbench.build.tree import variant_piece
 from workbench.errors import BuildError
 from workbench.model import registry
@@ -27,14 +29,21 @@ SCALAR = REPO_ROOT / "kernels" / "vector_add" / "scalar.cu"
 KERNEL_SUM = "c[i] = wb_from_acc<T>(wb_to_acc(a[i]) + wb_to_acc(b[i]));"
 LAUNCHER_GRID = "const int64_t need = wb_ceil_div(n, kThreads);"
 OPTIONS = BuildOptions(compiler="nvrtc", arch="sm_90a")
+# A launch the tests can make through ctypes: forward_kernel<float> over nothing.
+TEST_LAUNCH = ('\nextern "C" __attribute__((visibility("default"))) int wb_test_launch() {\n'
+               '  forward_kernel<float><<<1, 32>>>(nullptr, nullptr, nullptr, 0);\n  return wb_launch_status();\n}\n')
 
 can_compile = pytest.mark.skipif(not (toolchain.can_build_cuda() and nvrtc.available()),
-                                 reason="needs nvcc and NVRTC (torch's CUDA wheels)")
+                                 reason="needs nvcc, a host compiler and NVRTC (torch's CUDA wheels)")
+
+
+# In every copy, so a build cache kept from an earlier session has none of this session's builds.
+SESSION = f"\nconstexpr long long wb_test_session = {time.time_ns()}LL;\n"
 
 
 def _copy(tmp_path, text=None, name="scalar_edit.cu") -> pathlib.Path:
     path = tmp_path / name
-    path.write_text(SCALAR.read_text() if text is None else text)
+    path.write_text((SCALAR.read_text() if text is None else text) + SESSION)
     return path
 
 
@@ -43,31 +52,66 @@ def _build(path, name="scalar_edit", options=OPTIONS):
     return get_or_build(variant_piece(r, name, path, options))
 
 
+def _said(capsys, words: str) -> list[str]:
+    return [ln for ln in capsys.readouterr().err.splitlines() if words in ln]
+
+
 # ------------------------------------------------------------------ the split (text alone)
 
 def test_the_split_tells_device_code_from_host_code():
     text = SCALAR.read_text()
     macros = nvrtc_split.space_macros([text])
     spaces = {f.name: f.space for f in nvrtc_split.functions(text, macros)}
-    assert spaces["forward_kernel"] == spaces["backward_kernel"] == "device"
+    assert spaces["forward_kernel"] == spaces["backward_kernel"] == "global"
     assert spaces["grid_for"] == spaces["forward"] == spaces["backward"] == "host"
     host, device = nvrtc_split.host_view(text, macros), nvrtc_split.device_view(text, macros)
-    assert KERNEL_SUM not in host and LAUNCHER_GRID in host          # kernels emptied for nvcc
+    assert KERNEL_SUM not in host and LAUNCHER_GRID in host          # kernels emptied for the host compiler
     assert KERNEL_SUM in device and LAUNCHER_GRID not in device      # launchers gone for NVRTC
     assert "launchers = {forward, backward}" not in device           # the table naming them too
     assert host.count("\n") == device.count("\n") == text.count("\n")  # every line where it was
+    assert "<<<" not in host and "wb_route::launch_here(&&wb_here, a, b, c, n);" in host
 
 
-def test_host_key_moves_with_the_launchers_not_the_kernels(tmp_path):
-    def key(text):
-        path = _copy(tmp_path, text)
+@pytest.mark.parametrize("launch, call", [
+    ("k<<<g, b>>>(x, y);", "(wb_route::configure(g, b), k(x, y));"),
+    ("ns::k<T, 4><<<g, b, 0, s>>>();", "(wb_route::configure(g, b, 0, s), ns::k<T, 4>());"),
+    ("if (v) return kernel\n    <<<grid, block>>>(f(a), b);", "if (v) return (wb_route::configure(grid, block), kernel\n    (f(a), b));"),
+    ("table[i]<<<1, 2>>>(a); (*fn)<<<1, 2>>>(b);", "(wb_route::configure(1, 2), table[i](a)); (wb_route::configure(1, 2), (*fn)(b));"),
+])
+def test_a_launch_becomes_a_call_of_the_kernel(launch, call):
+    text = f"void launcher() {{ {launch} }}\n"
+    assert nvrtc_split.host_view(text, {}) == f"void launcher() {{ {call} }}\n"
+
+
+def test_a_kernel_body_launches_itself_with_its_parameters_unnamed_ones_named():
+    text = "template <class... A> __global__ void k(const float*, int n, A... rest, float4 v) { n += 1; }\n"
+    host = nvrtc_split.host_view(text, {})
+    assert host.startswith("template <class... A> __global__ void k(const float* wb_p0, int n, A... rest, float4 v) {")
+    assert "wb_route::launch_here(&&wb_here, wb_p0, n, rest..., v);" in host and "n += 1" not in host
+
+
+def test_host_key_moves_with_the_launchers_not_the_kernels_the_comments_or_the_name(tmp_path):
+    def key(text, name="scalar_edit.cu"):
+        path = _copy(tmp_path, text, name)
         return nvrtc_split.split(nvrtc_split.closure(path, [REPO_ROOT / "kernels" / "common", SCALAR.parent])).host_key
 
     text = SCALAR.read_text()
     base = key(text)
     assert key(text.replace(KERNEL_SUM, KERNEL_SUM.replace("+ wb_to_acc(b[i])", "+ 2.0f * wb_to_acc(b[i])"))) == base
     assert key(text.replace(KERNEL_SUM, KERNEL_SUM + "\n    // a line more in the kernel")) == base
+    assert key(text + "\n// a comment at the end\n") == base
+    assert key(text.replace("int forward(", "int\n    forward(")) == base   # layout
+    assert key(text, name="scalar_edit-0123456789abcdef.cu") == base          # load_inline names a file by its hash
     assert key(text.replace(LAUNCHER_GRID, LAUNCHER_GRID.replace("kThreads)", "2 * kThreads)"))) != base
+
+
+def test_tokens_leave_out_comments_and_layout_but_not_strings_lines_where_lines_show():
+    base = keys.tokens('#define N 4\nint f() { return N; } // the answer\nconst char* s = "a  b";\n')
+    assert keys.tokens('/* doc */ #define N 4\nint f()\n{\n  return N;\n}\nconst char* s = "a  b";') == base
+    assert keys.tokens('#define N 4\nint f() { return N; }\nconst char* s = "a b";\n') != base  # inside a string
+    assert keys.tokens('#define N 4 int f() { return N; }\nconst char* s = "a  b";\n') != base  # a directive's end
+    with_line = "int f() { return __LINE__; }\n"
+    assert keys.tokens("// moved\n" + with_line) != keys.tokens(with_line)
 
 
 def test_host_macros_count_as_execution_spaces():
@@ -104,10 +148,25 @@ def test_the_key_carries_nvrtc_version_options_and_arch(tmp_path):
     other_arch = variant_piece(r, "scalar_edit", path, BuildOptions(compiler="nvrtc", arch="sm_80"))
     line_info = variant_piece(r, "scalar_edit", path, BuildOptions(compiler="nvrtc", arch="sm_90a", line_info=True))
     nvcc = variant_piece(r, "scalar_edit", path, BuildOptions(compiler="nvcc"))
-    keys = {piece.key(tc), other_arch.key(tc), line_info.key(tc), nvcc.key(tc)}
-    assert len(keys) == 4
+    keys_ = {piece.key(tc), other_arch.key(tc), line_info.key(tc), nvcc.key(tc)}
+    assert len(keys_) == 4
     newer = type(piece)(**{**piece.__dict__, "command": ("nvrtc-99.9", *piece.command[1:])})
     assert newer.key(tc) != piece.key(tc)
+
+
+def test_the_key_reads_tokens_but_where_lines_are_compiled_in(tmp_path):
+    r = registry.resolve("vector_add")
+    tc = {"fixed": "toolchain"}
+
+    def key(text, options=OPTIONS):
+        return variant_piece(r, "scalar_edit", _copy(tmp_path, text), options).key(tc)
+
+    text = SCALAR.read_text()
+    assert key(text + "\n// a comment\n\n") == key(text) != key(text.replace("kThreads = 256", "kThreads = 128"))
+    line_info = BuildOptions(compiler="nvrtc", arch="sm_90a", line_info=True)
+    assert key(text + "\n// a comment\n", line_info) != key(text, line_info)   # -lineinfo: lines matter
+    assert variant_piece(r, "x", _copy(tmp_path, text + "\n// c\n"), BuildOptions()).key(tc) != \
+        variant_piece(r, "x", _copy(tmp_path, text), BuildOptions()).key(tc)      # nvcc's key: bytes, as before
 
 
 def test_the_key_carries_the_headers_nvrtc_is_given(tmp_path, monkeypatch):
@@ -125,32 +184,53 @@ def test_build_options_name_a_bad_compiler_or_arch():
         BuildOptions(compiler="nvrtc", arch="9.0")
 
 
-# ------------------------------------------------------------------ builds (nvcc + NVRTC, no GPU needed)
+# ------------------------------------------------------------------ builds (host compiler + NVRTC, no GPU needed)
 
 def _unit(built):
     return nvrtc_kernels.unit(nvrtc_routes.unit_of(built.library))
+
+
+def _host(built) -> dict:
+    """The record of the host library's build."""
+    import json
+
+    folder = store.build_dir_for(f"{built.record['label']}@host", built.record["host_build"])
+    return json.loads((folder / "meta.json").read_text())
 
 
 @can_compile
 def test_a_device_edit_is_rebuilt_by_nvrtc_with_the_host_library_reused(tmp_path):
     path = _copy(tmp_path)
     first = _build(path)
-    assert first.record["device_compiler"] == "nvrtc" and first.record["kernels"] >= 8
+    assert first.record["device_compiler"] == "nvrtc" and first.record["kernels"] == 8   # 4 dtypes x 2 kernels
     unit = _unit(first)
     assert unit.key == first.record["nvrtc_unit"] and len(unit.kernels) == first.record["kernels"]
+    host = _host(first)
+    assert host["kind"] == "variant-host" and "nvcc" not in " ".join(host["command"])   # the host compiler's
     nvrtc_kernels.compile_all(unit.key)
     cubins = {name: nvrtc_kernels.compiled(unit, name)[0].read_bytes() for name in unit.kernels}
     assert all(cubins.values())
     path.write_text(path.read_text().replace(KERNEL_SUM, KERNEL_SUM.replace("+ wb_to_acc", "- wb_to_acc")))
     second = _build(path)
     assert second.built and second.key != first.key
-    assert second.record["host_build"] == first.record["host_build"]     # nvcc did not run again
-    assert second.record["host_rebuilt"] is None
+    assert second.record["host_build"] == first.record["host_build"] and not second.record["host_rebuilt"]
     edited = _unit(second)
     assert edited.key != unit.key and edited.kernels == unit.kernels
     name = sorted(unit.kernels)[0]
     assert nvrtc_kernels.provide(edited.key, name)[0].read_bytes() != cubins[name]
     assert not _build(path).built                                        # a warm hit, as any piece
+
+
+@can_compile
+def test_a_comment_or_whitespace_edit_rebuilds_nothing(tmp_path, monkeypatch, capsys):
+    path = _copy(tmp_path)
+    first = _build(path)
+    path.write_text("// a new first line\n" + path.read_text().replace("int forward(", "int   forward(") + "\n\n")
+    monkeypatch.setenv("WORKBENCH_QUIET", "0")
+    again = _build(path)
+    assert not again.built and again.library == first.library and not _said(capsys, "compiling")
+    inline = store.write_source("vector_add", path.read_text() + "// and one more\n", ".cu", "scalar_edit")
+    assert not _build(inline).built                                      # load_inline's way: a new file, its hash
 
 
 @can_compile
@@ -173,12 +253,11 @@ def test_kernels_compile_when_launched_first_and_the_rest_when_drained(tmp_path,
     assert nvrtc_kernels.pending() == len(rest)                          # the others, queued by that launch
     nvrtc_kernels.drain()
     assert nvrtc_kernels.pending() == 0 and all(nvrtc_kernels.compiled(unit, n) for n in rest)
-    log = (cubin.parent / f"{unit.kernel_key(first)}.log").read_text()
-    assert "registers" in log                                            # ptxas's report, per kernel
+    assert "registers" in cubin.with_suffix(".log").read_text()          # ptxas's report, per kernel
 
 
 @can_compile
-def test_an_edit_starts_on_the_kernels_its_last_launch_asked_for_and_cold_ones_wait(tmp_path, monkeypatch):
+def test_an_edit_starts_on_the_kernels_its_last_launch_asked_for_and_the_background_yields(tmp_path, monkeypatch):
     queue = nvrtc_kernels._Queue()
     monkeypatch.setattr(queue, "workers", lambda: 0)
     monkeypatch.setattr(nvrtc_kernels, "_queue", queue)
@@ -186,21 +265,44 @@ def test_an_edit_starts_on_the_kernels_its_last_launch_asked_for_and_cold_ones_w
     before = _unit(_build(path))
     launched = sorted(before.kernels)[3]
     nvrtc_kernels.provide(before.key, launched)                          # what a first call asked for
-    assert {k for k, _ in queue.cold} == {before.key} and len(queue.cold) == len(before.kernels) - 1
+    assert {k for k, _ in queue.queued} == {before.key} and len(queue.queued) == len(before.kernels) - 1
     path.write_text(path.read_text().replace("return 1;", "return 2;"))
     after = _unit(_build(path))
-    assert not queue.cold                                                # the older edit's work is gone
-    assert list(queue.hot) == [(after.key, launched)]                    # queued hot by the edit's build
-    u, names = queue._take(1, cold_now=queue._quiet())
-    assert names == [launched] and not queue._quiet()                    # hot first; compiling: not quiet
-    queue.cold[(after.key, "another")] = after
-    assert queue._take(1, cold_now=queue._quiet()) is None               # so no cold kernel starts beside it
-    queue._run(u, names)
-    assert queue._quiet() and queue._take(1, cold_now=queue._quiet()) is not None
+    assert list(queue.queued) == [(after.key, launched)]                 # the older edit's work gone; this first
+    queue.launching = 1                                                  # a launch compiles its own kernel:
+    threading.Thread(target=queue._work, daemon=True).start()
+    time.sleep(0.5)
+    assert list(queue.queued) == [(after.key, launched)]                 # no background compile starts beside it
+    with queue.cond:
+        queue.launching = 0
+        queue.cond.notify_all()
+    deadline = time.time() + 300
+    while nvrtc_kernels.compiled(after, launched) is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert nvrtc_kernels.compiled(after, launched) and not queue.queued
+
+
+def _launch_through_the_library(built):
+    """wb_test_launch() of the built library, its provider attached as the loader attaches it: the launch
+    rewritten as a call, the kernel's body asking the provider for its kernel by an offset in its code."""
+    assert nvrtc_routes.attach(built.library, built.record["nvrtc_unit"])
+    return ctypes.CDLL(str(built.library)).wb_test_launch()
 
 
 @can_compile
-def test_a_kernel_that_fails_past_the_front_end_names_itself(tmp_path, capsys):
+def test_a_launch_asks_the_provider_for_its_own_kernel(tmp_path):
+    path = _copy(tmp_path, SCALAR.read_text() + TEST_LAUNCH, name="routed.cu")
+    built = _build(path, "routed")
+    unit = _unit(built)
+    (wanted,) = [n for n, e in unit.kernels.items() if e == "&forward_kernel<float>"]
+    status = _launch_through_the_library(built)
+    assert [n for n in unit.kernels if nvrtc_kernels.compiled(unit, n)] == [wanted]   # that kernel, compiled
+    # With a GPU the launch runs; without one the cubin cannot be loaded: cudaErrorInvalidKernelImage.
+    assert status == (0 if HAS_GPU else 200)
+
+
+@can_compile
+def test_a_kernel_that_fails_past_the_front_end_names_itself(tmp_path, capfd):
     """ptxas's error (here: more shared memory than a block may have) comes after the front end the
     build ran: the kernel's launch, and the CLI's build, name the kernel and the reason."""
     import subprocess
@@ -208,34 +310,35 @@ def test_a_kernel_that_fails_past_the_front_end_names_itself(tmp_path, capsys):
 
     big = ("{ __shared__ float wb_too_big[1 << 20]; wb_too_big[(i * 7) & 1023] = 1.0f;"
            " if (wb_too_big[i & 1023] > 2.0f) return; " + KERNEL_SUM + " }")
-    path = _copy(tmp_path, SCALAR.read_text().replace(KERNEL_SUM, big), name="too_big.cu")
-    unit = _unit(_build(path, "too_big"))
-    name = sorted(unit.kernels)[0]
+    path = _copy(tmp_path, SCALAR.read_text().replace(KERNEL_SUM, big) + TEST_LAUNCH, name="too_big.cu")
+    built = _build(path, "too_big")
+    unit = _unit(built)
+    (name,) = [n for n, e in unit.kernels.items() if e == "&forward_kernel<float>"]
     with pytest.raises(nvrtc_kernels.KernelCompileError, match="too_big.*NVRTC could not compile .*error"):
         nvrtc_kernels.provide(unit.key, name)
-    provider = nvrtc_routes._provider(unit.key)
-    out, lowered = ctypes.create_string_buffer(4096), ctypes.create_string_buffer(4096)
-    assert provider(name.encode(), ctypes.addressof(out), 4096, ctypes.addressof(lowered), 4096) == 1
-    assert b"KernelCompileError" in out.value and b"error" in out.value      # what the launch prints
+    assert _launch_through_the_library(built) == 200                     # cudaErrorInvalidKernelImage
+    assert re.search(r"workbench: a kernel of an NVRTC tier library: KernelCompileError: .*error", capfd.readouterr().err)
     cli = subprocess.run([sys.executable, "-m", "workbench", "build", "vector_add", str(path), "--compiler", "nvrtc",
                           "--arch", "sm_90a"], capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
     assert cli.returncode != 0 and "did not compile" in cli.stderr, cli.stderr
 
 
 @can_compile
-def test_the_provider_hands_a_routed_library_its_kernels(tmp_path):
+def test_the_provider_knows_the_kernels_by_where_their_code_lies(tmp_path):
     path = _copy(tmp_path, SCALAR.read_text() + "\n__device__ int provided() { return 1; }\n")
     built = _build(path)
     unit = _unit(built)
     handle = ctypes.CDLL(str(built.library))
     assert handle.wb_nvrtc_set_provider                                  # the setter the loader calls
-    provider = nvrtc_routes._provider(unit.key)
+    functions = {symbol: (start, size) for start, size, symbol in nvrtc_tier.functions(built.library)}
+    assert set(unit.kernels) <= set(functions)
     name = sorted(unit.kernels)[-1]
+    provider = nvrtc_routes._provider(unit.key, [(*functions[name], name)])
     out, lowered = ctypes.create_string_buffer(4096), ctypes.create_string_buffer(4096)
-    assert provider(name.encode(), ctypes.addressof(out), 4096, ctypes.addressof(lowered), 4096) == 0
+    start, size = functions[name]
+    assert provider(start + size - 1, ctypes.addressof(out), 4096, ctypes.addressof(lowered), 4096) == 0
     assert (pathlib.Path(out.value.decode()), lowered.value.decode()) == nvrtc_kernels.compiled(unit, name)
-    assert provider(b"_Z9not_a_kernelv", ctypes.addressof(out), 4096, ctypes.addressof(lowered), 4096) == 1
-    assert b"not among the" in out.value
+    assert provider(start + size, ctypes.addressof(out), 4096, ctypes.addressof(lowered), 4096) == 2  # not a kernel
     assert nvrtc_routes.unit_of(built.library) == unit.key and nvrtc_routes.unit_of(tmp_path / "x.so") is None
 
 
@@ -269,6 +372,37 @@ def test_clean_removes_the_kernels_of_units_no_build_names(tmp_path, monkeypatch
     assert all(f.exists() for f in nvrtc_kernels.unit_files(kept.key))   # a build still names it
 
 
+@pytest.mark.parametrize("key", ["ex02", "ex06", "vec4"])
+def test_the_edit_loops_edits_touch_the_half_they_say(tmp_path, key):
+    """scripts/edit_loop.py's edits of a student's file: a kernel's constant leaves the host side as it
+    was, a launcher's changes it, a comment changes no token, a header's and a new kernel reach the
+    kernels; every edit keeps the file a variant the split reads."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("edit_loop", REPO_ROOT / "scripts" / "edit_loop.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    op, source, _ = script.FILES[key]
+    source = REPO_ROOT / source
+    include_dirs = variant_piece(registry.resolve(op), "x", source).include_dirs
+    texts = {source.name: source.read_text(), **script.headers_beside(source, include_dirs)}
+
+    def views(files, folder):
+        folder.mkdir()
+        for name, text in files.items():
+            (folder / name).write_text(text)
+        return nvrtc_split.split(nvrtc_split.closure(folder / source.name, include_dirs))
+
+    base = views(texts, tmp_path / "base")
+    edits = {kind: script.edited(kind, texts, 12345)[0] for kind in script.KINDS}
+    got = {kind: views(files, tmp_path / kind) for kind, files in edits.items()}
+    assert got["kernel"].host_key == base.host_key and got["kernel"].device != base.device
+    assert got["launcher"].host_key != base.host_key
+    assert all(keys.tokens(edits["comment"][n]) == keys.tokens(texts[n]) for n in texts)
+    assert got["header"].device != base.device
+    assert got["new_kernel"].kernels == base.kernels | {"wb_new_kernel_12345"}
+
+
 def test_the_timers_wait_for_background_compiles(monkeypatch):
     from workbench.measure import timing
 
@@ -279,41 +413,82 @@ def test_the_timers_wait_for_background_compiles(monkeypatch):
 
 
 @can_compile
-def test_a_launcher_edit_rebuilds_the_host_side_and_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+def test_a_launcher_edit_rebuilds_the_host_side_with_the_host_compiler_in_one_line(tmp_path, monkeypatch, capsys):
     path = _copy(tmp_path)
     first = _build(path)
     path.write_text(path.read_text().replace(LAUNCHER_GRID, LAUNCHER_GRID.replace("kThreads)", "2 * kThreads)")))
     monkeypatch.setenv("WORKBENCH_QUIET", "0")
     second = _build(path)
-    said = [ln for ln in capsys.readouterr().err.splitlines() if "host side changed" in ln]
-    assert len(said) == 1 and "nvcc rebuilt the host side" in said[0], said
-    assert second.record["host_build"] != first.record["host_build"]
+    said = _said(capsys, "host side changed")
+    assert len(said) == 1 and "the host compiler rebuilt it in" in said[0], said
+    assert second.record["host_build"] != first.record["host_build"] and second.record["host_rebuilt"]
+    assert second.record["nvrtc_unit"] == first.record["nvrtc_unit"]   # the same kernels: none compiled again
     assert second.record["device_compiler"] == "nvrtc"
 
 
 @can_compile
-def test_what_nvrtc_cannot_compile_falls_back_to_nvcc_in_one_line(tmp_path, monkeypatch, capsys):
-    # <vector> is a host header NVRTC does not have; nvcc takes the file as it is.
-    path = _copy(tmp_path, "#include <vector>\n" + SCALAR.read_text())
+@pytest.mark.parametrize("added, why", [
+    ("#include <vector>\n", "NVRTC cannot compile .*vector"),   # a host header NVRTC does not have
+    ("__device__ unsigned wb_counter;\n", r"device variables \(__device__ unsigned wb_counter;\)"),  # one per cubin
+    ("#include <cooperative_groups.h>\n", r"<cooperative_groups.h>: libcu\+\+"),  # seconds per NVRTC program
+])
+def test_what_nvrtc_cannot_compile_falls_back_to_nvcc_in_one_line(tmp_path, monkeypatch, capsys, added, why):
+    path = _copy(tmp_path, added + SCALAR.read_text())
     monkeypatch.setenv("WORKBENCH_QUIET", "0")
     built = _build(path)
-    said = [ln for ln in capsys.readouterr().err.splitlines() if "nvcc builds it" in ln]
-    assert len(said) == 1 and "NVRTC cannot compile" in said[0] and "vector" in said[0], said
-    assert built.record["device_compiler"] == "nvcc" and "vector" in built.record["nvrtc_fallback"]
+    said = _said(capsys, "nvcc builds it")
+    assert len(said) == 1 and re.search(why, said[0]), said
+    assert built.record["device_compiler"] == "nvcc" and re.search(why, built.record["nvrtc_fallback"])
     assert nvrtc_routes.unit_of(built.library) is None
 
 
+# What nvcc's implicit cuda_runtime.h gives a .cu file, and the C/C++ headers device code reads.
+NVCC_GIVES = """#include <cstdint>
+#include <cfloat>
+#include <algorithm>
+#include <cstdio>
+#include <cassert>
+__global__ void wb_gives(float* y, std::int64_t n) {
+  const int i = threadIdx.x;
+  assert(n >= 0);
+  if (n < 0) printf("n = %lld\\n", static_cast<long long>(n));
+  float best = -INFINITY, low = FLT_MAX;
+  if (i < n) best = std::max(std::sqrt(y[i]) * float(M_PI), best) + (INT_MAX > 0) + isnan(y[i]) + std::fabs(NAN);
+  low = std::min(low, expf(best)) + (UINT32_MAX > 0);
+  y[i] = best + low + HUGE_VALF;
+}
+"""
+
+
 @can_compile
-def test_a_device_compile_error_names_file_and_line(tmp_path):
-    text = SCALAR.read_text().replace(KERNEL_SUM, KERNEL_SUM + "\n    undefined_in_the_kernel(i);")
+def test_what_nvcc_gives_a_file_nvrtc_builds_too(tmp_path, monkeypatch, capsys):
+    path = _copy(tmp_path, NVCC_GIVES + SCALAR.read_text().replace(
+        "return wb_launch_status();\n  });\n}\n\nint backward",
+        "wb_gives<<<1, 32>>>(nullptr, 0);\n    return wb_launch_status();\n  });\n}\n\nint backward"), "gives.cu")
+    monkeypatch.setenv("WORKBENCH_QUIET", "0")
+    built = _build(path, "gives")
+    assert built.record["device_compiler"] == "nvrtc", built.record.get("nvrtc_fallback")
+    unit = _unit(built)
+    assert "&wb_gives" in unit.kernels.values()
+    nvrtc_kernels.compile_all(unit.key)                                  # past the front end too
+    assert not _said(capsys, "nvcc builds it")
+
+
+@can_compile
+def test_a_compile_error_is_nvccs_naming_file_and_line(tmp_path, monkeypatch, capsys):
+    """NVRTC refuses it; nvcc, which decides what a .cu file may hold, refuses it too: its BuildError."""
+    text = SCALAR.read_text().replace(KERNEL_SUM, KERNEL_SUM + "\n    undefined_in_the_kernel(n);")
     path = _copy(tmp_path, text)
-    line = text.splitlines().index("    undefined_in_the_kernel(i);") + 1
+    line = text.splitlines().index("    undefined_in_the_kernel(n);") + 1
+    monkeypatch.setenv("WORKBENCH_QUIET", "0")
     with pytest.raises(BuildError) as e:
         _build(path)
     assert pathlib.Path(e.value.file).name == path.name and e.value.line == line
     assert "undefined_in_the_kernel" in e.value.first_error
     assert e.value.log_path.parent == store.subdir("logs")                # kept where the message says
     assert not list(store.builds_root().glob(".staging-*"))               # no staging folder left
+    said = _said(capsys, "nvcc builds it")
+    assert len(said) == 1 and f"{path.name}:{line}" in said[0] and "undefined_in_the_kernel" in said[0], said
 
 
 @can_compile
@@ -361,14 +536,19 @@ def test_a_device_edit_changes_the_result(tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("qualified", ["bias_gelu/vec4", "rmsnorm/vectorized", "matmul/warptile"])
+@pytest.mark.parametrize("qualified", ["bias_gelu/vec4", "rmsnorm/vectorized", "matmul/warptile",
+                                       "bias_gelu/02_vec4_loads", "matmul/06_smem_tiling"])
 def test_nvrtc_builds_pass_the_checks_nvcc_builds_pass(qualified):
+    """Tree variants and exercise solutions (occupancy queries, shared-memory attributes, template
+    kernels: every routed runtime call) check as nvcc's builds do."""
     import workbench as wb
     from workbench.run import loader
 
     op, _, variant = qualified.partition("/")
-    source = registry.resolve(op).variant_source(variant)
-    k = loader.load_source(op, source, f"{variant}_nvrtc", options=BuildOptions(compiler="nvrtc"))
+    exercise = REPO_ROOT / "exercises" / variant / "solution.cu"
+    source = exercise if exercise.is_file() else registry.resolve(op).variant_source(variant)
+    k = loader.load_source(op, source, f"{variant[3:] if exercise.is_file() else variant}_nvrtc",
+                           options=BuildOptions(compiler="nvrtc"))
     assert nvrtc_routes.unit_of(k.library) is not None
     report = wb.check(op, k)
     assert report.ok, report
@@ -434,6 +614,34 @@ def test_load_inline_and_the_magic_use_the_nvrtc_tier_by_default():
     assert inspect.signature(loader.load_inline).parameters["options"].default.compiler == "nvrtc"
 
 
+@pytest.mark.parametrize("options, compiler", [(None, NVRTC), (BuildOptions(compiler="nvcc"), CPP_EXTENSION),
+                                               (BuildOptions(compiler="nvrtc", arch="sm_80"), NVRTC)])
+def test_wb_load_inline_builds_with_the_compiler_its_options_name(monkeypatch, options, compiler):
+    """wb.load_inline(..., options=BuildOptions(compiler="nvcc")) is nvcc's whole-file build: the piece
+    handed to the pipeline says so (the build itself stops there)."""
+    import workbench as wb
+    from workbench.run import loader
+
+    class Stop(Exception):
+        pass
+
+    def capture(piece, **_):
+        pieces.append(piece)
+        raise Stop
+
+    pieces = []
+    monkeypatch.setattr(loader, "ensure_op", lambda r, python=True: r)
+    monkeypatch.setattr(loader, "_check_can_build", lambda *a: None)
+    monkeypatch.setattr(nvrtc, "available", lambda: True)
+    monkeypatch.setattr(nvrtc, "version", lambda: "13.0")
+    monkeypatch.setattr(loader, "get_or_build", capture)
+    with pytest.raises(Stop):
+        wb.load_inline("vector_add", SCALAR.read_text(), "opted", **({"options": options} if options else {}))
+    assert pieces[0].compiler == compiler
+    with pytest.raises(TypeError, match="unexpected keyword argument.*dtypes"):
+        wb.load_inline("vector_add", SCALAR.read_text(), "opted", dtypes=["float32"])
+
+
 def test_without_nvrtc_the_tier_is_nvcc_with_one_line(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(nvrtc, "available", lambda: False)
     monkeypatch.setenv("WORKBENCH_QUIET", "0")
@@ -441,6 +649,17 @@ def test_without_nvrtc_the_tier_is_nvcc_with_one_line(monkeypatch, capsys, tmp_p
     assert piece.compiler != NVRTC
     said = capsys.readouterr().err.splitlines()
     assert len(said) == 1 and "no NVRTC library" in said[0], said
+
+
+def test_a_torch_extension_asked_for_nvrtc_is_nvccs_with_one_line(monkeypatch, capsys, tmp_path):
+    from workbench.build.tree import cuda_source_piece
+
+    monkeypatch.setenv("WORKBENCH_QUIET", "0")
+    piece = cuda_source_piece(label="vector_add/torch_extension", kind="extension", source=_copy(tmp_path),
+                              include_dirs=[tmp_path], options=OPTIONS)
+    assert piece.compiler == CPP_EXTENSION
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and "nvcc builds it: a torch extension" in said[0], said
 
 
 def test_the_fallback_shares_the_nvcc_tiers_cache_entry(tmp_path):

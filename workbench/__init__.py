@@ -61,19 +61,29 @@ def load_source(op: str, path, name: str | None = None, *, python: bool = True, 
     if _style(style, "load_source"):
         from .run.extension import load_extension
 
-        return load_extension(op, path, name, **extension)
+        return load_extension(op, path, name, **extension, **({"options": options} if options else {}))
+    _no_extension_arguments("load_source", extension)
     return _loader.load_source(op, path, name, python=python, options=options or _loader.DEFAULT_OPTIONS)
 
 
-def load_inline(op: str, source: str, name: str, *, replace: bool = False, style: str = "workbench", **extension):
-    """Build a variant of `op` from a source string (a notebook cell; loader.load_inline).
-    style="extension": a torch extension written the course's way, served as a variant
-    (extension.load_inline_extension). It compiles the torch headers: tens of seconds."""
+def load_inline(op: str, source: str, name: str, *, replace: bool = False, options=None, style: str = "workbench",
+                **extension):
+    """Build a variant of `op` from a source string (a notebook cell; loader.load_inline; options:
+    build.BuildOptions, default the NVRTC tier's). style="extension": a torch extension written the
+    course's way, served as a variant (extension.load_inline_extension). It compiles the torch
+    headers: tens of seconds."""
     if _style(style, "load_inline"):
         from .run.extension import load_inline_extension
 
-        return load_inline_extension(op, source, name, **extension)
-    return _loader.load_inline(op, source, name, replace=replace)
+        return load_inline_extension(op, source, name, **extension, **({"options": options} if options else {}))
+    _no_extension_arguments("load_inline", extension)
+    return _loader.load_inline(op, source, name, replace=replace, options=options or _loader.EDIT_LOOP_OPTIONS)
+
+
+def _no_extension_arguments(what: str, extension: dict) -> None:
+    if extension:
+        raise TypeError(f"{what}: unexpected keyword argument(s) {', '.join(sorted(extension))} (dtypes, device, "
+                        f"forward and backward are style='extension''s)")
 
 
 def load_ipython_extension(ipython) -> None:

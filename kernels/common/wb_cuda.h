@@ -9,7 +9,6 @@
 #include <cuda_runtime.h>
 
 #include "wb_dispatch.h"
-#include "wb_nvrtc_route.h"  // the NVRTC tier's host libraries only (-DWB_NVRTC_ROUTED)
 
 __device__ __forceinline__ float wb_to_acc(float v) { return v; }
 __device__ __forceinline__ double wb_to_acc(double v) { return v; }

@@ -9,11 +9,11 @@ extension-style sources) and the NumPy front end's torch-free builds alike:
 - pipeline.py   get_or_build: the tiers in front of the cache (prebuilt.py: a wheel's libraries),
                 then the cache: look-up, lock, shared import, staging, compile, publish, log
 - compilers.py  the compiler kinds: cpp_extension (torch-facing), raw (one command, no torch) and nvrtc
-- nvrtc_tier.py the NVRTC tier (issue 27): a .cu variant's device code by NVRTC (nvrtc.py, ctypes on
-                torch's libnvrtc), its host side by nvcc once per host key (nvrtc_split.py: the file's
-                host and device views); nvrtc_kernels.py compiles each kernel as its own program, on
-                its first launch or in the background; launches routed to the kernels' modules
-                (kernels/common/wb_nvrtc_route.h, whose provider the loader sets: run/nvrtc_routes.py)
+- nvrtc_tier.py the NVRTC tier: a .cu variant's device code by NVRTC (nvrtc.py, ctypes on torch's
+                libnvrtc), its host side by the host compiler, each rebuilt when its tokens changed
+                (nvrtc_split.py: the file's host and device views); nvrtc_kernels.py compiles each
+                kernel as its own program, on its first launch or in the background; the runtime
+                launches them (kernels/common/wb_nvrtc_route.h; the loader's provider: run/nvrtc_routes.py)
 - guard.py      a build's processes in a session a watchdog kills with it; its output into build.log
 - the cache, by concern: keys.py (content keys), store.py (folders and trust), locks.py (flocks,
                 in-use marks), records.py (a build's record, the checks a hit passes, publication),

@@ -9,8 +9,8 @@
 Either way the compiler's output (ptxas's register and spill report included) is the build's
 build.log, and a failure is a BuildError naming the first compiler error's file and line.
 COMPILERS maps Piece.compiler to its function; the third kind, "nvrtc" (nvrtc_tier.py: device code by
-NVRTC, the host side by nvcc per host key), builds pieces of its own, so pipeline.py adds it with
-get_or_build at hand.
+NVRTC, the host side by the host compiler, a raw piece), builds pieces of its own, so pipeline.py adds
+it with get_or_build at hand.
 """
 from __future__ import annotations
 

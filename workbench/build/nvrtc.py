@@ -2,10 +2,12 @@
 (nvidia/cu13/lib/libnvrtc.so.13 and its builtins), else CUDA_HOME's. Nothing is installed for it.
 
 compile_program takes every file as text (NVRTC's in-memory headers): the device views of a
-variant's closure (nvrtc_split.py) and a few system headers of our own below, since NVRTC has no C
-library headers and refuses host functions, even declared ones. Those headers carry only what
-device code of the kernel tree uses; the host-only ones (<atomic>, <algorithm>) declare what
-launchers use, which NVRTC parses in no function it compiles (the device view has none left).
+variant's closure (nvrtc_split.py) and a few C and C++ library headers of our own below, since NVRTC
+has none and refuses host functions, even declared ones. They carry what device code uses, and what
+nvcc's implicit cuda_runtime.h gives every .cu file (<stdint.h>, <math.h>'s INFINITY and M_PI,
+std::sqrt ..., <limits.h>): PRE_INCLUDE, read before every program. The CUDA toolkit's own headers
+(cuda_fp16.h, mma.h) NVRTC reads from the toolkit (nvrtc_tier.py's -I); libcu++'s would cost it
+seconds per program, more than the stand-ins below.
 """
 from __future__ import annotations
 
@@ -17,21 +19,49 @@ import sys
 
 from ..errors import WorkbenchError
 
-_STDINT = """#pragma once
-typedef signed char int8_t; typedef short int16_t; typedef int int32_t; typedef long int64_t;
-typedef unsigned char uint8_t; typedef unsigned short uint16_t; typedef unsigned int uint32_t;
-typedef unsigned long uint64_t; typedef long intptr_t; typedef unsigned long uintptr_t;
-#define INT32_MAX 2147483647
-#define INT64_MAX 9223372036854775807L
-#define UINT32_MAX 4294967295u
+def _header(*lines: str, **defines: str) -> str:
+    """A header's text: its lines, then `#define NAME VALUE` for each define."""
+    return "\n".join(["#pragma once", *lines, *(f"#define {k} {v}" for k, v in defines.items())]) + "\n"
+
+
+_STDINT = _header(
+    "typedef signed char int8_t; typedef short int16_t; typedef int int32_t; typedef long int64_t;",
+    "typedef unsigned char uint8_t; typedef unsigned short uint16_t; typedef unsigned int uint32_t;",
+    "typedef unsigned long uint64_t; typedef long intptr_t; typedef unsigned long uintptr_t;",
+    "namespace std { using ::int8_t; using ::int16_t; using ::int32_t; using ::int64_t; using ::uint8_t;",
+    "  using ::uint16_t; using ::uint32_t; using ::uint64_t; using ::intptr_t; using ::uintptr_t; }",
+    INT8_MIN="(-128)", INT8_MAX="127", INT16_MIN="(-32767-1)", INT16_MAX="32767", INT32_MIN="(-2147483647-1)",
+    INT32_MAX="2147483647", INT64_MIN="(-9223372036854775807L-1)", INT64_MAX="9223372036854775807L", UINT8_MAX="255",
+    UINT16_MAX="65535", UINT32_MAX="4294967295u", UINT64_MAX="18446744073709551615ul", SIZE_MAX="UINT64_MAX")
+_LIMITS = _header(
+    CHAR_BIT="8", SCHAR_MIN="(-128)", SCHAR_MAX="127", UCHAR_MAX="255", SHRT_MIN="(-32767-1)", SHRT_MAX="32767",
+    USHRT_MAX="65535", INT_MIN="(-2147483647-1)", INT_MAX="2147483647", UINT_MAX="4294967295u",
+    LONG_MIN="(-9223372036854775807L-1)", LONG_MAX="9223372036854775807L", ULONG_MAX="18446744073709551615ul",
+    LLONG_MIN="(-9223372036854775807LL-1)", LLONG_MAX="9223372036854775807LL", ULLONG_MAX="18446744073709551615ull")
+_FLOAT = _header(FLT_MAX="3.402823466e+38f", FLT_MIN="1.175494351e-38f", FLT_EPSILON="1.192092896e-07f",
+                 DBL_MAX="1.7976931348623158e+308", DBL_MIN="2.2250738585072014e-308", DBL_EPSILON="2.2204460492503131e-16")
+# NVRTC declares the math functions (float and double overloads) in the global namespace; <cmath>
+# puts them in std, and <math.h> has the constants.
+_MATH = _header(
+    "namespace std { " + " ".join(f"using ::{f};" for f in (
+        "abs fabs sqrt cbrt exp exp2 expm1 log log2 log10 log1p pow sin cos tan asin acos atan atan2 sinh cosh tanh "
+        "asinh acosh atanh erf erfc tgamma lgamma floor ceil round trunc rint nearbyint lround llround fmod remainder "
+        "fmin fmax fma fdim hypot ldexp frexp modf copysign nextafter isinf isnan isfinite signbit scalbn ilogb "
+        "logb").split()) + " }",
+    INFINITY="__builtin_bit_cast(float, 0x7f800000u)", NAN="__builtin_bit_cast(float, 0x7fc00000u)",
+    HUGE_VALF="INFINITY", HUGE_VAL="__builtin_bit_cast(double, 0x7ff0000000000000ul)", M_E="2.7182818284590452354",
+    M_LOG2E="1.4426950408889634074", M_LOG10E="0.43429448190325182765", M_LN2="0.69314718055994530942",
+    M_LN10="2.30258509299404568402", M_PI="3.14159265358979323846", M_PI_2="1.57079632679489661923",
+    M_PI_4="0.78539816339744830962", M_1_PI="0.31830988618379067154", M_2_PI="0.63661977236758134308",
+    M_2_SQRTPI="1.12837916709551257390", M_SQRT2="1.41421356237309504880", M_SQRT1_2="0.70710678118654752440")
+_ALGORITHM = """#pragma once
+namespace std {  // what device code takes from <algorithm> (constexpr: nvcc's relaxed constexpr lets it)
+template <class T> __host__ __device__ constexpr const T& min(const T& a, const T& b) { return b < a ? b : a; }
+template <class T> __host__ __device__ constexpr const T& max(const T& a, const T& b) { return a < b ? b : a; }
+}
 """
-_STDDEF = """#pragma once
-typedef unsigned long size_t; typedef long ptrdiff_t;
-#ifndef NULL
-#define NULL 0
-#endif
-#define offsetof(t, m) __builtin_offsetof(t, m)
-"""
+_STDDEF = _header("typedef unsigned long size_t; typedef long ptrdiff_t;", "#ifndef NULL", "#define NULL 0", "#endif",
+                  "#define offsetof(t, m) __builtin_offsetof(t, m)")
 _TYPE_TRAITS = """#pragma once
 namespace std {
 template <class T, T v> struct integral_constant { static constexpr T value = v; typedef T value_type;
@@ -60,16 +90,6 @@ template <class T> using remove_reference_t = typename remove_reference<T>::type
 template <class T> using decay_t = remove_cv_t<remove_reference_t<T>>;
 }
 """
-_ATOMIC = """#pragma once
-namespace std {  // declarations for launchers' host code, which NVRTC never compiles
-enum memory_order { memory_order_relaxed, memory_order_consume, memory_order_acquire, memory_order_release,
-                    memory_order_acq_rel, memory_order_seq_cst };
-template <class T> struct atomic {
-  T v;
-  __host__ __device__ constexpr atomic(T x = T()) : v(x) {}
-};
-}
-"""
 _CUDA_H = """#pragma once
 // The driver API's types that device code takes (a TMA descriptor); its functions are host code.
 typedef unsigned int cuuint32_t; typedef unsigned long cuuint64_t;
@@ -78,11 +98,16 @@ typedef int CUresult; typedef int CUtensorMapDataType; typedef int CUtensorMapIn
 typedef int CUtensorMapSwizzle; typedef int CUtensorMapL2promotion; typedef int CUtensorMapFloatOOBfill;
 """
 _EMPTY = "#pragma once\n"
-# <name> -> text. <math.h>, <string.h>: NVRTC declares the device math functions and memcpy itself.
 SYSTEM_HEADERS = {"stdint.h": _STDINT, "cstdint": _STDINT, "stddef.h": _STDDEF, "cstddef": _STDDEF,
-                  "type_traits": _TYPE_TRAITS, "atomic": _ATOMIC, "math.h": _EMPTY, "cmath": _EMPTY,
-                  "string.h": _EMPTY, "cstring": _EMPTY, "initializer_list": _EMPTY, "algorithm": _EMPTY,
-                  "cuda_runtime.h": _EMPTY, "cuda.h": _CUDA_H}
+                  "limits.h": _LIMITS, "climits": _LIMITS, "float.h": _FLOAT, "cfloat": _FLOAT, "math.h": _MATH,
+                  "cmath": _MATH, "type_traits": _TYPE_TRAITS, "atomic": _EMPTY, "algorithm": _ALGORITHM,
+                  "string.h": _EMPTY, "cstring": _EMPTY, "initializer_list": _EMPTY, "cuda_runtime.h": _EMPTY,
+                  "stdio.h": _EMPTY, "cstdio": _EMPTY, "assert.h": _EMPTY, "cassert": _EMPTY,  # NVRTC's own printf, assert
+                  "cuda.h": _CUDA_H,
+                  # What nvcc's implicit cuda_runtime.h brings into every .cu file.
+                  "wb_nvcc_implicit.h": "#pragma once\n#include <stdint.h>\n#include <stddef.h>\n#include <math.h>\n"
+                                        "#include <limits.h>\n"}
+PRE_INCLUDE = "--pre-include=wb_nvcc_implicit.h"
 
 _NVRTC_SUCCESS = 0
 

@@ -1,28 +1,19 @@
 """The NVRTC tier's kernels: one NVRTC program per kernel, compiled when first launched or, before
-that, in the background (issue 27's edit loop).
+that, in the background.
 
-A build (nvrtc_tier.compile_nvrtc) only checks the device view: NVRTC's front end with every kernel
-instantiated (-fdevice-syntax-only; tens of ms), so a device error is still a BuildError naming
-file:line. Almost all of NVRTC's time is its optimizer and ptxas, per kernel (rmsnorm/vectorized
-instantiates 60 kernels, about 45 ms each on the 2-core machine). So each kernel is its own program:
+A build (nvrtc_tier.compile_nvrtc) only checks the device view (NVRTC's front end, every kernel
+instantiated: tens of ms). Almost all of NVRTC's time is its optimizer and ptxas, per kernel
+(rmsnorm/vectorized instantiates 60, about 45 ms each on the 2-core machine), so:
 
-- A *unit* is what compiles every kernel of one device view: its texts, options and the kernels
-  (nvcc's canonical name -> name expression), stored once as nvrtc-kernels/<unit key>.json. Its key
-  covers the device view alone: an edit of a launcher reuses every compiled kernel.
-- A compiled kernel is nvrtc-kernels/<kernel key>.name (its cubin's file, which the kernels compiled
-  in one program share, and NVRTC's name for it) and .log (ptxas's registers and spills), each
-  written atomically, the cubin first. Another process finds it there; a missing one is compiled
-  again (a process that exited mid-way loses nothing but time).
-- `provide` is what a launch asks for (through the routed library's provider, run/nvrtc_routes.py):
-  a kernel on disk is returned at once; one queued is taken off the queue and compiled in the
-  caller's thread; one being compiled is waited for. A unit's first launch queues its other kernels
-  for the background (not its build: between a build and its first launch the background would
-  take every core). The kernels a label's launches asked for first are remembered: its next build
-  (an edit) starts on them beside the front end (`prefetch`).
-- The background: daemon threads, half the cores this process may use (at least one), compile the
-  queued kernels, hot ones first (_Queue says which and why); a newer unit of the same label drops
-  the older unit's queued kernels (an edit supersedes them). `drain` waits for the queue: the
-  timers call it, so no measurement shares the CPU with a compile.
+- A *unit* compiles every kernel of one device view: its texts, options and kernels (the host
+  library's symbol -> name expression), stored as nvrtc-kernels/<unit key>.json. Its key covers
+  the device view's tokens alone: a launcher edit, or a comment, reuses every kernel.
+- A compiled kernel is nvrtc-kernels/<kernel key>.cubin, .log (ptxas's registers and spills) and
+  .name (NVRTC's name for it, written last: the mark that it is done), found there by any process.
+- `provide` is what a launch asks for (run/nvrtc_routes.py): a kernel on disk at once, any other
+  compiled in the caller's thread (or waited for, where a thread has it). A unit's first launch
+  queues its other kernels for background threads (_Queue: when they start, and which first);
+  `drain` waits for them: the timers call it, so no measurement shares the CPU with a compile.
 
 The cache folder is private (store.subdir), so a cubin found there is this user's own.
 """
@@ -35,9 +26,9 @@ import json
 import os
 import pathlib
 import threading
-import time
 
 from . import nvrtc, store
+from .keys import tokens
 
 
 def _folder() -> pathlib.Path:
@@ -59,11 +50,19 @@ class Unit:
 
 
 def make_unit(label: str, main: str, texts: dict[str, str], options: list[str], kernels: dict[str, str]) -> Unit:
-    """The unit, its key over the device texts, options, NVRTC version and our system headers (the
+    """The unit, its key over the device texts' tokens (their bytes and the main file's path where
+    line numbers are compiled in: -lineinfo), options, NVRTC version and our system headers (the
     label is not in it: two copies of one file share their kernels)."""
-    blob = json.dumps([main, sorted(texts.items()), options, nvrtc.version(), nvrtc.headers_digest(),
+    exact = "-lineinfo" in options
+    named = {("" if n == main and not exact else n): (t if exact else tokens(t)) for n, t in texts.items()}
+    blob = json.dumps([sorted(named.items()), options, nvrtc.version(), nvrtc.headers_digest(),
                        sorted(set(kernels.values()))])
     return Unit(hashlib.sha256(blob.encode()).hexdigest()[:32], label, main, texts, options, kernels)
+
+
+def saved(unit: Unit) -> bool:
+    """Whether the unit is stored (its front end passed), by this process or another."""
+    return (_folder() / f"{unit.key}.json").is_file()
 
 
 def save(unit: Unit) -> None:
@@ -99,17 +98,14 @@ def unit(key: str) -> Unit:
 
 
 def unit_files(key: str) -> list[pathlib.Path]:
-    """Every file of a unit in nvrtc-kernels/ (its kernels' records and cubins, then the unit itself),
-    for `python -m workbench clean`."""
-    folder, files = _folder(), []
+    """Every file of a unit in nvrtc-kernels/ (its kernels', then the unit itself), for
+    `python -m workbench clean`."""
     try:
-        u = Unit(**json.loads((folder / f"{key}.json").read_text()))
+        u = Unit(**json.loads((_folder() / f"{key}.json").read_text()))
     except (OSError, ValueError, TypeError):
-        u = None
-    for name in u.kernels if u else ():
-        done = compiled(u, name)
-        files += [folder / f"{u.kernel_key(name)}.name", folder / f"{u.kernel_key(name)}.log"] + ([done[0]] if done else [])
-    return files + [folder / f"{key}.json"]
+        return [_folder() / f"{key}.json"]
+    return [_folder() / f"{u.kernel_key(n)}{ext}" for n in u.kernels for ext in (".name", ".log", ".cubin")] + [
+        _folder() / f"{key}.json"]
 
 
 class KernelCompileError(Exception):
@@ -118,63 +114,48 @@ class KernelCompileError(Exception):
 
 
 def compiled(u: Unit, name: str) -> tuple[pathlib.Path, str] | None:
-    """(cubin, lowered name) of a kernel already compiled (by any process), else None."""
+    """(cubin, NVRTC's name) of a kernel already compiled (by any process), else None."""
+    stem = _folder() / u.kernel_key(name)
     try:
-        cubin, lowered = (_folder() / f"{u.kernel_key(name)}.name").read_text().split("\n", 1)
-    except (FileNotFoundError, ValueError):
+        return stem.with_suffix(".cubin"), stem.with_suffix(".name").read_text()
+    except FileNotFoundError:
         return None
-    return _folder() / cubin, lowered
 
 
-def _compile(u: Unit, names: list[str]) -> None:
-    """One NVRTC program for these kernels of the unit: its cubin, and per kernel its .name (the cubin
-    and NVRTC's name, written last: it marks the kernel done) and .log."""
-    expressions = [u.kernels[n] for n in names]
-    start = time.perf_counter()
+def _compile(u: Unit, name: str) -> None:
+    """One NVRTC program for one kernel of the unit: its .cubin, .log and .name (the mark, written last)."""
+    expression, stem = u.kernels[name], _folder() / u.kernel_key(name)
     try:
-        cubin, lowered, log = nvrtc.compile_program(u.main, u.texts, u.options, expressions)
+        cubin, lowered, log = nvrtc.compile_program(u.main, u.texts, u.options, [expression])
     except nvrtc.NvrtcError as e:
-        which = expressions[0][1:] if len(names) == 1 else f"{len(names)} kernels"
         lines = e.args[0].strip().splitlines() or ["?"]
         first = next((ln for ln in lines if "error" in ln.lower()), lines[0])  # not a warning before it
-        raise KernelCompileError(f"{u.label}: NVRTC could not compile {which}: {first.strip()}") from None
-    name = hashlib.sha256("\n".join(u.kernel_key(n) for n in names).encode()).hexdigest()[:32] + ".cubin"
-    tmp = _folder() / f".{name}-{os.getpid()}-{threading.get_ident()}"
+        raise KernelCompileError(f"{u.label}: NVRTC could not compile {expression[1:]}: {first.strip()}") from None
+    tmp = stem.with_name(f".{stem.name}-{os.getpid()}-{threading.get_ident()}")
     tmp.write_bytes(cubin)
-    os.replace(tmp, _folder() / name)
-    seconds = time.perf_counter() - start
-    for n, expression in zip(names, expressions):
-        compile_seconds[(u.key, n)] = seconds
-        store.write_text(_folder() / f"{u.kernel_key(n)}.log", f"{expression}\n{log}")
-        store.write_text(_folder() / f"{u.kernel_key(n)}.name", f"{name}\n{lowered[expression]}")
-
-
-compile_seconds: dict[tuple[str, str], float] = {}  # (unit key, kernel) -> its program's compile, this process
+    os.replace(tmp, stem.with_suffix(".cubin"))
+    store.write_text(stem.with_suffix(".log"), f"{expression}\n{log}")
+    store.write_text(stem.with_suffix(".name"), lowered[expression])
 
 
 class _Queue:
-    """Kernels to compile, hot or cold, and those being compiled now.
+    """Kernels to compile in the background, in order, and those being compiled now.
 
-    Hot: a launch waits for it, or will (the kernels this label's last build launched first, queued as
-    an edit's build starts, so they compile beside NVRTC's front end). Cold: the rest, for later. A
-    cold kernel starts only while nothing hot is queued or compiling and no launch is compiling its
-    own: on the H100's host, 15 compiles at once made each 3-4x slower, the launch's own among them.
-    Workers take one kernel a program (a launch waiting on one waits for no others); a thread that
-    drains the queue takes several a program (one front end for them all: the most kernels per CPU
-    second)."""
+    A background kernel starts only while no launch is compiling its own: on the H100's host, 15
+    compiles at once made each 3-4x slower, the launch's own among them. The kernels a label's
+    launches asked for first go to the front of the queue as its next build (an edit) starts, so
+    they compile beside NVRTC's front end."""
 
-    BATCH = 8
     REMEMBERED = 8  # kernels per label whose first launches are remembered
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
-        self.hot: collections.OrderedDict[tuple[str, str], Unit] = collections.OrderedDict()
-        self.cold: collections.OrderedDict[tuple[str, str], Unit] = collections.OrderedDict()
-        self.running: dict[tuple[str, str], bool] = {}  # -> hot
-        self.launching = 0                              # launches compiling their own kernel now
-        self.latest: dict[str, str] = {}                # label -> its newest unit's key
-        self.launched: dict[str, list[str]] = {}        # label -> the kernels its launches asked for first
-        self.launched_units: set[str] = set()           # units a launch has asked for a kernel
+        self.queued: collections.OrderedDict[tuple[str, str], Unit] = collections.OrderedDict()
+        self.running: set[tuple[str, str]] = set()
+        self.launching = 0                          # launches compiling their own kernel now
+        self.latest: dict[str, str] = {}            # label -> its newest unit's key
+        self.launched: dict[str, list[str]] = {}    # label -> the kernels its launches asked for first
+        self.launched_units: set[str] = set()       # units a launch has asked for a kernel
         self.threads: list[threading.Thread] = []
         self.errors: dict[tuple[str, str], str] = {}
 
@@ -186,75 +167,52 @@ class _Queue:
             cores = os.cpu_count() or 1
         return max(1, cores // 2)
 
-    def _queued(self, item) -> bool:
-        return item in self.hot or item in self.cold or item in self.running
-
-    def submit(self, u: Unit, names=None, *, hot: bool = False) -> int:
-        """Queue the unit's kernels (`names`, else all) not yet on disk; a previous unit of its label
-        leaves the queue (an edit supersedes it)."""
+    def submit(self, u: Unit, names=None, *, first: bool = False) -> int:
+        """Queue the unit's kernels (`names`, else all) not yet on disk, at the front where `first`;
+        a previous unit of its label leaves the queue (an edit supersedes it)."""
         with self.cond:
             old = self.latest.get(u.label)
-            if old and old != u.key:
-                for queue in (self.hot, self.cold):
-                    for item in [k for k in queue if k[0] == old]:
-                        del queue[item]
+            for item in [k for k in self.queued if old and old != u.key and k[0] == old]:
+                del self.queued[item]
             self.latest[u.label] = u.key
             queued = 0
-            for name in sorted(u.kernels) if names is None else names:
+            for name in reversed(names) if first else sorted(u.kernels) if names is None else names:
                 item = (u.key, name)
-                if hot and item in self.cold:
-                    del self.cold[item]
-                if name in u.kernels and not self._queued(item) and compiled(u, name) is None:
-                    (self.hot if hot else self.cold)[item] = u
-                    queued += 1
-            while len(self.threads) < min(self.workers(), len(self.hot) + len(self.cold)):
+                if name in u.kernels and item not in self.running and compiled(u, name) is None:
+                    queued += item not in self.queued
+                    self.queued[item] = u
+                    self.queued.move_to_end(item, last=not first)
+            while len(self.threads) < min(self.workers(), len(self.queued)):
                 t = threading.Thread(target=self._work, name=f"wb-nvrtc-{len(self.threads)}", daemon=True)
                 self.threads.append(t)
                 t.start()
             self.cond.notify_all()
             return queued
 
-    def _take(self, most: int, *, cold_now: bool) -> tuple[Unit, list[str]] | None:
-        """Up to `most` queued kernels of one unit, hot first, now running (call with the lock held);
-        a cold one only where cold_now (else None while only cold ones wait)."""
-        queue = self.hot if self.hot else self.cold if cold_now else None
-        if not queue:
+    def _take(self) -> tuple[Unit, str] | None:
+        """The first queued kernel, now running (call with the lock held), or None."""
+        if not self.queued:
             return None
-        (key, name), u = queue.popitem(last=False)
-        names = [name]
-        for item in [k for k in queue if k[0] == key][:most - 1]:
-            del queue[item]
-            names.append(item[1])
-        self.running.update({(key, n): queue is self.hot for n in names})
-        return u, names
+        (key, name), u = self.queued.popitem(last=False)
+        self.running.add((key, name))
+        return u, name
 
-    def _quiet(self) -> bool:
-        """Nothing hot queued or compiling, no launch compiling: a cold kernel may start."""
-        return not self.hot and not self.launching and not any(self.running.values())
-
-    def _run(self, u: Unit, names: list[str]) -> None:
+    def _run(self, u: Unit, name: str) -> None:
         try:
-            _compile(u, names)
-        except KernelCompileError as e:
-            if len(names) > 1:  # which kernel: each alone
-                for n in names:
-                    self._run(u, [n])
-                return
-            with self.cond:
-                self.errors[(u.key, names[0])] = str(e)
+            _compile(u, name)
         except Exception as e:  # noqa: BLE001 - kept for the launch that asks for this kernel
             with self.cond:
-                self.errors.update({(u.key, n): f"{u.label}: {type(e).__name__}: {e}" for n in names})
+                self.errors[(u.key, name)] = str(e) if isinstance(e, KernelCompileError) else \
+                    f"{u.label}: {type(e).__name__}: {e}"
         finally:
             with self.cond:
-                for n in names:
-                    self.running.pop((u.key, n), None)
+                self.running.discard((u.key, name))
                 self.cond.notify_all()
 
     def _work(self) -> None:
         while True:
             with self.cond:
-                while (taken := self._take(1, cold_now=self._quiet())) is None:
+                while self.launching or (taken := self._take()) is None:
                     self.cond.wait()
             self._run(*taken)
 
@@ -266,17 +224,15 @@ class _Queue:
                 seen.append(name)
             while item in self.running:  # a thread has it: wait for it
                 self.cond.wait()
-            done = compiled(u, name)
-            if done:
+            if done := compiled(u, name):
                 return done
             if item in self.errors:
                 raise KernelCompileError(self.errors.pop(item))
-            self.hot.pop(item, None)
-            self.cold.pop(item, None)
-            self.running[item] = True  # ours now
+            self.queued.pop(item, None)
+            self.running.add(item)  # ours now
             self.launching += 1
         try:
-            self._run(u, [name])
+            self._run(u, name)
         finally:
             with self.cond:
                 self.launching -= 1
@@ -287,7 +243,7 @@ class _Queue:
         return compiled(u, name)
 
     def provide(self, u: Unit, name: str) -> tuple[pathlib.Path, str]:
-        """The kernel (_provide); the unit's first launch then queues the unit's other kernels, cold."""
+        """The kernel (_provide); the unit's first launch then queues the unit's other kernels."""
         try:
             return self._provide(u, name)
         finally:
@@ -299,13 +255,12 @@ class _Queue:
         """Help the workers until the queue is empty, then wait for the kernels still compiling."""
         while True:
             with self.cond:
-                share = (len(self.hot) + len(self.cold)) // (len(self.threads) + 1)
-                taken = self._take(max(1, min(self.BATCH, share)), cold_now=True)
+                taken = self._take()
             if taken is None:
                 break
             self._run(*taken)
         with self.cond:
-            while self.hot or self.cold or self.running:
+            while self.queued or self.running:
                 self.cond.wait()
 
 
@@ -316,16 +271,11 @@ def prefetch(u: Unit) -> int:
     """Start on the kernels this label's launches asked for first last time (an edit's first call
     will likely ask again), beside the build's front end; returns how many were queued."""
     names = _queue.launched.get(u.label)
-    return _queue.submit(u, names, hot=True) if names else 0
-
-
-def submit(u: Unit) -> int:
-    """Compile the unit's kernels in the background (those not on disk); returns how many were queued."""
-    return _queue.submit(u)
+    return _queue.submit(u, names, first=True) if names else 0
 
 
 def provide(unit_key: str, name: str) -> tuple[pathlib.Path, str]:
-    """(cubin, lowered name) of nvcc's kernel `name` (canonical) of that unit, compiled now if need be.
+    """(cubin, NVRTC's name) of the unit's kernel `name` (its host symbol), compiled now if need be.
     Raises KernelCompileError."""
     u = unit(unit_key)
     if name not in u.kernels:
@@ -341,7 +291,7 @@ def drain() -> None:
 
 
 def pending() -> int:
-    return len(_queue.hot) + len(_queue.cold) + len(_queue.running)
+    return len(_queue.queued) + len(_queue.running)
 
 
 def compile_all(unit_key: str) -> None:

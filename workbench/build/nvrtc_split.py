@@ -1,17 +1,17 @@
-"""A CUDA variant file's two sides, told apart from the text alone (issue 27): no markers to write.
+"""A CUDA variant file's two sides, told apart from the text alone: no markers to write.
 
 Every function definition in the file and the headers it reaches by quoted #include is classed by
-its execution space: __global__ / __device__ (device), __host__ __device__ (both), or neither
-(host: the launchers, the export table). From that come two views of each file, with every line
-where it was (so a compiler's file:line still points at the real text):
+its execution space: __global__ (a kernel), __device__ (device), __host__ __device__ (both), or
+neither (host: the launchers, the export table). Two views of each file follow, every line where
+it was (a compiler's file:line is the real file's):
 
-- the host view: device function bodies emptied. Its hash over the include closure is the *host
-  key*; nvcc builds the host library from these views once per host key (fast: the kernels are
-  empty), and the NVRTC module supplies the bodies.
-- the device view: host function definitions, and namespace-scope statements that name them,
-  blanked (NVRTC refuses host functions, even declarations); an unannotated constexpr function kept
-  as __host__ __device__ (nvcc's relaxed constexpr lets device code call it). NVRTC compiles it; the launchers'
-  template kernels are instantiated by name (nvrtc.py, from the host build's ptxas report).
+- the host view, for the host compiler (wb_nvrtc_route.h read first): device function bodies
+  emptied, each kernel's body a launch of itself, each `k<<<grid, block, ...>>>(args)` the call
+  `(wb_route::configure(grid, block, ...), k(args))`. Its tokens are the *host key* (the main file
+  under one name: load_inline names its file by its hash).
+- the device view, for NVRTC: host functions, and namespace-scope statements that name them,
+  blanked (NVRTC refuses host functions, even declared); an unannotated constexpr function kept as
+  __host__ __device__ (nvcc's relaxed constexpr lets device code call it).
 
 The scanner knows C++ well enough for the kernel tree: comments, strings and preprocessor lines are
 skipped; a brace after `)` (with const/noexcept/-> trailing) opens a function body, one after `=` an
@@ -26,7 +26,7 @@ import pathlib
 import re
 from dataclasses import dataclass
 
-from .keys import include_closure
+from .keys import include_closure, tokens
 
 _SPACE_MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+([^\n]*__(?:host|device|global)__[^\n]*)$", re.M)
 _FUNCTION_HEAD = re.compile(r"\)\s*(?:const\b|noexcept\b(?:\s*\([^)]*\))?|override\b|final\b|mutable\b|\s)*"
@@ -41,7 +41,7 @@ class Function:
     head_start: int
     body_open: int
     body_close: int     # index of the closing brace
-    space: str          # "device" (also __global__), "both", "host" or "constexpr" (unannotated)
+    space: str          # "global", "device", "both", "host" or "constexpr" (unannotated)
     name: str
 
 
@@ -150,16 +150,17 @@ def _walk(code: str, macros: dict[str, str]):
         i += 1
 
 
-def _matching(code: str, open_at: int) -> int:
-    depth = 0
-    for k in range(open_at, len(code)):
-        if code[k] == "{":
-            depth += 1
-        elif code[k] == "}":
-            depth -= 1
-            if depth == 0:
-                return k
-    return len(code) - 1
+_PAIRS = {"{": "}", "(": ")", "[": "]", "<": ">", "}": "{", ")": "(", "]": "[", ">": "<"}
+
+
+def _matching(code: str, at: int) -> int:
+    """Where the bracket at code[at] is matched: an opening one forward, a closing one backward."""
+    step, depth = (1 if code[at] in "{([<" else -1), 0
+    for k in range(at, len(code) if step > 0 else -1, step):
+        depth += (code[k] == code[at]) - (code[k] == _PAIRS[code[at]])
+        if depth == 0:
+            return k
+    return len(code) - 1 if step > 0 else 0
 
 
 def _space(head: str, macros: dict[str, str]) -> str:
@@ -167,7 +168,9 @@ def _space(head: str, macros: dict[str, str]) -> str:
     for word in _IDENT.findall(head):
         words.add(word)
         words.update(_IDENT.findall(macros.get(word, "")))
-    if "__global__" in words or ("__device__" in words and "__host__" not in words):
+    if "__global__" in words:
+        return "global"
+    if "__device__" in words and "__host__" not in words:
         return "device"
     if "__device__" in words:
         return "both"
@@ -192,12 +195,97 @@ def _name(head: str) -> str:
 
 
 def host_view(text: str, macros: dict[str, str]) -> str:
-    """Device function bodies emptied (their braces kept)."""
-    out = list(text)
-    for f in functions(text, macros):
-        if f.space == "device":
+    """Device function bodies emptied, each kernel's body a launch of itself, and each
+    `k<<<config>>>(args)` the call `(wb_route::configure(config), k(args))` (wb_nvrtc_route.h): the
+    call deduces a template kernel's arguments and converts the values, as a launch does."""
+    out, code = list(text), list(code_only(text))
+    fns = functions(text, macros)
+    for f in fns:
+        if f.space in ("global", "device"):
             _blank(out, f.body_open + 1, f.body_close)
-    return _keep_directives(text, out)
+            _blank(code, f.body_open + 1, f.body_close)
+    text, code = _keep_directives(text, out), "".join(code)
+    edits = [e for f in fns if f.space == "global" for e in _stub(code, f)] + _launch_calls(text, code)
+    for start, end, replacement in sorted(edits, reverse=True):
+        text = text[:start] + replacement + text[end:]
+    return text
+
+
+def _stub(code: str, f: Function) -> list[tuple[int, int, str]]:
+    """The edits that make a kernel's emptied body launch it: an unnamed parameter named, and the body
+    `wb_here: wb_route::launch_here(&&wb_here, <parameters>);` (the label's address is in the
+    function's code: the library's symbol table says which kernel it is)."""
+    close = code.rindex(")", f.head_start, f.body_open)
+    edits, names = [], []
+    for k, (end, name, pack) in enumerate(_parameters(code, _matching(code, close), close)):
+        if name is None:
+            name = f"wb_p{k}"
+            edits.append((end, end, f" {name}"))
+        names.append(name + ("..." if pack else ""))
+    call = f" wb_here: wb_route::launch_here(&&wb_here{''.join(', ' + n for n in names)}); "
+    return edits + [(f.body_open + 1, f.body_open + 1, call)]
+
+
+_NOT_A_NAME = {"const", "volatile", "__restrict__", "__restrict", "signed", "unsigned", "char", "short", "int",
+               "long", "float", "double", "bool", "void", "auto"}
+
+
+def _parameters(code: str, open_: int, close: int) -> list[tuple[int, str | None, bool]]:
+    """(where its declarator ends, its name or None, whether a pack) for each parameter between the
+    parentheses at open_ and close."""
+    found, depth, at = [], 0, open_ + 1
+    for k in range(open_ + 1, close + 1):
+        c = code[k]
+        depth += (c in "(<[{") - (c in ")>]}")
+        if (c == "," and depth == 0) or k == close:
+            decl = code[at:k].split("=")[0]  # a default argument left out
+            words = re.findall(r"[A-Za-z_]\w*|\.\.\.|[^\sA-Za-z_]", decl)
+            if words and words != ["void"]:
+                last = decl.rstrip()
+                named = re.search(r"([A-Za-z_]\w*)$", last) and len(words) > 1 and words[-1] not in _NOT_A_NAME
+                found.append((at + len(last), words[-1] if named else None, "..." in words))
+            at = k + 1
+    return found
+
+
+_STARTS_NO_KERNEL = {"return", "else", "do", "case", "throw", "co_return"}
+
+
+def _launch_calls(text: str, code: str) -> list[tuple[int, int, str]]:
+    """The edits that write each `kernel<<<config>>>(args)` outside comments and strings as
+    `(wb_route::configure(config), kernel(args))`, every line break kept."""
+    edits = []
+    for m in re.finditer(r"<<<(.*?)>>>\s*\(", code, re.S):
+        start, close = _kernel_start(code, m.start()), _matching(code, m.end() - 1)
+        config = text[m.start(1):m.end(1)]
+        kept = "\n" * config.count("\n")
+        edits.append((start, close + 1, f"(wb_route::configure({' '.join(config.split())}), "
+                                        f"{text[start:m.start()]}{text[m.end() - 1:close + 1]}){kept}"))
+    return edits
+
+
+def _kernel_start(code: str, at: int) -> int:
+    """Where the kernel named before `<<<` begins: names joined by ::, . or ->, each followed by its
+    <...>, (...) or [...] (kernel<T, 4>, ns::k, table[i], (*fn))."""
+    i = at
+    while True:
+        j = i
+        while j and code[j - 1].isspace():
+            j -= 1
+        if j and code[j - 1] in ">)]":
+            i = _matching(code, j - 1)
+            continue
+        k = j
+        while k and (code[k - 1].isalnum() or code[k - 1] == "_"):
+            k -= 1
+        if k == j or code[k:j] in _STARTS_NO_KERNEL:
+            return i
+        i = j = k
+        while j and code[j - 1].isspace():
+            j -= 1
+        if code[j - 2:j] not in ("::", "->") and code[j - 1:j] != ".":
+            return i
+        i = j - (1 if code[j - 1] == "." else 2)
 
 
 def host_names(texts, macros: dict[str, str]) -> set[str]:
@@ -260,40 +348,51 @@ def _space_in(words: set[str], macros: dict[str, str]) -> bool:
     return any("__device__" in macros.get(w, "") for w in words)
 
 
-@dataclass(frozen=True)
-class Closure:
-    """The source and the headers it reaches by quoted #include: (include name, path) in a stable
-    order, the source first under its own file name."""
-    files: tuple[tuple[str, pathlib.Path], ...]
-
-    @property
-    def source(self) -> pathlib.Path:
-        return self.files[0][1]
-
-
-def closure(source: pathlib.Path, include_dirs) -> Closure:
-    """The quoted-include closure as the compiler resolves it (keys.include_closure), the source
-    under its own file name; a header not found is left out (the compile reports it)."""
+def closure(source: pathlib.Path, include_dirs) -> list[tuple[str, pathlib.Path]]:
+    """(include name, path) of the source (under its own file name, first) and the headers it reaches
+    by quoted #include, as the compiler resolves them (keys.include_closure); a header not found is
+    left out (the compile reports it)."""
     source = pathlib.Path(source)
-    return Closure(tuple((source.name if name == "<source>" else name, path)
-                         for name, path in include_closure(source, include_dirs) if path is not None))
+    return [(source.name if name == "<source>" else name, path)
+            for name, path in include_closure(source, include_dirs) if path is not None]
+
+
+HOST_MAIN = "wb_host_view.cpp"  # the host view's main file, whatever the file's own name (load_inline's is its hash)
 
 
 @dataclass(frozen=True)
 class Views:
-    """A closure's texts split: {include name: text} for each side, and the host key."""
+    """A closure's texts split: {include name: text} for each side (the host side's main file under
+    HOST_MAIN), the host key, the names of the kernels (__global__ functions), and the declarations
+    of device variables (__device__, __constant__, __managed__ at namespace scope)."""
     host: dict[str, str]
     device: dict[str, str]
     host_key: str
+    kernels: frozenset[str]
+    variables: tuple[str, ...]
 
 
-def split(c: Closure) -> Views:
-    texts = {name: path.read_text(errors="replace") for name, path in c.files}
+def device_variables(text: str, macros: dict[str, str]) -> list[str]:
+    """The declarations of device variables outside functions (a function's declaration is none)."""
+    code, found = code_only(text), []
+    for item in _items(text, frozenset(macros.items())):
+        statement = "" if isinstance(item, Function) else code[item[0]:item[1]].strip()
+        if set(_IDENT.findall(statement)) & {"__device__", "__constant__", "__managed__"} and not re.search(
+                r"\)\s*(?:const\s*)?;$", statement):
+            found.append(" ".join(statement.split()))
+    return found
+
+
+def split(files: list[tuple[str, pathlib.Path]]) -> Views:
+    """The views of a closure (closure())."""
+    texts = {name: path.read_text(errors="replace") for name, path in files}
     macros = space_macros(texts.values())
-    host = {name: host_view(t, macros) for name, t in texts.items()}
     hosts = host_names(texts.values(), macros)
+    host = {HOST_MAIN if name == files[0][0] else name: host_view(t, macros) for name, t in texts.items()}
     device = {name: device_view(t, macros, hosts) for name, t in texts.items()}
+    kernels = frozenset(f.name for t in texts.values() for f in functions(t, macros) if f.space == "global")
+    variables = tuple(v for t in texts.values() for v in device_variables(t, macros))
     h = hashlib.sha256()
-    for name, text in host.items():
-        h.update(name.encode() + b"\0" + " ".join(text.split()).encode() + b"\0")  # layout-blind
-    return Views(host, device, h.hexdigest())
+    for name, text in sorted(host.items()):
+        h.update(name.encode() + b"\0" + tokens(text).encode() + b"\0")
+    return Views(host, device, h.hexdigest(), kernels, variables)

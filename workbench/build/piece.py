@@ -8,7 +8,8 @@ all make Pieces, and get_or_build (pipeline.py) takes them as they are.
 PyTorch's own flags, include paths and link lines; `cflags` for the host compiler, `cuda_cflags` for
 nvcc) or "raw" (one compiler command: `command` + `cflags` + includes + the source + `link`, for
 builds that must not link torch) or "nvrtc" (a CUDA variant's device code by NVRTC, its host side by
-nvcc once per host key: nvrtc_tier.py; `command` is NVRTC's version and options, part of the key).
+the host compiler, each when it changed: nvrtc_tier.py; `command` is NVRTC's version and options,
+part of the key, which reads the sources by tokens).
 """
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ class BuildOptions:
     """How a torch-facing CUDA variant is built beyond its defaults, passed to the loader as an
     argument. line_info: nvcc -lineinfo (the machine code as it is, plus the line table a profiler's
     source page needs; a build of its own, cached). compiler: "nvcc" (the whole file) or "nvrtc" (the
-    NVRTC tier: device code by NVRTC for this device's exact arch, the host side by nvcc once while
-    it is unchanged; arch: that arch, e.g. "sm_90a", default the current GPU's, else the arch list's
-    newest)."""
+    NVRTC tier: device code by NVRTC for this device's exact arch, the host side by the host compiler,
+    each rebuilt only when it changed; arch: that arch, e.g. "sm_90a", default the current GPU's, else
+    the arch list's newest)."""
     line_info: bool = False
     compiler: str = "nvcc"
     arch: str | None = None
@@ -102,8 +103,11 @@ class Piece:
         """The content key under `toolchain` (and `arch_list`, default the piece's own; only a piece
         with CUDA code has one)."""
         arch = (arch_list or self.arch_list) if self.with_cuda else None
+        # The NVRTC tier keys on tokens (a comment edit is the same build), but where line numbers
+        # are compiled in (-lineinfo).
+        by_tokens = self.compiler == NVRTC and "-lineinfo" not in self.flags
         return keys.content_key(kind=self.kind, sources=list(self.sources), include_dirs=list(self.include_dirs),
-                                flags=self.flags, arch_list=arch, toolchain=toolchain)
+                                flags=self.flags, arch_list=arch, toolchain=toolchain, by_tokens=by_tokens)
 
     @property
     def file_names(self) -> str:

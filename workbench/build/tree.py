@@ -38,8 +38,8 @@ def cuda_source_piece(*, label: str, kind: str, source: pathlib.Path, include_di
     """A variant's (or an extension's) one source: nvcc for a .cu file (or the NVRTC tier, where
     options.compiler says so: nvrtc_tier.py), the host compiler for a .cpp."""
     with_cuda = source.suffix == ".cu"
-    if with_cuda and options.compiler == "nvrtc" and kind == "variant":
-        tiered = nvrtc_tier.piece(label=label, source=source, include_dirs=include_dirs, cflags=CPU_FLAGS,
+    if with_cuda and options.compiler == "nvrtc":
+        tiered = nvrtc_tier.piece(label=label, kind=kind, source=source, include_dirs=include_dirs, cflags=CPU_FLAGS,
                                   cuda_cflags=[*CUDA_FLAGS, *options.nvcc_flags()], options=options)
         if tiered is not None:
             return tiered

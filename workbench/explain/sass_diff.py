@@ -5,7 +5,7 @@ reports; the NVRTC build's SASS is shown where it differs).
 build of the whole file (the arch list set to that one arch) and the NVRTC tier's (every kernel
 compiled, each its own program). Each kernel's SASS comes from cuobjdump -sass (ptxas.sass), nvcc's
 from its library's ELF for that arch, NVRTC's from the kernel's cubin. Kernels are paired by nvcc's
-mangled name (nvrtc_tier.canonical_name: the two spell an anonymous namespace differently).
+mangled name (canonical_name: the two spell an anonymous namespace differently).
 
 What is not code is left out before comparing: the instruction addresses (/*0070*/), the encodings
 in comments (/* 0x000fe2... */), and the code addresses a branch, call or convergence barrier names
@@ -116,6 +116,21 @@ class Comparison:
         return "\n".join(out)
 
 
+_ANON = re.compile(r"(\d+)_GLOBAL__N_")
+
+
+def canonical_name(name: str) -> str:
+    """A mangled name with its anonymous namespace spelled as GCC does (12_GLOBAL__N_1, as the NVRTC
+    tier's kernels are named): nvcc names one after the file and a hash, NVRTC its own way."""
+    out, at = [], 0
+    for m in _ANON.finditer(name):
+        if m.start() < at:
+            continue
+        out.append(name[at:m.start()] + "12_GLOBAL__N_1")
+        at = m.start(1) + len(m.group(1)) + int(m.group(1))
+    return "".join(out) + name[at:]
+
+
 def normalize(code: list[str]) -> list[str]:
     """One kernel's instruction lines (cuobjdump's, address and encoding still in them) as
     'PRED OPCODE operands', code addresses as labels L0, L1 ... in address order."""
@@ -156,7 +171,7 @@ def _kernel_lines(listing: str, arch: str, function: str):
         if m:
             listed, current = m.group(1) or m.group(2), None
         elif m := re.search(function, line):
-            current = nvrtc_tier.canonical_name(m.group(1)) if listed in ("", arch) else None
+            current = canonical_name(m.group(1)) if listed in ("", arch) else None
             if current is not None:
                 yield current, None  # a kernel whose code is empty is still listed
         elif current is not None:
@@ -180,7 +195,7 @@ def innermost_loops(listing: str, arch: str) -> dict[str, list[collections.Count
     found = {}
     for (listed, name), code in ptxas.sass_instructions(listing).items():
         if listed in ("", arch):
-            found[nvrtc_tier.canonical_name(name)] = [
+            found[canonical_name(name)] = [
                 collections.Counter(i.opcode for i in code if first <= i.address <= last)
                 for first, last in ptxas.inner_loops(code)]
     return found
@@ -303,7 +318,7 @@ def nvrtc_build(op: str, variant: str, arch: str) -> tuple[dict[str, list[str]],
         if cubin not in read:
             listing = ptxas.sass(cubin)
             read[cubin] = kernel_code(listing, arch), Facts(kernel_resources(cubin, arch), innermost_loops(listing, arch))
-        lowered = nvrtc_tier.canonical_name(lowered)
+        lowered = canonical_name(lowered)
         code[kernel] = read[cubin][0][lowered]
         facts.resources[kernel] = read[cubin][1].resources.get(lowered, {})
         facts.loops[kernel] = read[cubin][1].loops.get(lowered, [])

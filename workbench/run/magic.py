@@ -14,8 +14,8 @@ earlier builds keep running their own build.
 --only gpu / --only cpu: build the cell only on a machine with / without a visible GPU, else print
 why it was skipped. A CUDA cell and its C++ twin under the same NAME let the cells below use NAME
 on either machine. --quiet: no line after a successful build. A CUDA cell is built by load_inline's
-default tier, NVRTC's (an edit of device code only is compiled by NVRTC, the host side built once by
-nvcc: workbench/build/nvrtc_tier.py); the line after the build names the tier.
+default tier, NVRTC's (device code by NVRTC, the host side by the host compiler, each rebuilt only
+when it changed: workbench/build/nvrtc_tier.py); the line after the build names the tier.
 
 A compile error raises workbench.BuildError, shown in the cell as the compiler's first error and
 the full log's path. Line numbers in it are the cell's own (the %%workbench line is line 1). NAME

@@ -1,18 +1,19 @@
-"""The provider of an NVRTC tier library's kernels (issue 27): the loader hands one to each such
-library it loads, and the library's routed launches ask it for a kernel's module
-(kernels/common/wb_nvrtc_route.h). It answers from build/nvrtc_kernels.py: a compiled kernel at
-once, any other compiled now, in the launching thread (ctypes takes the GIL for the call; NVRTC
-runs without it).
+"""The provider of an NVRTC tier library's kernels: the loader hands one to each such library it loads,
+and the library asks it for a kernel's cubin the first time it launches it, by an offset in the
+kernel's code (kernels/common/wb_nvrtc_route.h). It answers from build/nvrtc_kernels.py: a compiled
+kernel at once, any other compiled now, in the launching thread (ctypes takes the GIL for the call;
+NVRTC runs without it).
 """
 from __future__ import annotations
 
 import ctypes
 import pathlib
 
-from ..build import nvrtc_kernels
+from ..build import nvrtc_kernels, nvrtc_tier
 
-# (name, cubin path out, its size, NVRTC's name out, its size) -> 0, or nonzero with the reason in the path's buffer
-_PROVIDER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+# (an offset in a kernel's code, cubin path out, its size, NVRTC's name out, its size) -> 0; 1 with the
+# reason in the path's buffer; 2: in no kernel of this library
+_PROVIDER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
                              ctypes.c_size_t)
 _attached: dict[str, tuple] = {}  # library path -> (its handle, the provider): kept alive with the library
 
@@ -22,10 +23,13 @@ def _put(text: str, buffer: int, size: int) -> None:
     ctypes.memmove(buffer, data, len(data))
 
 
-def _provider(unit_key: str):
-    def provide(name, path_out, path_size, lowered_out, lowered_size):
+def _provider(unit_key: str, kernels: list[tuple[int, int, str]]):
+    def provide(offset, path_out, path_size, lowered_out, lowered_size):
+        name = next((symbol for start, size, symbol in kernels if start <= offset < start + size), None)
+        if name is None:
+            return 2
         try:
-            cubin, lowered = nvrtc_kernels.provide(unit_key, name.decode())
+            cubin, lowered = nvrtc_kernels.provide(unit_key, name)
             _put(str(cubin), path_out, path_size)
             _put(lowered, lowered_out, lowered_size)
             return 0
@@ -42,16 +46,17 @@ def unit_of(library: pathlib.Path) -> str | None:
 
 
 def attach(library: pathlib.Path, unit_key: str | None) -> bool:
-    """Give a loaded NVRTC tier library (its build record's nvrtc_unit: `unit_key`) its provider (its
-    first launch queues the kernels not yet compiled, build/nvrtc_kernels.py). False: not such a
-    library (unit_key None)."""
+    """Give a loaded NVRTC tier library (its build record's nvrtc_unit: `unit_key`) its provider, which
+    knows its kernels by where their code lies (its symbol table). False: not such a library."""
     key = str(library)
     if key in _attached:
         return True
     if unit_key is None:
         return False
+    names = nvrtc_kernels.unit(unit_key).kernels
+    kernels = [function for function in nvrtc_tier.functions(library) if function[2] in names]
     handle = ctypes.CDLL(key)  # the handle the harness's dlopen already holds
-    provider = _provider(unit_key)
+    provider = _provider(unit_key, kernels)
     handle.wb_nvrtc_set_provider(provider)
     _attached[key] = (handle, provider)
     return True
