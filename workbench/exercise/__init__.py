@@ -116,8 +116,8 @@ def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool
 
     pool = ThreadPoolExecutor(max_workers=2)
     # While the student's file builds: the in-tree pieces the checks need, built (or found), and this
-    # process's CUDA context (the checker owns the memory every check uses).
-    warm = pool.submit(_reference_pieces, ex) if ex.reference else None
+    # process's CUDA context and kernels warmed up (the checker owns the memory every check uses).
+    warm = pool.submit(_warm_up, ex, report.seed)
     started = time.perf_counter()
     built, check = checks.build(ex, source, variant_name(ex, source))
     check.seconds = time.perf_counter() - started
@@ -152,6 +152,7 @@ def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool
             for name in after_sass:
                 yield add(Check(name, "skipped", why))
             return
+        warm.result()
         correct = timed(checks.correctness, ex, sub, report.shapes, report.seed, sanitize)
         grads = timed(checks.gradcheck, ex, sub, report.seed)
         observed, starter, why, said, watched_s = None, None, not_seen, [], 0.0
@@ -184,8 +185,6 @@ def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool
         elif correct.status != "ok" or grads.status != "ok":
             yield add(Check("speed", "skipped", "fix correctness first"))
         else:
-            if warm is not None:
-                warm.result()
             reference = checks.reference(ex, python=built.style == "extension")
             try:
                 yield add(timed(speedcheck.speed, ex, sub, reference))
@@ -196,15 +195,28 @@ def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool
         sub.close()
 
 
-def _reference_pieces(ex: Exercise) -> None:
+def _warm_up(ex: Exercise, seed: int) -> None:
+    """The runner and the op's binding built (or found); on a GPU, this process's CUDA context, and
+    the kernels its checks use (CUDA loads each on first use) loaded by a small check of the op's
+    eager math on the smallest sizes the seed draws, in the exercise's dtypes and layouts."""
     from ..judge.runner import runner_executable
 
-    if toolchain.gpu_available():
-        import torch
-
-        torch.zeros(1, device="cuda")
     runner_executable()
     checks.binding_library(ex.op)
+    if not toolchain.gpu_available():
+        return
+    from ..measure import correctness
+    from ..run import byo
+
+    spec = registry.spec(ex.op)
+    shapes = sorted((s for s in ex.sizes.draw(seed, spec) if 0 not in s), key=sum)[:2]
+    try:
+        eager = byo.variant(lambda *a, **k: spec.eager(*a, **k), ex.op, dtypes=ex.dtypes, device="cuda",
+                            name="the checker's warm-up")
+        correctness.check(ex.op, eager, dtypes=list(ex.dtypes), shapes=shapes, layouts=checks.EXERCISE_LAYOUTS,
+                          seed=seed)
+    except Exception:  # noqa: BLE001 - a warm-up: whatever it meets, the checks meet again and report
+        pass
 
 
 def _observe(ex: Exercise, sub: checks.Submission, seed: int):
