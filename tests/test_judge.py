@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import textwrap
-import time
 
 import pytest
 from conftest import describe
@@ -22,7 +21,6 @@ from workbench import config
 from workbench.exercise import grade
 from workbench.judge import sandbox
 from workbench.judge.runner import CallRefused, Runner, start_cxx
-from workbench.model import registry
 
 FAULTY = pathlib.Path(__file__).parent / "faulty"
 needs_sandbox = pytest.mark.skipif(bool(sandbox.missing()), reason=f"no sandbox here: {sandbox.missing()}")

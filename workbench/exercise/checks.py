@@ -24,7 +24,7 @@ from ..build import toolchain
 from ..errors import IsolatedRunError
 from ..explain import ptxas
 from ..judge import sandbox as sandbox_
-from ..judge.runner import CallRefused, DeviceLost, Remote, kernel as remote_kernel, start_cxx, start_python
+from ..judge.runner import CallRefused, Remote, kernel as remote_kernel, start_cxx, start_python
 from ..model import registry
 from .registration import Exercise
 from .report import LAYOUTS, Check

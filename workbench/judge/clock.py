@@ -25,7 +25,6 @@ import torch
 from .. import dtypes as dtypes_
 from ..measure import verify
 from ..model import registry
-from ..model.opspec import as_tuple
 from .memory import Arena
 from .runner import Remote, call_line, tensor_words
 

@@ -6,10 +6,12 @@ has the protocol; pyrunner.py speaks it for variants that need Python). It may b
 sandbox (sandbox.py), and behind a tool (Nsight Compute, compute-sanitizer). Its output is a log
 the caller may show, never a result.
 
-A RemoteKernel is what the checks (measure.correctness, measure.gradients) call as they call a
-Kernel: each call copies its inputs into an arena the runner was lent, gives it fresh poisoned
-outputs there, has the runner make the call, and returns copies of the outputs. A kernel that
-faults takes the runner down, never the caller (its CUDA context, its tensors).
+A Remote holds a variant's runner, and kernel() makes it what the checks (measure.correctness,
+measure.gradients) call as they call a Kernel: each call copies its inputs into an arena the
+runner was lent, gives it fresh poisoned outputs there, has the runner make the call, and returns
+copies of the outputs. A kernel that faults takes the runner down, never the caller (its CUDA
+context, its tensors); the next call starts another. isolated(op, variant) does it all for a
+variant by name, source, Kernel, callable or extension.
 """
 from __future__ import annotations
 
@@ -28,9 +30,8 @@ import time
 import torch
 
 from .. import config, dtypes as dtypes_
-from ..errors import IsolatedRunError, WorkbenchError
+from ..errors import IsolatedRunError
 from ..model import registry
-from ..model.opspec import as_tuple
 from .memory import Arena
 from .sandbox import Sandbox
 
@@ -52,7 +53,8 @@ class DeviceLost(IsolatedRunError):
 
 
 class Runner:
-    """One runner process (argv), wrapped by `wrap` (a sandbox's command, a tool's prefix)."""
+    """One runner process (argv, then its socket's descriptor), in `sandbox` if given, behind
+    `prefix` (a tool: ncu, compute-sanitizer; a time limit)."""
 
     def __init__(self, argv: list[str], *, label: str, sandbox: Sandbox | None = None, prefix=(),
                  env: dict | None = None):
