@@ -50,6 +50,16 @@ inline int forward_rows(const WbBiasGeluForward* a, const WbLaunch* l, int64_t r
   return wb_launch_status();
 }
 
+// One float per thread for every tensor, aligned or not (the cheats that must not use float4).
+inline int forward_one_float(const WbBiasGeluForward* a, const WbLaunch* l) {
+  if (a->dtype != WB_FLOAT32) return WB_ERR_DTYPE;
+  const int64_t n = a->rows * a->cols;
+  if (n == 0) return WB_OK;
+  forward_scalar<<<wb_ceil_div(n, kBlock), kBlock, 0, static_cast<cudaStream_t>(l->stream)>>>(
+      static_cast<const float*>(a->x), static_cast<const float*>(a->bias), static_cast<float*>(a->y), n, a->cols);
+  return wb_launch_status();
+}
+
 __global__ void backward_dx(const float* __restrict__ dy, const float* __restrict__ x, const float* __restrict__ bias,
                             float* __restrict__ dx, int64_t n, int64_t cols) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
