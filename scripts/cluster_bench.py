@@ -60,9 +60,10 @@ from workbench.measure.bench_rows import baselines_of  # noqa: E402
 from workbench.model import registry  # noqa: E402
 
 # Priors that size the first units, replaced by what the units measure: one process on an H100 took about
-# 4 s a group of the GPU sweep, torch.compile included (results/bench.jsonl, 82d44e2's sweep of each op); a
-# submission's grading on a GPU is a guess; START_S: Ray's workers started (torch, CUDA) and ready.
-GROUP_S, SUBMISSION_S, START_S, WARM = 4.0, 20.0, 45.0, 0.7
+# 4 s a group of the GPU sweep, torch.compile included (results/bench.jsonl, 82d44e2's sweep of each op);
+# judge_cases' 21 files took 17 s each on the H200 (results/judge/53fb502-h200); WARM: a warm group's share
+# of a cold one's time (a guess); START_S: Ray's workers started (torch, CUDA) and ready.
+GROUP_S, SUBMISSION_S, START_S, WARM = 4.0, 17.0, 45.0, 0.7
 CELL = ("op", "variant", "kind", "dtype", "shape", "direction")
 
 
