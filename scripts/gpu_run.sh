@@ -15,6 +15,7 @@
 #   [small_sizes_{build,tests}.log small_sizes.{jsonl,log}: CUDA graph capture of every variant, reduce_sum at 2^20]
 #   [call_path_{build,tests}.log call_path.{jsonl,log}: a call's host cost, native against the workbench, with verdicts]
 #   [rows_{build,tests}.log rows.{jsonl,log}: softmax and l2_normalize at 8192^2 against eager and compile, with verdicts]
+#   [ray44.log cluster.json cluster_table.txt cluster_rows.jsonl.gz: Ray sweeps and grading on several GPUs (issue 44)]
 # Usage (device tool):  bash scripts/gpu_run.sh            # everything but the notebooks
 #                       STEPS="tests" CHUNK=1 bash scripts/gpu_run.sh    # chunk 1 of 4 (CHUNKS=4); then 2, 3, 4
 #                       python3 scripts/gpu_summary.py OUT1 OUT2 ...     # adds up the chunks of several calls
@@ -23,6 +24,7 @@
 #                       STEPS=small_sizes bash scripts/gpu_run.sh          # issue 26 items 5-6 (graphs, reduce_sum 2^20)
 #                       STEPS=call_path bash scripts/gpu_run.sh            # issue 26 items 1-3 (a call's host cost)
 #                       STEPS=rows bash scripts/gpu_run.sh                 # issue 40 item 4 (the row family)
+#                       STEPS="ray_carry ray_prep ray_sweep ray_grade" bash scripts/gpu_run.sh   # issue 44, call after call
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/artifacts/gpu}
@@ -365,6 +367,38 @@ PY
         tests/test_call_path.py 2>&1 | tee "$OUT/call_path_tests.log"
       timeout 240 python3 scripts/call_overhead.py --device cuda --out "$OUT/call_path.jsonl" 2>&1 \
         | grep -v "^\[workbench\]" | tee "$OUT/call_path.log" ;;
+    ray_carry|ray_prep|ray_sweep|ray_grade)  # issue 44 on a machine with several GPUs, the same STEPS="ray_carry ray_prep
+      # ray_sweep ray_grade" call after call to one held machine (README, "Beyond one GPU (Ray)"). ray_carry keeps the
+      # part of Ray this call carries (.raycarry/K, made here by `bash scripts/carry_ray.sh pack`) under /tmp and
+      # installs Ray into /tmp/site once every part came; ray_prep (once) builds every CUDA variant in parallel and
+      # starts one Ray worker per GPU, each naming its GPU; ray_sweep and ray_grade go on with scripts/cluster_bench.py's
+      # units where the last call stopped (/tmp/ray44, else a carried .raycarry/resume.json: an earlier machine's
+      # cluster.json) until RAY_CALL_S (550 s) of this call are spent, then print the table.
+      # $OUT/ray44.log cluster.json cluster_table.txt cluster_rows.jsonl.gz
+      : "${RAY_DEADLINE:=$(( $(date +%s) - SECONDS + ${RAY_CALL_S:-550} ))}"
+      if [ "$step" = ray_carry ]; then
+        bash scripts/carry_ray.sh install 2>&1 | tee -a "$OUT/ray44.log"
+        continue
+      fi
+      if ! [ -d /tmp/site/ray ]; then
+        echo "$step: Ray is not installed yet (ray_carry, carrying .raycarry/K)" | tee -a "$OUT/ray44.log"
+        continue
+      fi
+      export PYTHONPATH="$PYTHONPATH:/tmp/site" RAY_memory_monitor_refresh_ms=0
+      if [ "$step" = ray_prep ]; then
+        [ -f /tmp/ray44/prep.done ] && { echo "ray_prep: done in an earlier call"; continue; }
+        python3 -c "from workbench.model import registry
+for op in registry.ops():
+    print(*[f'{op} {v.name}' for v in registry.variants(op) if v.runs_on('cuda') and not v.python], sep='\n')" \
+          | timeout 400 xargs -P "${JOBS:-16}" -n 2 python3 -m workbench build 2>&1 | tee -a "$OUT/ray44.log" | tail -3
+        timeout 150 python3 scripts/cluster_bench.py workers 2>&1 | tee -a "$OUT/ray44.log" \
+          && mkdir -p /tmp/ray44 && touch /tmp/ray44/prep.done
+        continue
+      fi
+      left=$(( RAY_DEADLINE - $(date +%s) + 25 ))   # past the deadline: the script only prints the table
+      timeout -k 10 $(( left > 30 ? left : 30 )) python3 scripts/cluster_bench.py "${step#ray_}" \
+        --deadline-at "$RAY_DEADLINE" --call-s "${RAY_CALL_S:-550}" --out "$OUT" --resume .raycarry/resume.json ${RAY_ARGS:-} \
+        2>&1 | tee -a "$OUT/ray44.log" ;;
     *) echo "unknown step $step" ;;
   esac
 done

@@ -8,9 +8,16 @@ descriptions Ray gives, which is all they are built from."""
 from __future__ import annotations
 
 import csv
+import gzip
+import importlib.util
+import json
+import os
 import pathlib
+import shutil
+import socket
 import subprocess
 import sys
+import zipfile
 
 import pytest
 from conftest import REPO_ROOT, _child_env, describe
@@ -235,6 +242,135 @@ def test_without_ray_the_error_says_how_to_install_it_and_the_one_process_path_n
                           text=True, timeout=120)
     assert proc.returncode == 0, describe(proc)
     assert 'pip install "ray[default]"' in proc.stdout and "kernel-workbench[ray]" in proc.stdout, describe(proc)
+
+
+def _cluster_bench():
+    spec = importlib.util.spec_from_file_location("cluster_bench", REPO_ROOT / "scripts" / "cluster_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fake_wheel(folder: pathlib.Path, name: str, blob: int) -> pathlib.Path:
+    """A wheel of package `name` holding `blob` random (incompressible) bytes."""
+    path = folder / f"{name}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr(f"{name}/__init__.py", "VALUE = 42\n")
+        z.writestr(f"{name}/blob.bin", os.urandom(blob))
+        z.writestr(f"{name}-1.0.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        z.writestr(f"{name}-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{name}-1.0.dist-info/RECORD", "")
+    return path
+
+
+def test_ray_travels_in_parts_one_call_each_and_installs_once_all_came(tmp_path):
+    """scripts/carry_ray.sh: pack splits the big wheel into parts, one folder per call (the small wheels in
+    the last), ignored by git; install, one call at a time on a machine that keeps /tmp, keeps each part,
+    says what is still to come (exit 3), joins, checks and installs once all came; repeating is harmless
+    and a part whose sha256 is wrong is refused, named."""
+    here = tmp_path / "here"
+    (here / "scripts").mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "scripts" / "carry_ray.sh", here / "scripts")
+    subprocess.run(["git", "init", "-q", str(here)], check=True)
+    big, small = _fake_wheel(tmp_path, "fakeray", 2_500_000), _fake_wheel(tmp_path, "fakedep", 1000)
+    env = dict(os.environ, WHEELS=f"{big} {small}", PART_MB="1", PYTHON=sys.executable,
+               STORE=str(tmp_path / "store"), SITE=str(tmp_path / "site"))
+    run = lambda where, *args: subprocess.run(["bash", str(where / "scripts" / "carry_ray.sh"), *args], env=env,  # noqa: E731
+                                              capture_output=True, text=True, timeout=120)
+    packed = run(here, "pack")
+    assert packed.returncode == 0, describe(packed)
+    folders = sorted((here / ".raycarry").iterdir())
+    assert [f.name for f in folders] == ["1", "2", "3"], describe(packed)
+    assert (folders[-1] / small.name).exists() and all(f.stat().st_size <= 1 << 20 for f in folders[0].iterdir())
+    assert "/.raycarry/" in (here / ".git" / "info" / "exclude").read_text()
+    assert subprocess.run(["git", "-C", str(here), "status", "--porcelain", ".raycarry"], capture_output=True,
+                          text=True).stdout == ""
+    there = tmp_path / "there"  # the device: each call brings the tree and one folder
+    shutil.copytree(here / "scripts", there / "scripts")
+    for k, folder in enumerate(folders, 1):
+        shutil.rmtree(there / ".raycarry", ignore_errors=True)
+        shutil.copytree(folder, there / ".raycarry" / folder.name)
+        got = run(there, "install")
+        if k < len(folders):
+            assert got.returncode == 3 and f".raycarry/{k + 1}" in got.stdout, describe(got)
+    assert got.returncode == 0 and "joined fakeray-1.0-py3-none-any.whl from 3 parts" in got.stdout, describe(got)
+    check = "import fakeray, fakedep; print(fakeray.VALUE, len(open(fakeray.__file__[:-11] + 'blob.bin', 'rb').read()))"
+    assert subprocess.run([sys.executable, "-c", check], env=dict(env, PYTHONPATH=env["SITE"]), capture_output=True,
+                          text=True).stdout.split() == ["42", "2500000"]
+    shutil.rmtree(there / ".raycarry")
+    again = run(there, "install")  # a later call carrying nothing
+    assert again.returncode == 0 and "installed already" in again.stdout, describe(again)
+    bad = bytearray((folders[0] / f"{big.name}.part-00").read_bytes())
+    bad[100] ^= 1
+    shutil.copytree(folders[0], there / ".raycarry" / "1")
+    (there / ".raycarry" / "1" / f"{big.name}.part-00").write_bytes(bytes(bad))
+    refused = subprocess.run(["bash", str(there / "scripts" / "carry_ray.sh"), "install"], capture_output=True, text=True,
+                             env=dict(env, STORE=str(tmp_path / "store2")), timeout=60)
+    assert refused.returncode == 1 and f"{big.name}.part-00 has sha256" in refused.stderr, describe(refused)
+
+
+def test_cluster_bench_sweep_kills_a_worker_and_compares_the_pair(ray, tmp_path, capsys):
+    """scripts/cluster_bench.py sweep on the two CPU workers: the cold unit, a worker killed by pid as it
+    takes its second group once half are handed out, that group retried once on the other, its earlier
+    rows kept, none lost; the pair (one process, then Ray) with the same cells and verdicts; figures with
+    provenance under --out; the same command again does nothing more; other settings are refused."""
+    bench = _cluster_bench()
+    args = ["sweep", "--device", "cpu", "--ops", "rmsnorm", "--variants", "cpu", "pytorch", "--shapes", "64x1024",
+            "128x256", "--baselines", "eager", "--directions", "fwd", "bwd", "--budget", "0.05", "--kill-delay", "0",
+            "--state", str(tmp_path / "state"), "--out", str(tmp_path / "out")]
+    assert bench.main(args) == 0
+    f = json.loads((tmp_path / "out" / "cluster.json").read_text())
+    (cold,), (pair,) = f["sweep"]["cold"], f["sweep"]["pairs"]
+    kill = cold["kill"]
+    assert kill["job_retried"] and kill["handover"] == 3 and kill["job_rows_from"] != [kill["worker"]], cold
+    assert kill["rows_kept_from_victim"] >= 1 and cold["lost"] == [] and cold["duplicates"] == 0, cold
+    assert pair["compare"]["same_cells"] and pair["compare"]["verdicts_differ"] == [] and pair["cold_same_cells"], pair
+    assert pair["compare"]["rows"] == cold["file_rows"] == 12 and len(pair["compare"]["per_worker"]) == 2, pair
+    t = f["totals"]
+    assert t["sweep"]["ratio"] == pytest.approx(pair["ray_s"] / pair["one_s"]) and t["target_ratio"] == 0.625 and t["done"]
+    ((machine, prov),) = f["machines"].items()
+    assert cold["machine"] == pair["machine"] == machine and prov["commit"] and prov["ray"] == ray.__version__
+    with gzip.open(tmp_path / "out" / "cluster_rows.jsonl.gz", "rt") as z:
+        assert sorted({json.loads(line)["run"] for line in z}) == ["cold", "one", "ray"]
+    printed = capsys.readouterr().out
+    assert "retried once yes" in printed and printed.rstrip().endswith("sweep: done"), printed
+    assert bench.main(args) == 0  # again: nothing left, nothing redone
+    assert json.loads((tmp_path / "out" / "cluster.json").read_text())["sweep"]["pairs"] == [pair]
+    # Another machine (a later session) takes up the figures it came back with.
+    assert bench.main(["table", "--resume", str(tmp_path / "out" / "cluster.json"), "--state", str(tmp_path / "s2")]) == 0
+    assert capsys.readouterr().out.count("retried once yes") == 2
+    with pytest.raises(SystemExit, match="other settings"):
+        bench.main([*args, "--budget", "0.1"])
+
+
+def test_cluster_bench_stops_what_would_not_end_before_the_deadline(ray, tmp_path, capsys):
+    bench = _cluster_bench()
+    assert bench.main(["sweep", "--device", "cpu", "--ops", "rmsnorm", "--state", str(tmp_path),
+                       "--deadline-at", "1", "--call-s", "600"]) == 0
+    printed = capsys.readouterr().out
+    assert "left for the next call: sweep cold rmsnorm" in printed and "sweep: not done: run the same" in printed, printed
+
+
+def test_cluster_bench_grade_identical_verdicts_and_a_worker_killed_mid_grading(ray, tmp_path, monkeypatch, capsys):
+    """scripts/cluster_bench.py grade: a batch through Ray, then serially, the same verdicts; then the worker
+    taking the last submission killed at once: every verdict back, equal to the serial one, that submission
+    graded again on the other worker, as its row says."""
+    bench = _cluster_bench()
+    refused = tmp_path / "refused.cu"  # the checker refuses it before any compiler runs: a quick verdict
+    refused.write_text("// no kernel here\n")
+    monkeypatch.setattr(bench.judge_cases, "cases", lambda: [(2, str(refused), "build")])
+    assert bench.main(["grade", "--device", "cpu", "--submissions", "2", "--kill-delay", "0", "--grade-timeout", "120",
+                       "--state", str(tmp_path / "state"), "--out", str(tmp_path / "out")]) == 0
+    f = json.loads((tmp_path / "out" / "cluster.json").read_text())
+    g, t = f["grade"], f["totals"]["grading"]
+    (batch,) = g["batches"]
+    assert t["graded"] == t["identical"] == 2 and t["statuses"] == {"FAIL": 2} and t["left"] == 0 and t["kill_done"], t
+    assert [r["failure_class"] for r in batch["serial"].values()] == ["build", "build"], batch
+    kill = g["kill"]
+    assert kill["same_as_serial"] and kill["not_graded"] == [] and kill["victim"]["handover"] == 2, kill
+    ((_, where),), pid = kill["graded_again"], kill["victim"]["pid"]
+    assert f"pid {pid}: " in where and where.split(" (graded again")[0] != f"{socket.gethostname()}:{pid}", kill
+    assert capsys.readouterr().out.rstrip().endswith("grading: done")
 
 
 @pytest.mark.gpu

@@ -18,6 +18,8 @@ def spread(address: str, *, device: str | None = None, max_workers: int | None =
         rows = []
 
         def graded(job: Job, row: dict, member) -> None:
+            if job.attempts:  # its first worker died while grading it: graded once more, here
+                row["worker"] += f" (graded again: {'; '.join(job.errors)})"
             rows.append(row)
             if not config.quiet():
                 print(f"[grade] {len(rows)}/{len(jobs)} {row['submission']}: {row['status']}", file=sys.stderr, flush=True)

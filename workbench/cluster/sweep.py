@@ -13,6 +13,7 @@ from .. import config
 from ..measure import results
 from ..measure.bench_result import BenchResult
 from . import plan as plan_
+from . import worker
 from .pool import Job, Pool, connect
 
 
@@ -75,10 +76,8 @@ def run(bench_fn, groups: list, *, cluster: str, device: str, attrs=None, budget
 
         def arrived(job: Job, value: dict, member) -> None:
             group = job.payload
-            w = value["worker"]  # host and GPU (CUDA_VISIBLE_DEVICES as Ray set it), or host and process on a CPU
-            where = f"gpu{w['cuda_visible_devices']}" if w["device"] == "cuda" else f"pid{w['pid']}"
             for row in value["rows"]:  # one run: the sweep's id; each row keeps its own worker's provenance
-                row.update(run_id=run_id, worker=f"{w['host']}:{where}")
+                row.update(run_id=run_id, worker=worker.name(value["worker"]))
             if path is not None:
                 results.append_rows(path, value["rows"])
             got[group.index] = value

@@ -7,6 +7,13 @@ import os
 import socket
 
 
+def name(info: dict) -> str:
+    """How a row names the worker that measured it: host and GPU (CUDA_VISIBLE_DEVICES as Ray set it), or
+    host and process on a CPU."""
+    where = f"gpu{info['cuda_visible_devices']}" if info["device"] == "cuda" else f"pid{info['pid']}"
+    return f"{info['host']}:{where}"
+
+
 class Worker:
     def __init__(self, device: str):
         import torch
