@@ -8,6 +8,7 @@ that names the argument or the file and what to do.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import importlib.util
@@ -24,7 +25,7 @@ import time
 import pytest
 
 from conftest import REPO_ROOT, describe, private_cache, run_cli, run_python
-from workbench.build import cache, locks
+from workbench.build import cache, guard, locks
 from workbench.ship import ndarray_build
 
 NOBODY = 65534
@@ -480,26 +481,57 @@ done
 exec c++ "$@"
 """
 
+# The build process runs again only seconds after its command started (a loaded machine): the
+# compiler is running before the build's next line, and that is when the test kills the build.
+SLOW_AFTER_START = r"""
+import subprocess, sys, time
+_start = subprocess.Popen.__init__
+def _slow(self, args, *a, **k):
+    _start(self, args, *a, **k)
+    if k.get("start_new_session") and "-I" not in args:   # the build's command, not its watchdog
+        time.sleep(3)
+subprocess.Popen.__init__ = _slow
+"""
 BUILD_FOREVER = {
-    "numpy": r"""
-import pathlib, sys
+    "numpy": SLOW_AFTER_START + r"""
+import pathlib
 from workbench.ship import ndarray_build
 src = pathlib.Path(sys.argv[1])
 ndarray_build.build_host_library("ndarray-probe/hang", "ndarray-probe", src, [])
 """,
-    "torch": r"""
-import sys, workbench as wb
+    "torch": SLOW_AFTER_START + r"""
+import workbench as wb
 wb.load_source("bias_gelu", sys.argv[1], name="hang_probe")
 """,
 }
 
 
-def _alive(pid: int) -> bool:
+def _status(pid: int) -> dict | None:
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[1][0] != "Z"
+        text = pathlib.Path(f"/proc/{pid}/status").read_text()
     except OSError:
-        return False
+        return None
+    return dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
+
+
+def _alive(pid: int) -> bool:
+    status = _status(pid)
+    return status is not None and not status["State"].startswith(("Z", "X"))
+
+
+def _killed(pid: int) -> bool:
+    """Gone, a zombie, or with SIGKILL pending: what kill -9 has done, however busy the machine."""
+    status = _status(pid)
+    return not _alive(pid) or any(int(status[k], 16) >> (signal.SIGKILL - 1) & 1 for k in ("SigPnd", "ShdPnd"))
+
+
+def _watchdog_of(parent: int) -> int:
+    for d in pathlib.Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            stat = (d / "stat").read_text()
+            if int(stat[stat.rindex(")") + 2:].split()[1]) == parent and b"kill_session" in (d / "cmdline").read_bytes():
+                return int(d.name)
+    raise AssertionError(f"the build (pid {parent}) has no watchdog")
 
 
 @pytest.mark.parametrize("front_end", ["numpy", "torch"])
@@ -526,17 +558,47 @@ def test_killed_build_takes_its_process_group_with_it(cpu_kernel, cpu_source_tex
             time.sleep(0.1)
         compiler = int(pidfile.read_text())
         assert _alive(compiler)
+        watchdog = _watchdog_of(child.pid)
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
-        deadline = time.monotonic() + 60  # the watchdog is a fresh interpreter: slow to start on a loaded 2-core machine
-        while _alive(compiler) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not _alive(compiler), f"the compiler (pid {compiler}) outlived the killed build"
+        # The event: the watchdog ends (its pipe closed with the build); by then it has killed the session.
+        deadline = time.monotonic() + 600
+        while _alive(watchdog):
+            assert time.monotonic() < deadline, f"the watchdog (pid {watchdog}) never ended"
+            time.sleep(0.05)
+        assert _killed(compiler), f"the compiler (pid {compiler}) outlived the killed build"
     finally:
         if child.poll() is None:
             child.kill()
         if pidfile.exists() and pidfile.read_text().strip() and _alive(int(pidfile.read_text())):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+def test_own_clock_counts_cpu_time_for_a_spinning_child_and_wall_time_for_a_sleeping_one(tmp_path):
+    """A child's time limit (guard.own_clock) does not depend on how busy the machine is: a child
+    that spins on a CPU it shares with three others is charged its CPU time, not the wall time;
+    one that sleeps is charged the wall time."""
+    def start(code):
+        p = subprocess.Popen([sys.executable, "-c", f"print('ready', flush=True)\n{code}"], stdout=subprocess.PIPE)
+        assert p.stdout.readline() == b"ready\n"
+        return p
+
+    procs = [start("while True: pass") for _ in range(4)] + [start("import time; time.sleep(60)")]
+    try:
+        cpu = min(os.sched_getaffinity(0))
+        for p in procs[:4]:
+            os.sched_setaffinity(p.pid, {cpu})          # four spinners on one CPU: each gets a quarter
+        spinner, sleeper = (guard.own_clock(p.pid) for p in (procs[0], procs[4]))
+        on_cpu = lambda: int(pathlib.Path(f"/proc/{procs[0].pid}/schedstat").read_text().split()[0]) / 1e9  # noqa: E731
+        cpu0, t0 = on_cpu(), time.monotonic()
+        time.sleep(2)
+        wall, spun, slept, cpu_s = time.monotonic() - t0, spinner(), sleeper(), on_cpu() - cpu0
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert spun < 0.6 * wall and abs(spun - cpu_s) < 0.15, (spun, cpu_s, wall)
+    assert 0.9 * wall < slept <= wall + 0.05, (slept, wall)
 
 
 # ------------------------------------------------------------------ a warm hit stays fast
