@@ -165,7 +165,7 @@ def test_record_naming_a_library_outside_its_folder_is_not_loaded(cpu_kernel, tm
         meta.update(library=name, size=planted.stat().st_size, sha256=_sha(planted))
         (build_dir / "meta.json").write_text(json.dumps(meta))
         lib, _, problem = cache.lookup(build_dir)
-        assert lib is None and "names no library file inside its own folder" in problem, (name, problem)
+        assert lib is None and "library must be a file name (no '/'" in problem, (name, problem)
 
 
 def test_library_that_is_a_link_or_writable_by_others_is_not_loaded(cpu_kernel, tmp_path, monkeypatch):
@@ -342,7 +342,7 @@ def test_record_that_is_not_an_object_is_rebuilt_not_a_type_error(cpu_kernel, tm
     for text in ("[]", "null", "3", '"library"'):
         (build_dir / "meta.json").write_text(text)
         lib, meta, problem = cache.lookup(build_dir)
-        assert lib is None and "is not a JSON object" in problem and str(build_dir / "meta.json") in problem
+        assert lib is None and f"{build_dir / 'meta.json'}: the whole file must be a JSON object" in problem
 
 
 def test_truncated_library_with_a_matching_record_is_rebuilt_not_a_sigbus(cpu_kernel, tmp_path):
@@ -662,7 +662,7 @@ def test_shared_cache_is_used_only_through_a_manifest_the_user_trusts(cpu_kernel
     assert proc.returncode == 0, describe(proc)
     assert not marker.exists(), "a library changed in the shared cache ran"
     assert json.loads(proc.stdout.strip().splitlines()[-1])["built"] is True
-    assert "does not match the sha256 your manifest trusts" in proc.stderr, proc.stderr
+    assert "is unusable" in proc.stderr and "bytes, not" in proc.stderr, proc.stderr  # the manifest's size
 
     manifest.chmod(0o666)                            # a manifest others can write vouches for nothing
     shutil.rmtree(_cpu_build(mine))                  # (it is read on a miss: a warm hit needs no shared cache)

@@ -34,10 +34,11 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import threading
 import time
 
-from . import nvrtc, store
+from . import nvrtc, schema, store
 
 
 def _folder() -> pathlib.Path:
@@ -81,8 +82,8 @@ def unit_named_by(build_dir: pathlib.Path) -> str | None:
     """The key of the unit a build's record names (an NVRTC tier build's nvrtc_unit), or None: no
     such build, or no readable record."""
     try:
-        return json.loads((build_dir / "meta.json").read_text()).get("nvrtc_unit")
-    except (OSError, ValueError, AttributeError):
+        return schema.load(build_dir / "meta.json", schema.RECORD).get("nvrtc_unit")
+    except schema.RecordError:
         return None
 
 
@@ -91,22 +92,31 @@ def unit(key: str) -> Unit:
     if key not in _units:
         path = _folder() / f"{key}.json"
         try:
-            _units[key] = Unit(**json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError) as e:
+            _units[key] = _read_unit(key)
+        except schema.RecordError as e:
             raise KernelCompileError(f"the NVRTC unit {path} cannot be read ({e}); rebuild the variant "
                                      f"(`python -m workbench clean` removes its build)") from None
     return _units[key]
 
 
+def _read_unit(key: str) -> Unit:
+    """The stored unit of that key, checked (schema.UNIT, its key its file's name): RecordError else."""
+    path = _folder() / f"{key}.json"
+    data = schema.load(path, schema.UNIT)
+    if data["key"] != key:
+        raise schema.RecordError(f"{path}: key must be its file's name {key!r}, not {data['key']!r}")
+    return Unit(**{f.name: data[f.name] for f in dataclasses.fields(Unit)})
+
+
 def unit_files(key: str) -> list[pathlib.Path]:
-    """Every file of a unit in nvrtc-kernels/ (its kernels' records and cubins, then the unit itself),
-    for `python -m workbench clean`."""
-    folder, files = _folder(), []
+    """Every file of a stored unit in nvrtc-kernels/ (its kernels' records and cubins, then the unit
+    itself), for `python -m workbench clean`; none for a file that is not a unit of the workbench's."""
     try:
-        u = Unit(**json.loads((folder / f"{key}.json").read_text()))
-    except (OSError, ValueError, TypeError):
-        u = None
-    for name in u.kernels if u else ():
+        u = _read_unit(key)
+    except schema.RecordError:
+        return []
+    folder, files = _folder(), []
+    for name in u.kernels:
         done = compiled(u, name)
         files += [folder / f"{u.kernel_key(name)}.name", folder / f"{u.kernel_key(name)}.log"] + ([done[0]] if done else [])
     return files + [folder / f"{key}.json"]
@@ -123,7 +133,7 @@ def compiled(u: Unit, name: str) -> tuple[pathlib.Path, str] | None:
         cubin, lowered = (_folder() / f"{u.kernel_key(name)}.name").read_text().split("\n", 1)
     except (FileNotFoundError, ValueError):
         return None
-    return _folder() / cubin, lowered
+    return (_folder() / cubin, lowered) if re.fullmatch(r"[0-9a-f]{32}\.cubin", cubin) else None  # ours: never elsewhere
 
 
 def _compile(u: Unit, names: list[str]) -> None:

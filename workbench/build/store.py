@@ -184,7 +184,11 @@ def new_staging_dir(label: str, key: str) -> pathlib.Path:
     d = builds_root() / f".staging-{label.replace('/', '-')}-{key[:12]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     with writing(f"building {label}"):
         os.mkdir(d, 0o700)
-        (d / MARKER).write_text(f"{label}\n{key}\n")
+        try:
+            (d / MARKER).write_text(f"{label}\n{key}\n")
+        except BaseException:  # a full disk: no folder is left without its marker
+            discard(d)
+            raise
     return d
 
 
