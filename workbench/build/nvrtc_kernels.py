@@ -149,9 +149,7 @@ def _compile(u: Unit, names: list[str]) -> None:
         first = next((ln for ln in lines if "error" in ln.lower()), lines[0])  # not a warning before it
         raise KernelCompileError(f"{u.label}: NVRTC could not compile {which}: {first.strip()}") from None
     name = hashlib.sha256("\n".join(u.kernel_key(n) for n in names).encode()).hexdigest()[:32] + ".cubin"
-    tmp = _folder() / f".{name}-{os.getpid()}-{threading.get_ident()}"
-    tmp.write_bytes(cubin)
-    os.replace(tmp, _folder() / name)
+    store.write_text(_folder() / name, cubin)
     seconds = time.perf_counter() - start
     for n, expression in zip(names, expressions):
         compile_seconds[(u.key, n)] = seconds
