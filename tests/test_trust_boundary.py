@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from conftest import REPO_ROOT, describe, private_cache, run_cli, run_python
+from conftest import REPO_ROOT, describe, private_cache, run_cli, run_python, wait_for_line
 from workbench.build import cache, guard, locks
 from workbench.ship import ndarray_build
 
@@ -606,13 +606,21 @@ def test_own_clock_counts_cpu_time_for_a_spinning_child_and_wall_time_for_a_slee
 
 # ------------------------------------------------------------------ a warm hit stays fast
 
-def test_warm_hit_checks_cost_little(cpu_kernel, run_python):
-    code = ("import time, torch\nt0 = time.perf_counter()\nimport workbench as wb\nwb.load('bias_gelu', 'cpu')\n"
-            "print(time.perf_counter() - t0)")
-    run_python(code)
-    proc = run_python(code)
-    assert proc.returncode == 0, describe(proc)
-    assert float(proc.stdout.strip().splitlines()[-1]) < 0.3 * 4, proc.stdout  # 0.3 s on the H100; 2 slow cores here
+def test_warm_hit_checks_cost_little(cpu_kernel, spawn_python):
+    """Importing the workbench and a warm load (the record, size, sha256, ELF and dependency checks)
+    in a fresh process, timed in that child's own time (guard.own_clock: the time it waited for a
+    CPU is not counted), so a busy machine does not fail it."""
+    code = ("import sys, torch\nprint('ready', flush=True)\nsys.stdin.readline()\nimport workbench as wb\n"
+            "wb.load('bias_gelu', 'cpu')\nprint('done', flush=True)\n")
+    for _ in range(2):  # the first warms the file cache
+        child = spawn_python(code)
+        wait_for_line(child, "ready")
+        clock = guard.own_clock(child.pid)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        wait_for_line(child, "done")
+        took = clock()
+    assert took < 0.3 * 4, took  # 0.3 s of wall time on the H100's host; 2 slow cores here
 
 
 # ------------------------------------------------------------------ a shared read-only cache, by explicit opt-in
