@@ -142,27 +142,11 @@ def test_clean_refuses_another_users_home_as_cache(tmp_path, monkeypatch):
 
 # --- issue 45: what is not its own stays, bad limits are named -----------------------------------
 
-def _unit(folder, outside):
-    """An NVRTC unit of the workbench's, an hour old and named by no build: one kernel's record names
-    its cubin in the folder, the other's names a file outside the cache."""
+def test_clean_removes_only_nvrtc_units_of_its_own_and_names_each_file(tmp_path, monkeypatch):
     from dataclasses import asdict
 
     from workbench.build.nvrtc_kernels import Unit
 
-    u = Unit("0123456789abcdef" * 2, "vector_add/probe", "probe.cu", {"probe.cu": "..."}, ["-arch=sm_90"],
-             {"_Z2inv": "&in", "_Z3outv": "&out"})
-    cubin = folder / ("fe" * 16 + ".cubin")
-    cubin.write_bytes(b"cubin")
-    (folder / f"{u.kernel_key('_Z2inv')}.name").write_text(f"{cubin.name}\n_Z2inv")
-    (folder / f"{u.kernel_key('_Z3outv')}.name").write_text(f"{outside}\n_Z3outv")
-    for name in u.kernels:
-        (folder / f"{u.kernel_key(name)}.log").write_text("ptxas")
-    (folder / f"{u.key}.json").write_text(json.dumps(asdict(u)))
-    return [folder / f"{u.kernel_key(n)}.{ext}" for n in u.kernels for ext in ("name", "log")] + [cubin,
-                                                                                                 folder / f"{u.key}.json"]
-
-
-def test_clean_removes_only_nvrtc_units_of_its_own_and_names_each_file(tmp_path, monkeypatch):
     root = tmp_path / "cache"
     folder = root / "nvrtc-kernels"
     folder.mkdir(parents=True, mode=0o700)
@@ -172,7 +156,13 @@ def test_clean_removes_only_nvrtc_units_of_its_own_and_names_each_file(tmp_path,
     victim.parent.mkdir()
     victim.write_text("not the cache's")
     (folder / "my_notes.json").write_text('{"mine": true}')         # the user's, in the cache's folder
-    ours = _unit(folder, victim)
+    # A unit of the workbench's, an hour old and named by no build, whose kernel's record names a
+    # file outside the cache.
+    u = Unit("0123456789abcdef" * 2, "vector_add/probe", "probe.cu", {"probe.cu": "..."}, ["-arch=sm_90"],
+             {"_Z3outv": "&out"})
+    ours = [folder / f"{u.kernel_key('_Z3outv')}.name", folder / f"{u.key}.json"]
+    ours[0].write_text(f"{victim}\n_Z3outv")
+    ours[1].write_text(json.dumps(asdict(u)))
     old = time.time() - 7200
     for p in [*folder.iterdir()]:
         os.utime(p, (old, old))
