@@ -335,7 +335,7 @@ def _corrupt(build_dir: pathlib.Path, how: str) -> str:
         return "is missing"
     if how == "bad-record":
         (build_dir / "meta.json").write_text("{ not json")
-        return "unreadable build record"
+        return "damaged build record"
     raise ValueError(how)
 
 

@@ -3,6 +3,7 @@ what carries the workbench's build record is removed, links are never followed, 
 the filesystem root is refused as a cache (issue 24)."""
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -107,7 +108,7 @@ def test_clean_all_removes_only_builds_and_never_follows_links(cpu_kernel, tmp_p
     for b in builds:
         assert f"removed: {root / 'builds' / b}" in proc.stdout, proc.stdout
     assert f"removed: {trashed}" in proc.stdout
-    assert "removed 4 builds" in proc.stdout
+    assert "removed 4 builds and files" in proc.stdout
     assert f"left alone (a symbolic link (never followed)): {root / 'builds' / 'link-to-precious'}" in proc.stdout
     assert f"left alone (carries no workbench build record): {root / 'builds' / 'my_notes'}" in proc.stdout
     assert f"left alone (carries no workbench build record): {root / 'trash' / 'user-stuff'}" in proc.stdout
@@ -137,3 +138,47 @@ def test_clean_refuses_another_users_home_as_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_CACHE", ([d for d in others if d.startswith("/home/")] or others)[0])
     with pytest.raises(cache.CacheError, match="is a home folder"):
         cache.clean(everything=True)
+
+
+# --- issue 45: what is not its own stays, bad limits are named -----------------------------------
+
+def test_clean_removes_only_nvrtc_units_of_its_own_and_names_each_file(tmp_path, monkeypatch):
+    from dataclasses import asdict
+
+    from workbench.build.nvrtc_kernels import Unit
+
+    root = tmp_path / "cache"
+    folder = root / "nvrtc-kernels"
+    folder.mkdir(parents=True, mode=0o700)
+    root.chmod(0o700)
+    monkeypatch.setenv("WORKBENCH_CACHE", str(root))
+    victim = tmp_path / "outside" / "victim.cubin"
+    victim.parent.mkdir()
+    victim.write_text("not the cache's")
+    (folder / "my_notes.json").write_text('{"mine": true}')         # the user's, in the cache's folder
+    # A unit of the workbench's, an hour old and named by no build, whose kernel's record names a
+    # file outside the cache.
+    u = Unit("0123456789abcdef" * 2, "vector_add/probe", "probe.cu", {"probe.cu": "..."}, ["-arch=sm_90"],
+             {"_Z3outv": "&out"})
+    ours = [folder / f"{u.kernel_key('_Z3outv')}.name", folder / f"{u.key}.json"]
+    ours[0].write_text(f"{victim}\n_Z3outv")
+    ours[1].write_text(json.dumps(asdict(u)))
+    old = time.time() - 7200
+    for p in [*folder.iterdir()]:
+        os.utime(p, (old, old))
+    res = cache.clean(everything=True)
+    assert victim.read_text() == "not the cache's" and (folder / "my_notes.json").exists()
+    assert sorted(res["removed"]) == sorted(map(str, ours)) and not any(p.exists() for p in ours)
+
+
+@pytest.mark.parametrize("option, value", [("--older-than", "-1"), ("--max-size", "-5"), ("--max-size", "nan"),
+                                           ("--older-than", "inf"), ("--max-size", "lots")])
+def test_clean_refuses_a_negative_or_nan_limit_naming_the_option(cpu_kernel, tmp_path, option, value):
+    root = private_cache(tmp_path / "cache")
+    builds = sorted((root / "builds").iterdir())
+    proc = run_cli("clean", option, value, env_extra={"WORKBENCH_CACHE": root})
+    assert proc.returncode == 2 and f"argument {option}: must be a finite number >= 0; got '{value}'" in proc.stderr, \
+        proc.stderr
+    assert sorted((root / "builds").iterdir()) == builds
+    with pytest.raises(ValueError, match=r"clean: older_than_s must be a finite number >= 0; got -1"):
+        cache.clean(older_than_s=-1)

@@ -417,6 +417,19 @@ def test_arrays_in_the_other_byte_order_are_refused_and_named(cpu, which):
     np.testing.assert_array_equal(f(fixed["a"], fixed["b"]), a + b)
 
 
+@pytest.mark.parametrize("which", ["a", "b", "c"])
+def test_a_masked_array_is_refused_not_its_mask_dropped(cpu, which):
+    f = cpu["vector_add"]
+    arrays = {k: np.arange(8, dtype=np.float32) + i for i, k in enumerate("abc")}
+    arrays[which] = np.ma.masked_array(arrays[which], mask=np.arange(8) % 2 == 0)
+    name = which if which != "c" else "c (an output)"
+    with pytest.raises(TypeError, match=rf"vector_add/cpu: {re.escape(name)} is a masked array \(numpy\.ma\); the kernels "
+                                        rf"read every element and would ignore its mask: pass {which}\.filled\(value\)"):
+        f(arrays["a"], arrays["b"], arrays["c"])
+    filled = {k: v.filled(0) if np.ma.isMaskedArray(v) else v for k, v in arrays.items()}
+    np.testing.assert_array_equal(f(filled["a"], filled["b"]), filled["a"] + filled["b"])
+
+
 def test_an_output_that_overlaps_an_input_is_refused_naming_both():
     try:
         f = wbn.load("matmul", "cpu")

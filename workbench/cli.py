@@ -273,12 +273,24 @@ def cmd_clean(args) -> int:
         return 1
     for d in res["removed"]:
         print(f"removed: {d}")
-    print(f"removed {len(res['removed'])} builds ({res['freed_bytes'] / 2**20:.1f} MiB) from {config.cache_dir()}")
+    print(f"removed {len(res['removed'])} builds and files ({res['freed_bytes'] / 2**20:.1f} MiB) from "
+          f"{config.cache_dir()}")
     for d in res["in_use"]:
         print(f"kept (in use by a running process): {d}")
     for d, why in res["skipped"]:
         print(f"left alone ({why}): {d}")
     return 0
+
+
+def _amount(text: str) -> float:
+    """A finite number >= 0: clean's --older-than DAYS and --max-size GB."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0; got {text!r}")
+    return value
 
 
 def cmd_exercise_list(args) -> int:
@@ -405,8 +417,8 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("clean", help="remove cached builds (only folders with a workbench build record, never one "
                                      "in use, never through a link); prints each one removed")
     s.add_argument("--all", action="store_true")
-    s.add_argument("--older-than", type=float, metavar="DAYS")
-    s.add_argument("--max-size", type=float, metavar="GB")
+    s.add_argument("--older-than", type=_amount, metavar="DAYS")
+    s.add_argument("--max-size", type=_amount, metavar="GB")
     s.set_defaults(fn=cmd_clean)
 
     s = sub.add_parser("export", help="write an op and some of its C++ variants as a self-contained PyTorch "

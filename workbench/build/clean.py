@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import contextlib
-import json
+import math
 import os
 import pathlib
 import stat
 import time
 
 from .. import config
-from . import nvrtc_kernels
+from . import nvrtc_kernels, schema
 from .locks import in_use
 from .store import MARKER, builds_root, check_root_location, discard
 
@@ -43,13 +43,10 @@ def workbench_build(d: pathlib.Path) -> str | None:
         if stat.S_ISREG(os.lstat(d / MARKER).st_mode):
             return None
     try:
-        if stat.S_ISREG(os.lstat(d / "meta.json").st_mode):
-            meta = json.loads((d / "meta.json").read_text())
-            if isinstance(meta, dict) and {"key", "label", "sha256", "library"} <= set(meta):
-                return None
-    except (OSError, ValueError):
-        pass
-    return "carries no workbench build record"
+        schema.load(d / "meta.json", schema.RECORD)
+        return None
+    except schema.RecordError:
+        return "carries no workbench build record"
 
 
 def clean(*, older_than_s: float | None = None, max_bytes: int | None = None, everything: bool = False) -> dict:
@@ -58,6 +55,9 @@ def clean(*, older_than_s: float | None = None, max_bytes: int | None = None, ev
     (or the marker) the workbench wrote are touched, links are never followed, and a build that
     some process has loaded is never removed. Refuses a cache root that is the filesystem root or
     a home folder. Returns what was removed, kept in use, and left alone (with why)."""
+    for name, value in (("older_than_s", older_than_s), ("max_bytes", max_bytes)):
+        if value is not None and not 0 <= value < math.inf:
+            raise ValueError(f"clean: {name} must be a finite number >= 0; got {value!r}")
     check_root_location(config.cache_dir(), all_users=True)
     removed, kept_in_use, skipped, freed = [], [], [], 0
     if not config.cache_dir().exists():
@@ -111,7 +111,9 @@ def clean(*, older_than_s: float | None = None, max_bytes: int | None = None, ev
 
 def _unnamed_nvrtc_units(root: pathlib.Path, now: float, removed: list) -> int:
     """Remove the NVRTC tier's kernels (build/nvrtc_kernels.py) of units that no build left in the cache
-    names, an hour old at least (a build being made saves its unit before it publishes). Bytes freed."""
+    names, an hour old at least (a build being made saves its unit before it publishes): only a unit
+    file the workbench wrote (schema.UNIT, named by its key) and the files it names in its own
+    folder, each listed in `removed`. Bytes freed."""
     folder = config.cache_dir() / "nvrtc-kernels"
     if not folder.is_dir() or folder.is_symlink():
         return 0
@@ -124,5 +126,5 @@ def _unnamed_nvrtc_units(root: pathlib.Path, now: float, removed: list) -> int:
             with contextlib.suppress(FileNotFoundError):
                 freed += os.lstat(path).st_size
                 path.unlink()
-        removed.append(str(unit))
+                removed.append(str(path))
     return freed

@@ -3,7 +3,8 @@
 A build's processes (ninja and the compilers it starts, or one compiler) run in a session of their
 own, watched by a small process that kills the whole session if this process dies, even by
 kill -9, or is interrupted: no ninja, nvcc or cc1plus outlives the build that started it. Also the
-capture of everything a build prints (Python's streams and file descriptors 1 and 2) into its log.
+capture of everything a build prints (Python's streams and file descriptors 1 and 2) into its log,
+and own_clock: a child's time for a limit that the machine's load does not eat.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pathlib
 import subprocess
 import sys
 import threading
+import time
 
 
 @contextlib.contextmanager
@@ -96,24 +98,26 @@ _WATCHDOG = _KILL_SESSION + ("import sys\n"
                              "rest = f.read()\n"
                              "if sid > 1 and not rest.startswith(b'done'):\n"
                              "    kill_session(sid)\n")
+# The command starts as a shell, the leader of its new session, that tells the watchdog the session
+# (its pid, written to the watchdog's pipe: its standard input) before it becomes the command, whose
+# input is /dev/null: the watchdog knows the session before anything runs in it, even if this
+# process is killed at once (telling it after Popen returned left a moment when a kill leaked it).
+_TELL_WATCHDOG = 'echo $$ >&0 && exec "$@" </dev/null'
 
 
-def run_guarded(cmd, *, check: bool = False, input=None, timeout=None, **kwargs) -> subprocess.CompletedProcess:
-    """subprocess.run for a build command, in a session of its own that is killed with everything
-    in it when this process dies (a watchdog sees its pipe close), when the wait is interrupted
-    (Ctrl-C), or on timeout."""
+def run_guarded(cmd, *, check: bool = False, timeout=None, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run for a build command (its input: /dev/null), in a session of its own that is
+    killed with everything in it when this process dies (a watchdog sees its pipe close), when the
+    wait is interrupted (Ctrl-C), or on timeout."""
     watch = subprocess.Popen([sys.executable, "-I", "-S", "-c", _WATCHDOG], stdin=subprocess.PIPE,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                              close_fds=True)
-    if input is not None:
-        kwargs["stdin"] = subprocess.PIPE
     done = False
     try:
-        proc = subprocess.Popen(cmd, start_new_session=True, **kwargs)
-        watch.stdin.write(f"{proc.pid}\n".encode())
-        watch.stdin.flush()
+        proc = subprocess.Popen(["/bin/sh", "-c", _TELL_WATCHDOG, "sh", *cmd], stdin=watch.stdin,
+                                start_new_session=True, **kwargs)
         try:
-            out, err = proc.communicate(input, timeout=timeout)
+            out, err = proc.communicate(timeout=timeout)
         except BaseException:
             kill_session(proc.pid)
             proc.wait()
@@ -128,6 +132,23 @@ def run_guarded(cmd, *, check: bool = False, input=None, timeout=None, **kwargs)
     if check and proc.returncode:
         raise subprocess.CalledProcessError(proc.returncode, cmd, output=out, stderr=err)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def own_clock(pid: int):
+    """A clock for a time limit on process `pid` that the machine's load does not eat: seconds since
+    this call, less those its main thread spent runnable but waiting for a CPU (Linux's
+    /proc/<pid>/schedstat; wall time where there is none). A child that spins uses its limit up in
+    CPU time, one that sleeps or blocks in wall time; the time other processes held it back is not
+    charged to it. It never runs faster than wall time, so a wait of `limit - clock()` seconds never
+    overshoots the limit: check again then."""
+    def waited() -> float:
+        with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/schedstat") as f:
+            last[0] = max(last[0], int(f.read().split()[1]) / 1e9)  # a process that ended keeps its last
+        return last[0]
+
+    last = [0.0]
+    start, base = time.monotonic(), waited()
+    return lambda: time.monotonic() - start - (waited() - base)
 
 
 class _GuardedSubprocess:

@@ -27,7 +27,7 @@ import os
 import pathlib
 import threading
 
-from . import nvrtc, store
+from . import nvrtc, schema, store
 from .keys import tokens
 
 
@@ -80,8 +80,8 @@ def unit_named_by(build_dir: pathlib.Path) -> str | None:
     """The key of the unit a build's record names (an NVRTC tier build's nvrtc_unit), or None: no
     such build, or no readable record."""
     try:
-        return json.loads((build_dir / "meta.json").read_text()).get("nvrtc_unit")
-    except (OSError, ValueError, AttributeError):
+        return schema.load(build_dir / "meta.json", schema.RECORD).get("nvrtc_unit")
+    except schema.RecordError:
         return None
 
 
@@ -90,20 +90,29 @@ def unit(key: str) -> Unit:
     if key not in _units:
         path = _folder() / f"{key}.json"
         try:
-            _units[key] = Unit(**json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError) as e:
+            _units[key] = _read_unit(key)
+        except schema.RecordError as e:
             raise KernelCompileError(f"the NVRTC unit {path} cannot be read ({e}); rebuild the variant "
                                      f"(`python -m workbench clean` removes its build)") from None
     return _units[key]
 
 
+def _read_unit(key: str) -> Unit:
+    """The stored unit of that key, checked (schema.UNIT, its key its file's name): RecordError else."""
+    path = _folder() / f"{key}.json"
+    data = schema.load(path, schema.UNIT)
+    if data["key"] != key:
+        raise schema.RecordError(f"{path}: key must be its file's name {key!r}, not {data['key']!r}")
+    return Unit(**{f.name: data[f.name] for f in dataclasses.fields(Unit)})
+
+
 def unit_files(key: str) -> list[pathlib.Path]:
-    """Every file of a unit in nvrtc-kernels/ (its kernels', then the unit itself), for
-    `python -m workbench clean`."""
+    """Every file of a stored unit in nvrtc-kernels/ (its kernels', then the unit itself), for
+    `python -m workbench clean`; none for a file that is not a unit of the workbench's."""
     try:
-        u = Unit(**json.loads((_folder() / f"{key}.json").read_text()))
-    except (OSError, ValueError, TypeError):
-        return [_folder() / f"{key}.json"]
+        u = _read_unit(key)
+    except schema.RecordError:
+        return []
     return [_folder() / f"{u.kernel_key(n)}{ext}" for n in u.kernels for ext in (".name", ".log", ".cubin")] + [
         _folder() / f"{key}.json"]
 
@@ -131,9 +140,7 @@ def _compile(u: Unit, name: str) -> None:
         lines = e.args[0].strip().splitlines() or ["?"]
         first = next((ln for ln in lines if "error" in ln.lower()), lines[0])  # not a warning before it
         raise KernelCompileError(f"{u.label}: NVRTC could not compile {expression[1:]}: {first.strip()}") from None
-    tmp = stem.with_name(f".{stem.name}-{os.getpid()}-{threading.get_ident()}")
-    tmp.write_bytes(cubin)
-    os.replace(tmp, stem.with_suffix(".cubin"))
+    store.write_text(stem.with_suffix(".cubin"), cubin)
     store.write_text(stem.with_suffix(".log"), f"{expression}\n{log}")
     store.write_text(stem.with_suffix(".name"), lowered[expression])
 

@@ -4,9 +4,10 @@ The record keeps every file the compiler actually read (its depfile: -MD/-MF, nv
 deps log) with its size, mtime and sha256; a hit whose dependencies changed (a header included as
 <...>, through a macro, or found through CPATH) is stale and is rebuilt. A build is published by
 renaming a finished directory into place, so readers see either nothing or a complete build; a
-warm hit checks the library's size and sha256 against its record, that the record names a file
-inside its own folder, and that the ELF file's segments and sections lie within it (a truncated
-library would kill the process with SIGBUS when loaded). A damaged record or library is rebuilt.
+warm hit checks its record against schema.RECORD before using any field of it, the library's size
+and sha256 against the record, and that the ELF file's segments and sections lie within it (a
+truncated library would kill the process with SIGBUS when loaded). A damaged record or library is
+rebuilt.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import stat
 import struct
 import uuid
 
+from . import schema
 from .keys import KEY_FORMAT, sha256_file
 from .store import CacheError, foreign, subdir
 
@@ -129,26 +131,24 @@ def dependency_record(paths, build_dir: pathlib.Path) -> list[list]:
         seen.add(p)
         try:
             st = os.stat(p)
-            out.append([p, st.st_size, st.st_mtime_ns, sha256_file(pathlib.Path(p))])
+            out.append([os.path.abspath(p), st.st_size, st.st_mtime_ns, sha256_file(pathlib.Path(p))])
         except OSError:
             continue  # a file the compiler probed and did not find
     return sorted(out)
 
 
 def _stale_dependency(deps: list) -> str | None:
-    """The first recorded dependency that changed since the build (None: none did). A file whose size
-    and mtime are as recorded is taken as unchanged (a stat: cheap on a warm hit); any other is hashed."""
-    for entry in deps:
-        if not (isinstance(entry, list) and len(entry) == 4):
-            return "its dependency list is malformed"
-        path, size, mtime_ns, digest = entry
+    """The first recorded dependency (schema-checked) that changed since the build (None: none did).
+    A file whose size and mtime are as recorded is taken as unchanged (a stat: cheap on a warm hit);
+    a regular file of the recorded size is hashed; anything else changed."""
+    for path, size, mtime_ns, digest in deps:
         try:
             st = os.stat(path)
         except OSError:
             return f"{path}, which it was compiled from, is gone"
         if st.st_size == size and st.st_mtime_ns == mtime_ns:
             continue
-        if sha256_file(pathlib.Path(path)) != digest:
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size or sha256_file(pathlib.Path(path)) != digest:
             return f"{path} changed since it was built"
     return None
 
@@ -170,15 +170,10 @@ def lookup(build_dir: pathlib.Path) -> tuple[pathlib.Path | None, dict | None, s
     if problem:
         return None, None, f"not the workbench's own build: {problem}"
     try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, ValueError) as e:
-        return None, None, f"unreadable build record {meta_path} ({e})"
-    if not isinstance(meta, dict):
-        return None, None, f"the build record {meta_path} is not a JSON object (a {type(meta).__name__})"
-    name = meta.get("library")
-    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\0" in name:
-        return None, None, f"the build record {meta_path} names no library file inside its own folder ({name!r})"
-    lib = build_dir / name
+        meta = schema.load(meta_path, schema.RECORD)
+    except schema.RecordError as e:
+        return None, None, f"damaged build record: {e}"
+    lib = build_dir / meta["library"]
     try:
         st = os.lstat(lib)
     except OSError as e:
@@ -186,11 +181,9 @@ def lookup(build_dir: pathlib.Path) -> tuple[pathlib.Path | None, dict | None, s
     problem = foreign(lib, st, "file")
     if problem:
         return None, meta, f"not the workbench's own build: {problem}"
-    if meta.get("format") != KEY_FORMAT or not isinstance(meta.get("deps"), list):
-        return None, meta, "a build record of an older workbench (no dependency list)"
-    if st.st_size != meta.get("size"):
-        return None, meta, f"library is {st.st_size} bytes, its record says {meta.get('size')} (truncated?)"
-    if sha256_file(lib) != meta.get("sha256"):
+    if st.st_size != meta["size"]:
+        return None, meta, f"library is {st.st_size} bytes, its record says {meta['size']} (truncated?)"
+    if sha256_file(lib) != meta["sha256"]:
         return None, meta, "library does not match its recorded sha256 (foreign or modified file)"
     problem = elf_problem(lib, st.st_size)
     if problem:
@@ -222,6 +215,7 @@ def publish(staging: pathlib.Path, final: pathlib.Path, library: pathlib.Path, r
                          f"({problem}); is the disk full? The build folder is {staging}")
     record = dict(record, format=KEY_FORMAT, library=library.name, size=st.st_size, sha256=sha256_file(library),
                   deps=deps if deps is not None else [])
+    schema.check(record, schema.RECORD, "the record")  # what is written is what lookup accepts
     tmp = staging / "meta.json.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as f:

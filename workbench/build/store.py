@@ -184,7 +184,11 @@ def new_staging_dir(label: str, key: str) -> pathlib.Path:
     d = builds_root() / f".staging-{label.replace('/', '-')}-{key[:12]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     with writing(f"building {label}"):
         os.mkdir(d, 0o700)
-        (d / MARKER).write_text(f"{label}\n{key}\n")
+        try:
+            (d / MARKER).write_text(f"{label}\n{key}\n")
+        except BaseException:  # a full disk: no folder is left without its marker
+            discard(d)
+            raise
     return d
 
 
@@ -195,16 +199,17 @@ def discard(path: pathlib.Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def write_text(path: pathlib.Path, text: str) -> None:
-    """Write `text` to `path` atomically (a temporary file per writer, renamed into place), unless
-    the file already holds exactly that text."""
-    if path.is_file() and not path.is_symlink() and path.read_text() == text:
+def write_text(path: pathlib.Path, text: str | bytes) -> None:
+    """Write `text` (or bytes) to `path` atomically (a temporary file per writer, renamed into
+    place), unless the file already holds exactly that."""
+    data = text.encode() if isinstance(text, str) else text
+    if path.is_file() and not path.is_symlink() and path.read_bytes() == data:
         return
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
     tmp.replace(path)  # replaces a link at `path` itself, never writes through it
 
 

@@ -6,6 +6,7 @@ disk keyed by the binary's path, size and mtime, so a warm load never runs a sub
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -18,6 +19,7 @@ import sys
 from dataclasses import asdict, dataclass
 
 from .. import config
+from . import schema, store
 
 
 def _find_cuda_home() -> str | None:
@@ -65,23 +67,19 @@ def nvcc_version() -> str | None:
         return None
     st = os.stat(nvcc)
     stamp = f"{nvcc}|{st.st_size}|{st.st_mtime_ns}"
-    memo = config.cache_dir() / "toolchain" / "nvcc.json"
-    try:
-        data = json.loads(memo.read_text())
+    memo = None
+    with contextlib.suppress(store.CacheError, OSError):  # only in a cache accepted as private, never via a link
+        memo = store.subdir("toolchain") / "nvcc.json"
+    with contextlib.suppress(schema.RecordError):
+        data = schema.load(memo, schema.MEMO) if memo else {}
         if data.get("stamp") == stamp:
             return data["version"]
-    except (OSError, ValueError, KeyError):
-        pass
     out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
     m = re.search(r"Build (\S+)", out) or re.search(r"release (\S+)", out)
     version = m.group(1) if m else out.strip().splitlines()[-1] if out.strip() else "unknown"
-    try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"stamp": stamp, "version": version}))
-        os.replace(tmp, memo)
-    except OSError:
-        pass
+    if memo is not None:
+        with contextlib.suppress(OSError):
+            store.write_text(memo, json.dumps({"stamp": stamp, "version": version}))
     return version
 
 

@@ -192,9 +192,7 @@ class NdKernel:
         first = len(names) - len(spec.inputs)
         _, values = spec.call_args((*arrays[first:], *rest), attrs)
         for name, a in zip(names, arrays):
-            if not isinstance(a, np.ndarray):
-                raise TypeError(f"{prefix}{name} must be a numpy.ndarray; got {type(a).__name__}")
-            _check_byte_order(prefix, name, a)
+            _check_array(prefix, name, a)
         attr_values = [float(v) if a.kind is float else int(v) for a, v in zip(spec.attrs, values)]
         # The call contract every front end runs (bindings/harness/call_contract.h): the call check,
         # in the harness's words, and the outputs' shapes; then what NumPy adds.
@@ -243,9 +241,7 @@ class NdKernel:
         if not given:
             return [np.empty(s, dtype=dtype) for s in shapes]
         for name, s, o in zip(names, shapes, given):
-            if not isinstance(o, np.ndarray):
-                raise TypeError(f"{prefix}{name} (an output) must be a numpy.ndarray; got {type(o).__name__}")
-            _check_byte_order(prefix, f"{name} (an output)", o)
+            _check_array(prefix, f"{name} (an output)", o)
             if _dtype_name(o.dtype) != dtype:
                 raise TypeError(f"{prefix}{name} (an output) must be a {dtype} array like the inputs; got {o.dtype.name}")
             if tuple(o.shape) != tuple(s):
@@ -275,11 +271,18 @@ def _dtype_name(dtype: np.dtype) -> str:
     return name
 
 
-def _check_byte_order(prefix: str, name: str, a: np.ndarray) -> None:
-    """The kernels read numbers in this machine's byte order; a big-endian array (">f4") would be
-    read as garbage, so it is refused with the copy that fixes it."""
+def _check_array(prefix: str, name: str, a) -> None:
+    """A plain numpy.ndarray in this machine's byte order. A masked array's mask would be dropped
+    (the kernels read every element), and a big-endian array (">f4") read as garbage: both are
+    refused with the call that fixes it."""
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{prefix}{name} must be a numpy.ndarray; got {type(a).__name__}")
+    plain = name.split()[0]
+    if isinstance(a, np.ma.MaskedArray):
+        raise TypeError(f"{prefix}{name} is a masked array (numpy.ma); the kernels read every element and would "
+                        f"ignore its mask: pass {plain}.filled(value) to choose what the masked elements hold, or "
+                        f"{plain}.data to use them as they are")
     if not a.dtype.isnative:
-        plain = name.split()[0]
         raise TypeError(f"{prefix}{name} is stored in the other byte order (dtype {a.dtype.str!r}, "
                         f"{'big' if a.dtype.byteorder == '>' else 'little'}-endian); the kernels read this machine's "
                         f"({sys.byteorder}-endian) numbers: pass {plain}.astype({plain}.dtype.newbyteorder('=')), "
