@@ -30,6 +30,7 @@ import time
 import torch
 
 from .. import config, dtypes as dtypes_
+from ..build.guard import own_clock
 from ..errors import IsolatedRunError
 from ..model import registry
 from .memory import Arena
@@ -121,11 +122,13 @@ class Runner:
             raise self._ended("batch: the runner could not be sent the calls") from None
 
     def _read_line(self, timeout_s: float, what: str) -> str:
-        deadline = time.monotonic() + timeout_s
+        # The limit counts the runner's own time: what a busy machine held it back is not charged
+        # (a load that is merely slow there is not "hung"; build/guard.py's own_clock).
+        clock = own_clock(self._leaf())
         with selectors.DefaultSelector() as sel:
             sel.register(self._sock, selectors.EVENT_READ)
             while b"\n" not in self._buffer:
-                left = deadline - time.monotonic()
+                left = timeout_s - clock()
                 if left <= 0:
                     self.close()
                     err = IsolatedRunError(f"{self.label}: {what}", -9, self.log_tail())
@@ -146,6 +149,20 @@ class Runner:
                 self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line.decode(errors="replace")
+
+    def _leaf(self) -> int:
+        """The innermost process of the runner's command (a sandbox and a tool start it as a
+        descendant): the one whose time a limit counts."""
+        pid = self.proc.pid
+        for _ in range(8):
+            try:
+                children = pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            except OSError:
+                break
+            if not children:
+                break
+            pid = int(children[-1])
+        return pid
 
     def _ended(self, what: str) -> IsolatedRunError:
         code = self.proc.wait()
