@@ -435,5 +435,6 @@ def isolated(op: str, variant, *, sandbox: Sandbox | None = None, prefix=(), lin
     device = getattr(v, "device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
     remote = Remote(op, device, lambda: start_python(address, address["name"], sandbox=sandbox, prefix=prefix),
                     own_memory=own_memory)
-    dtypes = getattr(v, "dtypes", None) or dtypes_.NAMES
+    dtypes = getattr(v, "dtypes", None)  # a callable's or an extension's as probed here (none: nothing runs)
+    dtypes = dtypes_.NAMES if dtypes is None else dtypes
     return kernel(remote, address["name"], dtypes, description=getattr(v, "description", ""))
