@@ -130,10 +130,11 @@ def _build(op: str, name: str, piece: build.Piece, rename=None):
     with build.built_not_loaded():
         built = build.get_or_build(piece, rename=rename)
     cache.mark_in_use(built.build_dir)
-    if built.built and piece.include_dirs and piece.include_dirs[0].parent.name == "pch":
-        log = (built.build_dir / "build.log").read_text(errors="replace") if (built.build_dir / "build.log").exists() else ""
-        if torch_pch.unused(log):
-            cache.progress(f"{op}/{name}: the precompiled torch headers were not used: {torch_pch.unused(log)}")
+    log = built.build_dir / "build.log"
+    if built.built and torch_pch.FLAGS[0] in piece.cflags and log.exists():
+        unused = torch_pch.unused(log.read_text(errors="replace"))
+        if unused:
+            cache.progress(f"{op}/{name}: the precompiled torch headers were not used: {unused}")
     return built
 
 
