@@ -87,6 +87,17 @@ def test_bench_takes_a_callable_beside_the_ops_own_variants():
     assert any("byo_impls.bias_gelu_torch" in t for t in texts), texts
 
 
+@pytest.mark.skipif(HAS_GPU, reason="a CUDA-only provider is skipped only where no GPU is visible")
+def test_a_cuda_only_provider_is_skipped_saying_why_and_the_rest_are_timed():
+    r = wb.bench("bias_gelu", ["cpu", "vec4", byo_impls.bias_gelu_cuda_only], shapes=[(32, 128)],
+                 baselines=["eager"], budget_s=0.05)
+    assert {row["variant"] for row in r.rows} == {"eager", "cpu"}, r.table()
+    assert all(row["verified"] == "ok" for row in r.rows), r.table()
+    assert "float32: skipped vec4 (runs on cuda; no GPU is visible here)" in r.notes, r.notes
+    assert any(n.startswith("skipped byo_impls.bias_gelu_cuda_only: variant: bias_gelu/byo_impls.bias_gelu_cuda_only "
+                            "ran on no device and dtype here") for n in r.notes), r.notes
+
+
 def test_a_wrong_gradient_fails_gradcheck_with_its_numbers():
     k = wb.variant(byo_impls.bias_gelu_torch, op="bias_gelu", backward=byo_impls.bias_gelu_backward_wrong,
                    dtypes=["float64", "float32"], device="cpu", name="wrong_grad")
