@@ -83,6 +83,11 @@ def test_check_without_gpu_runs_cpu_variants(run_cli, cpu_kernel):
     assert proc.returncode == 0, describe(proc)
     assert "no GPU visible" in proc.stderr and "bias_gelu/cpu" in proc.stdout
     assert "scalar" not in proc.stdout
+    # named, a CUDA variant is skipped saying why, not a FAIL
+    proc = run_cli("check", "bias_gelu", "cpu", "vec4", "--dtypes", "float32")
+    assert proc.returncode == 0, describe(proc)
+    assert "bias_gelu/vec4: skipped: a CUDA variant, and no GPU is visible here" in proc.stdout, describe(proc)
+    assert "FAIL" not in proc.stdout, describe(proc)
 
 
 def test_gradcheck_cpu(run_cli, cpu_kernel):
