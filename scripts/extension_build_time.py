@@ -31,9 +31,9 @@ what, paths = sys.argv[1], json.loads(sys.argv[2])
 from workbench.build import torch_pch
 from workbench.run import extension
 start = time.perf_counter()  # the build's time, not the imports'
-if what == "pch":  # a piece with a .cpp makes the precompiled header where it is missing
-    import pathlib
-    built = torch_pch.FLAGS[0] in extension._piece("bias_gelu", [pathlib.Path(paths[0])]).cflags
+if what == "pch":  # made where missing, for the flags an extension's C++ files are built with
+    from workbench.build.tree import CPU_FLAGS
+    built = torch_pch.folder(CPU_FLAGS) is not None
 else:
     built = extension.build_extension("bias_gelu", paths).built
 wall = time.perf_counter() - start

@@ -94,6 +94,8 @@ def folder(cflags) -> pathlib.Path | None:
             _say_once(f"torch extensions: precompiling torch/extension.h failed, so builds parse it as before:\n{tail}")
             return None
         os.rename(staging, final)
+    size = (final / "torch" / "extension.h.gch").stat().st_size
+    store.progress(f"torch extensions: torch/extension.h precompiled ({size / 2**20:.0f} MiB) in {final}")
     return final
 
 

@@ -74,7 +74,8 @@ def _providers(op: str, spec, names: list[str], baselines, device: torch.device,
     for name in names:
         k = (own or {}).get(name) or loader.get(op, name)
         if not k.runs_on(device.type):
-            skipped[name] = f"runs on {k.device}" + ("; no GPU is visible here" if device.type == "cpu" else "")
+            skipped[name] = f"runs on {k.device}" + ("; no GPU is visible here" if k.device == "cuda" and
+                                                     not toolchain.gpu_available() else "")
         elif not k.dtypes and getattr(k, "probe", ""):
             skipped[name] = f"nothing to time: {k.probe}"
         elif dname not in k.dtypes:

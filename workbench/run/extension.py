@@ -82,14 +82,15 @@ def _piece(op: str, paths, options: build.BuildOptions = build.DEFAULT_OPTIONS) 
     """The extension's build piece: every file, nvcc for the .cu ones. One label per op, whatever
     the name, so the same text finds the same build (a notebook's, a test's, the exercise
     checker's); options as a variant's (line info for wb.profile). The precompiled torch headers'
-    folder comes first on the include path; it is not part of the key (the same code comes out)."""
+    folder comes first on the include path; it is not part of the key (the same code comes out),
+    and -Winvalid-pch is on either way (a build log says where a .gch was not used)."""
     first = next((p for p in paths if p.suffix == ".cu"), paths[0])
     dirs = list(dict.fromkeys(p.parent for p in paths))
     piece = cuda_source_piece(label=f"{op}/torch_extension", kind="extension", source=first, include_dirs=dirs,
                               options=options)
     pch = torch_pch.folder(piece.cflags) if any(p.suffix == ".cpp" for p in paths) else None
     return dataclasses.replace(piece, sources=tuple(paths), include_dirs=(pch, *dirs) if pch else tuple(dirs),
-                               cflags=(*piece.cflags, *torch_pch.FLAGS) if pch else piece.cflags)
+                               cflags=(*piece.cflags, *torch_pch.FLAGS))
 
 
 def _extension_paths(op: str, path) -> tuple[pathlib.Path, ...]:
@@ -111,7 +112,7 @@ def _extension_paths(op: str, path) -> tuple[pathlib.Path, ...]:
 
 
 def _prepared(op: str, path, options=build.DEFAULT_OPTIONS):
-    """(paths, style, piece), with a line saying how its module is named where the source names it."""
+    """(paths, style, piece) of an extension-style source: a file, or a list of them."""
     paths = _extension_paths(op, path)
     style = _style_of(paths, [p.read_text(errors="replace") for p in paths])
     return paths, style, _piece(op, paths, options)
@@ -131,10 +132,9 @@ def _build(op: str, name: str, piece: build.Piece, rename=None):
         built = build.get_or_build(piece, rename=rename)
     cache.mark_in_use(built.build_dir)
     log = built.build_dir / "build.log"
-    if built.built and torch_pch.FLAGS[0] in piece.cflags and log.exists():
-        unused = torch_pch.unused(log.read_text(errors="replace"))
-        if unused:
-            cache.progress(f"{op}/{name}: the precompiled torch headers were not used: {unused}")
+    unused = torch_pch.unused(log.read_text(errors="replace")) if built.built and log.exists() else ""
+    if unused:
+        cache.progress(f"{op}/{name}: the precompiled torch headers were not used: {unused}")
     return built
 
 
