@@ -17,7 +17,7 @@ import sys
 import pytest
 import torch
 
-from conftest import HAS_GPU
+from conftest import CACHE_DIR, HAS_GPU
 
 import workbench as wb
 from workbench.errors import WorkbenchError
@@ -69,6 +69,37 @@ def test_the_course_layout_binding_and_kernels_builds_as_one_extension(day10):
     address = byo.child_address("bias_gelu", k)
     assert address["source"] == [str(p) for p in DAY10] and address["style"] == "extension"
     assert isolate.resolve(address).library == k.library
+    # its C++ file read the precompiled torch/extension.h (GCC says where one was not used: -Winvalid-pch)
+    log = (k.library.parent / "build.log").read_text()
+    compile_cpp = next(ln for ln in log.splitlines() if "fused_bias_gelu.cpp" in ln and " -c " in ln)
+    assert f"-I{CACHE_DIR / 'pch'}" in compile_cpp and "-Winvalid-pch" in compile_cpp, compile_cpp
+    assert "extension.h.gch" not in log, log
+
+
+def test_after_each_gpu_case_a_pending_error_fails_that_case_and_a_lost_context_ends_the_run_here(monkeypatch):
+    """Cases.done on a CUDA device (the context's answers stand in for a GPU's): an error left
+    pending is the failure of the case that left it, with its likely cause; a lost context fails
+    the case it was lost in, and no later case runs in this process."""
+    from workbench.measure import correctness
+    from workbench.run import cuda_errors
+
+    said = iter([("ok", ""), ("cleared", "CUDA error: invalid configuration argument"),
+                 ("lost", "CUDA error: an illegal memory access was encountered")])
+    monkeypatch.setattr(cuda_errors, "context_state", lambda device: next(said))
+    report = correctness.Report("bias_gelu", "x", "cuda:0")
+    cases = correctness.Cases("check", "bias_gelu", report, torch.device("cuda"), {}, 5)
+
+    def passed(shape):
+        return [correctness.Case("forward", shape, "float32", "contiguous", True)]
+    assert [c.passed for c in cases.done(0, passed((3, 5)))] == [True]
+    pending = cases.done(1, passed((0, 16)))
+    assert [c.passed for c in pending] == [True, False], pending
+    assert "left a CUDA error pending, raised by the next op: CUDA error: invalid configuration argument (likely " \
+           "cause: a launch with an impossible grid or block: zero blocks" in pending[-1].note, pending[-1].note
+    lost = cases.done(2, passed((4, 8)))
+    assert not lost[-1].passed and "the CUDA context is lost" in lost[-1].note and "illegal memory access" in \
+        lost[-1].note, lost[-1].note
+    assert cases.lost == 2 and not cases.wanted(3)
 
 
 def test_the_binding_alone_does_not_load_and_names_the_symbols_it_lacks():
