@@ -158,10 +158,12 @@ class PyRunner:
             out = []
             for _ in range(n):
                 arena, offset, ndim = (int(w) for w in words[pos:pos + 3])
-                shape = [int(w) for w in words[pos + 3:pos + 3 + ndim]]
-                pos += 3 + ndim
-                size = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
-                out.append(self.arenas[arena][offset:offset + size].view(dtype).view(shape))
+                dims = [int(w) for w in words[pos + 3:pos + 3 + 2 * abs(ndim) if ndim < 0 else pos + 3 + ndim]]
+                pos += 3 + len(dims)
+                shape, strides = dims[:abs(ndim)], dims[abs(ndim):]  # strides: a view, kept as the caller made it
+                span = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if strides else torch.Size(shape).numel()
+                data = self.arenas[arena][offset:offset + span * dtype.itemsize].view(dtype)
+                out.append(data.as_strided(shape, strides) if strides else data.view(shape))
             return out
 
         inputs, outputs = tensors(), tensors()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import hashlib
 import importlib.machinery
 import importlib.util
 import os
@@ -163,8 +164,8 @@ def _load_module(lib: pathlib.Path, style: _Style, paths):
         if str(lib) in _modules:
             return _modules[str(lib)]
         try:
-            if style.kind == "pybind11":
-                modname = style.name or lib.name.split(".")[0]
+            if style.kind == "pybind11":  # TORCH_EXTENSION_NAME: the build's, which a copy's name is not
+                modname = style.name or next(iter(_exported_inits(lib)), "PyInit_" + lib.name.split(".")[0])[7:]
                 loader_ = importlib.machinery.ExtensionFileLoader(modname, str(lib))
                 spec = importlib.util.spec_from_file_location(modname, str(lib), loader=loader_)
                 module = importlib.util.module_from_spec(spec)
@@ -244,7 +245,7 @@ def _exported_inits(lib: pathlib.Path) -> list[str]:
 
 def load_extension(op: str, path, name: str | None = None, *, dtypes=None, device=None, forward: str = "forward",
                    backward: str | None = "backward", out=None, inline_label: str | None = None,
-                   options: build.BuildOptions = build.DEFAULT_OPTIONS) -> CallableKernel:
+                   options: build.BuildOptions = build.DEFAULT_OPTIONS, library=None) -> CallableKernel:
     """Build (cached) and load an extension-style source (a file, or a list: [binding.cpp,
     kernels.cu]) and serve its `forward` (and `backward`, where it exports one) as a variant of
     `op` (wb.variant: probed where not declared). `backward` takes (grads of the outputs...,
@@ -252,12 +253,20 @@ def load_extension(op: str, path, name: str | None = None, *, dtypes=None, devic
     a list of them). out: where `forward` takes the op's outputs (a function like
     elementwise_mult(a, b, result)): the parameter's name or position (byo.variant). options: how
     it is built beyond the defaults (BuildOptions(line_info=True) for wb.profile's source lines),
-    as loader.load's."""
+    as loader.load's. library: the build of these sources made elsewhere (the exercise checker's
+    hashed copy, in a runner that has no build cache), loaded as it is."""
     start = time.perf_counter()
-    paths, style, piece = _prepared(op, path, options)
-    name = name or paths[0].stem
-    rename = {str(paths[0]): inline_label} if inline_label else None
-    lib, _, built, key, _ = _build(op, name, piece, rename)
+    if library is None:
+        paths, style, piece = _prepared(op, path, options)
+        name = name or paths[0].stem
+        rename = {str(paths[0]): inline_label} if inline_label else None
+        lib, _, built, key, _ = _build(op, name, piece, rename)
+        with_cuda = piece.with_cuda
+    else:
+        paths = tuple(pathlib.Path(p) for p in ([path] if isinstance(path, (str, os.PathLike)) else path))
+        style = _style_of(paths, [p.read_text(errors="replace") for p in paths])
+        lib, built, key = pathlib.Path(library), False, hashlib.sha256(pathlib.Path(library).read_bytes()).hexdigest()
+        name, with_cuda = name or paths[0].stem, any(p.suffix == ".cu" for p in paths)
     module = _load_module(lib, style, paths)
     fwd = getattr(module, forward, None) if style.kind == "pybind11" else _op_or_none(module, forward)
     if fwd is None:
@@ -270,7 +279,7 @@ def load_extension(op: str, path, name: str | None = None, *, dtypes=None, devic
     if backward:
         bwd = getattr(module, backward, None) if style.kind == "pybind11" else _op_or_none(module, backward)
     if device is None:
-        device = "cuda" if piece.with_cuda else "cpu"
+        device = "cuda" if with_cuda else "cpu"
     k = _extension_variant(op, name, fwd, bwd, dtypes, device, module, paths, lib, key, built, style, out)
     k.origin.update(functions=[forward, backward], sources=[str(p) for p in paths])
     k.options = options
@@ -327,10 +336,10 @@ def load_inline_extension(op: str, source: str, name: str, **kw) -> CallableKern
 
 def from_child_address(address: dict) -> CallableKernel:
     """The extension a child_address describes (byo.child_address: its sources, style, functions,
-    out positions and declared dtypes/device), built or found in the cache and loaded in this
-    (child) process."""
+    out positions and declared dtypes/device; the exercise checker's: its library too), built or
+    found in the cache and loaded in this (runner) process."""
     declared = address.get("declared") or {}
     forward, backward = address.get("functions") or ("forward", "backward")
     return load_extension(address["op"], address["source"], address["name"], dtypes=declared.get("dtypes"),
                           device=declared.get("device"), forward=forward, backward=backward, out=address.get("out"),
-                          options=build.BuildOptions(**address.get("options", {})))
+                          options=build.BuildOptions(**address.get("options", {})), library=address.get("library"))
