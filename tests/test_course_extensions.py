@@ -5,10 +5,11 @@ fused bias + GELU in its two files (binding .cpp + kernels .cu) and the blog's e
 On the CPU: their build and load paths. These builds compile the torch headers (nvcc parses them
 for a .cu; a .cpp reads the precompiled torch/extension.h), minutes on 2 cores: each is built once
 per session (module fixtures, the shared test cache), three in all (Day 10's pair, Day 10's binding
-alone, the blog's file). Without a build: a case that ends its process, a backward one gradient
-short, a callable with an output argument. On the GPU (marked gpu): their check, gradcheck and
-bench, every case a verdict (a zero-block launch, a division by zero on the host, a wrong layout,
-a missing gradient each a FAIL saying why), nothing raised."""
+alone, the blog's file). Without a build: a case that ends its runner, a backward one gradient
+short, a callable with an output argument, what a case run here on the GPU meets after it (the
+context's answers standing in). On the GPU (marked gpu): their check, gradcheck and bench, every
+case a verdict (a zero-block launch, a division by zero on the host, a wrong layout, a missing
+gradient each a FAIL saying why), nothing raised, the caller's CUDA context untouched."""
 from __future__ import annotations
 
 import pathlib
@@ -21,7 +22,8 @@ from conftest import CACHE_DIR, HAS_GPU
 
 import workbench as wb
 from workbench.errors import WorkbenchError
-from workbench.run import byo, isolate
+from workbench.judge import pyrunner
+from workbench.run import byo
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 sys.path[:0] = [str(FIXTURES), str(FIXTURES / "course")]
@@ -65,10 +67,10 @@ def test_the_course_layout_binding_and_kernels_builds_as_one_extension(day10):
     assert k.device == "cuda"
     if not HAS_GPU:
         assert "not probed: a CUDA extension, and no GPU is visible here" in k.probe, k.probe
-    # A child process finds the same build from both files (isolate=True, the exercise checker).
+    # A runner finds the same build from both files (a check's default for an extension, isolate=True).
     address = byo.child_address("bias_gelu", k)
     assert address["source"] == [str(p) for p in DAY10] and address["style"] == "extension"
-    assert isolate.resolve(address).library == k.library
+    assert pyrunner.resolve(address).library == k.library
     # its C++ file read the precompiled torch/extension.h (GCC says where one was not used: -Winvalid-pch)
     log = (k.library.parent / "build.log").read_text()
     compile_cpp = next(ln for ln in log.splitlines() if "fused_bias_gelu.cpp" in ln and " -c " in ln)
@@ -76,30 +78,41 @@ def test_the_course_layout_binding_and_kernels_builds_as_one_extension(day10):
     assert "extension.h.gch" not in log, log
 
 
-def test_after_each_gpu_case_a_pending_error_fails_that_case_and_a_lost_context_ends_the_run_here(monkeypatch):
-    """Cases.done on a CUDA device (the context's answers stand in for a GPU's): an error left
-    pending is the failure of the case that left it, with its likely cause; a lost context fails
-    the case it was lost in, and no later case runs in this process."""
+def test_after_each_gpu_case_run_here_a_pending_error_fails_it_and_a_lost_context_ends_the_matrix(monkeypatch):
+    """correctness._after_case on a CUDA device (the context's answers stand in for a GPU's): an
+    error left pending is the failure of the case that left it, with its likely cause; a lost context
+    fails the case it was lost in. check() then runs no later case and says why (here a CPU variant
+    stands in, its third case the one that 'lost' the context)."""
     from workbench.measure import correctness
     from workbench.run import cuda_errors
 
     said = iter([("ok", ""), ("cleared", "CUDA error: invalid configuration argument"),
                  ("lost", "CUDA error: an illegal memory access was encountered")])
     monkeypatch.setattr(cuda_errors, "context_state", lambda device: next(said))
-    report = correctness.Report("bias_gelu", "x", "cuda:0")
-    cases = correctness.Cases("check", "bias_gelu", report, torch.device("cuda"), {}, 5)
+    cuda = torch.device("cuda")
 
     def passed(shape):
         return [correctness.Case("forward", shape, "float32", "contiguous", True)]
-    assert [c.passed for c in cases.done(0, passed((3, 5)))] == [True]
-    pending = cases.done(1, passed((0, 16)))
-    assert [c.passed for c in pending] == [True, False], pending
+    ok = passed((3, 5))
+    assert correctness._after_case(cuda, ok) == "" and [c.passed for c in ok] == [True]
+    pending = passed((0, 16))
+    assert correctness._after_case(cuda, pending) == "" and [c.passed for c in pending] == [True, False], pending
     assert "left a CUDA error pending, raised by the next op: CUDA error: invalid configuration argument (likely " \
            "cause: a launch with an impossible grid or block: zero blocks" in pending[-1].note, pending[-1].note
-    lost = cases.done(2, passed((4, 8)))
-    assert not lost[-1].passed and "the CUDA context is lost" in lost[-1].note and "illegal memory access" in \
-        lost[-1].note, lost[-1].note
-    assert cases.lost == 2 and not cases.wanted(3)
+    lost = passed((4, 8))
+    err = correctness._after_case(cuda, lost)
+    assert "illegal memory access" in err and not lost[-1].passed, lost
+    assert "this process's CUDA context is lost" in lost[-1].note and "illegal memory access" in lost[-1].note
+
+    calls = iter(["", "", "CUDA error: an illegal memory access was encountered"])
+    monkeypatch.setattr(correctness, "_after_case", lambda device, cases: next(calls))
+    rep = wb.check("bias_gelu", "cpu", shapes=[(3, 5), (4, 8), (2, 7), (6, 9)], dtypes=["float32"],
+                   layouts=("contiguous",), seed=0)
+    assert [c.shape for c in rep.cases if c.what == "forward"] == [(3, 5), (4, 8), (2, 7)], rep.table()
+    (said,) = [s for s in rep.skipped if "not run" in s]
+    assert said.startswith("the cases after determinism 2x7 float32 contiguous were not run: this process's CUDA "
+                           "context is lost (CUDA error: an illegal memory access"), said
+    assert "isolate=True runs a variant in a runner process of its own" in said, said
 
 
 def test_the_binding_alone_does_not_load_and_names_the_symbols_it_lacks():
@@ -149,8 +162,9 @@ def test_a_callable_that_writes_into_an_argument_is_told_how_to_adapt_and_then_c
     assert "out='out' (or by position, out=2)" in rep.summary(), rep.summary()
     k = wb.variant(byo_impls.mult_into, op="elementwise_mul", out="out", name="mult_into_out")
     assert k.out == (2,) and k.dtypes, k.probe
-    rep = wb.check("elementwise_mul", k, shapes=[(), (7,), (3, 5), (0,)])
+    rep = wb.check("elementwise_mul", k, shapes=[(), (7,), (3, 5), (0,)])     # in a runner, told out= there too
     assert rep.ok and rep.cases, rep.table()
+    assert any("its calls ran in a runner process of their own" in s for s in rep.skipped), rep.skipped
 
 
 def test_a_backward_one_gradient_short_fails_each_case_saying_so_not_stopiteration():
@@ -167,18 +181,29 @@ def test_a_backward_one_gradient_short_fails_each_case_saying_so_not_stopiterati
     assert any(not c.passed and "returned 1 value from its backward" in c.note for c in rep.cases), rep.table()
 
 
-def test_a_case_that_ends_its_process_is_that_cases_failure_and_the_rest_still_run():
-    """isolate=True: each case in a child; one that dies (SIGFPE, as Day 10's division by zero on an
-    empty tensor does) fails that case with the signal and its likely cause, and a fresh child goes
-    on after it."""
+def test_a_case_that_ends_its_runner_is_that_cases_failure_and_the_rest_still_run():
+    """A callable brought from outside runs in a runner by default; a case that kills it (SIGFPE, as
+    Day 10's division by zero on an empty tensor does) fails that case with the signal and its likely
+    cause, the next case starts a fresh runner, and this process goes on."""
     sizes = [(3, 5), (0, 16), (4, 8), (6, 0), (2, 3, 7)]
     rep = wb.check("bias_gelu", byo_impls.gelu_dies_on_empty, shapes=sizes, dtypes=["float32"],
-                   layouts=("contiguous",), isolate=True, seed=1)
+                   layouts=("contiguous",), seed=1)
     assert [c.shape for c in rep.failures] == [(0, 16), (6, 0)], rep.table()
     for c in rep.failures:
-        assert "the process running it died (SIGFPE)" in c.note and "integer division by zero" in c.note, c.note
+        assert "killed by SIGFPE" in c.note and "likely cause: an integer division by zero in host code" in c.note, \
+            c.note
     assert {(3, 5), (4, 8), (2, 3, 7)} == {c.shape for c in rep.cases if c.passed}, rep.table()
-    assert sum("ended its process; the cases after it ran in a fresh one" in s for s in rep.skipped) == 2, rep.skipped
+    assert any("its calls ran in a runner process of their own" in s for s in rep.skipped), rep.skipped
+
+
+def test_a_runner_hands_a_brought_variant_the_views_the_matrix_made():
+    """An extension gets its inputs as they are, strided and transposed views included (making them
+    contiguous, or refusing them, is its own job): through a runner too, whose copies keep them."""
+    rep = wb.check("bias_gelu", byo_impls.bias_gelu_contiguous_only, shapes=[(6, 9)], dtypes=["float32"],
+                   backward=False, seed=0)
+    assert {c.layout for c in rep.failures} == {"strided", "transposed"}, rep.table()
+    assert all("x must be contiguous" in c.note for c in rep.failures), rep.table()
+    assert any("ran in a runner process" in s for s in rep.skipped), rep.skipped
 
 
 # --------------------------------------------------------------------------------------------- the GPU
@@ -189,13 +214,14 @@ def _by(rep, what=None, shape=None, layout=None):
 
 @gpu
 def test_day10_check_gives_every_case_a_verdict(day10):
-    rep = wb.check("bias_gelu", day10)       # a torch extension: its cases run in child processes
-    assert any("its cases ran in child processes" in s for s in rep.skipped), rep.skipped
+    x = torch.randn(64, 64, device="cuda")
+    rep = wb.check("bias_gelu", day10)       # a torch extension: its calls run in a runner
+    assert any("its calls ran in a runner process of their own" in s for s in rep.skipped), rep.skipped
     assert day10.dtypes == ("float32",), day10.probe
     fwd = _by(rep, "forward", layout="contiguous")
     assert all(c.passed for c in fwd if 0 not in c.shape), rep.table()
     assert any(not c.passed for c in _by(rep, "forward", layout="strided")), rep.table()   # no contiguity check
-    # (0, 16): a launch of zero blocks, never checked: left pending, or raised by the next op in the case
+    # (0, 16): a launch of zero blocks, never checked: left pending, the call's failure in the runner
     assert any("zero blocks" in c.note and not c.passed for c in _by(rep, shape=(0, 16))), rep.table()
     # (6, 0): numel() / size(-1) = 0 / 0 on the host
     (died,) = [c for c in _by(rep, shape=(6, 0))]
@@ -204,13 +230,15 @@ def test_day10_check_gives_every_case_a_verdict(day10):
     assert any("returned 1 value from its backward; expected 2" in c.note for c in rep.failures), rep.table()
     g = wb.gradcheck("bias_gelu", day10)
     assert g.cases and all("returned 1 value from its backward" in c.note for c in g.cases), g.table()
+    torch.cuda.synchronize()                 # none of it reached this process's CUDA context
+    assert torch.equal(x * 1, x)
 
 
 @gpu
 def test_day10_autograd_function_check_gradcheck_and_bench():
     import course_autograd as ca
 
-    rep = wb.check("bias_gelu", ca.fused_bias_gelu, isolate=True)   # a callable wrapping native code
+    rep = wb.check("bias_gelu", ca.fused_bias_gelu)   # a callable wrapping native code: in a runner
     assert all(c.passed for c in _by(rep, "forward", layout="contiguous") if 0 not in c.shape), rep.table()
     assert any("SIGFPE" in c.note for c in _by(rep, shape=(6, 0))), rep.table()
     assert any("zero blocks" in c.note and not c.passed for c in _by(rep, shape=(0, 16))), rep.table()

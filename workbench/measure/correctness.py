@@ -288,7 +288,7 @@ def _seed(seed: int | None) -> int:
     return int.from_bytes(os.urandom(4), "little") if seed is None else seed
 
 
-def _isolated(run, op: str, variant, kwargs: dict) -> Report:
+def _isolated(run, op: str, variant, kwargs: dict, note: str = "") -> Report:
     """run(op, kernel, **kwargs) (check, gradcheck) here, over the variant served from a runner
     (judge.runner.isolated): a call that ends the runner fails its case, the next starts another."""
     from ..judge.runner import isolated
@@ -302,7 +302,9 @@ def _isolated(run, op: str, variant, kwargs: dict) -> Report:
         _device_for(kernel)  # no GPU for a CUDA variant: said before a runner starts
         kernel.module.ensure()  # a runner that cannot start raises IsolatedRunError here, not as a case
         kernel.info["steps"] = kernel.module.reported["steps"]  # what the library exports (forward only?)
-        return run(op, kernel, **kwargs)
+        report = run(op, kernel, **kwargs)
+        report.skipped += [note] if note else []
+        return report
     finally:
         kernel.module.close()
 
@@ -319,7 +321,7 @@ def _in_a_runner(op: str, variant, isolate: bool | None) -> tuple[object, bool, 
     from ..run import byo
 
     v = byo.as_variant(op, variant)
-    if getattr(v, "kind", None) not in ("extension", "callable"):
+    if getattr(v, "kind", None) not in ("extension", "callable") or not v.dtypes:  # not brought, or nothing to run
         return v, False, ""
     try:
         byo.child_address(op, v)
@@ -327,7 +329,8 @@ def _in_a_runner(op: str, variant, isolate: bool | None) -> tuple[object, bool, 
         return v, False, ("note: it ran in this process, where a CUDA fault in it ends the checks: a runner imports "
                           "a callable by its module path, and this one is defined in __main__, a lambda or a local "
                           "function" if v.device == "cuda" else "")
-    return v, True, ""
+    return v, True, ("note: its calls ran in a runner process of their own (a fault there fails its case, never this "
+                     "process; isolate=False: here)")
 
 
 def _kernel(op: str, variant):
@@ -374,7 +377,7 @@ def check(op: str, variant, *, dtypes=None, shapes=None, layouts=("contiguous", 
     variant, isolate, note = _in_a_runner(op, variant, isolate)
     if isolate:
         return _isolated(check, op, variant, dict(dtypes=dtypes, shapes=shapes, layouts=layouts, seed=seed,
-                                                  backward=backward, verbose=verbose, on_case=on_case))
+                                                  backward=backward, verbose=verbose, on_case=on_case), note)
     spec = registry.spec(op)
     kernel = _kernel(op, variant)
     device = _device_for(kernel)

@@ -22,7 +22,7 @@ def gradcheck(op: str, variant, *, seed: int | None = None, shapes=None, isolate
     is as for check()."""
     variant, isolate, note = _in_a_runner(op, variant, isolate)
     if isolate:
-        return _isolated(gradcheck, op, variant, dict(seed=seed, shapes=shapes))
+        return _isolated(gradcheck, op, variant, dict(seed=seed, shapes=shapes), note)
     spec = registry.spec(op)
     kernel = _kernel(op, variant)
     device = _device_for(kernel)
