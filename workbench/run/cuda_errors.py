@@ -8,6 +8,7 @@ address, a misaligned vector access, a device-side assert) is sticky: every late
 process fails with it, and only a fresh process has a usable GPU again."""
 from __future__ import annotations
 
+import ctypes
 import signal
 
 # (words of the CUDA error's text, what most likely caused it), first match wins
@@ -72,18 +73,42 @@ def explained(e: BaseException | str) -> str:
 
 def context_state(device) -> tuple[str, str]:
     """("ok", ""), ("cleared", the error that was pending and is now cleared) or ("lost", the error
-    every call now meets) for the CUDA context of `device`. A pending launch error is raised by
-    the next launch, which clears it: so a small op is tried twice."""
+    every call now meets) for the CUDA context of `device`, launching nothing where the runtime's
+    last error can be read (a profiler in front sees no kernel of this): a pending launch error is
+    what cudaGetLastError returns, a sticky one what synchronizing raises."""
     import torch
 
     seen = []
     for _ in range(2):
         try:
             torch.cuda.synchronize(device)
-            t = torch.ones(1, device=device)
-            (t + t).item()
+            pending = _take_last_error()
+            if pending is None:  # no runtime found here: torch's next launch raises what is pending
+                t = torch.ones(1, device=device)
+                (t + t).item()
+            elif pending:
+                seen.append(pending)
             return ("cleared", seen[0]) if seen else ("ok", "")
         except Exception as e:  # noqa: BLE001 - whatever it raised is what is reported
             text = str(e).strip()
             seen.append(text.splitlines()[0] if text else type(e).__name__)
     return "lost", seen[-1]
+
+
+_runtime = None
+
+
+def _take_last_error() -> str | None:
+    """The launch error pending on this thread ("CUDA error: ..."), cleared; "" where none; None
+    where this process has no CUDA runtime loaded (libcudart: torch's, which an extension's
+    launches share)."""
+    global _runtime
+    if _runtime is None:
+        with open("/proc/self/maps") as maps:
+            path = next((ln.split()[-1] for ln in maps if "/libcudart.so" in ln), None)
+        if path is None:
+            return None
+        _runtime = ctypes.CDLL(path)
+        _runtime.cudaGetErrorString.restype = ctypes.c_char_p
+    code = _runtime.cudaGetLastError()
+    return f"CUDA error: {_runtime.cudaGetErrorString(code).decode()}" if code else ""
