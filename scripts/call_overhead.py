@@ -20,9 +20,9 @@ Targets: forward within 3 us of native (wb) and of aten (wb_ops); fwd+bwd at mos
 the Triton handle at most 2x the bare launch. One JSON row per call kind goes to --out; a table
 with each wb row's difference or ratio to its native twin and its verdict is printed.
 
-  PYTHONPATH=. python3 scripts/call_overhead.py                     # CPU variants ('cpu')
-  PYTHONPATH=. python3 scripts/call_overhead.py --device cuda --out $OUT/call_path.jsonl
-  PYTHONPATH=. python3 scripts/call_overhead.py --device cuda --kinds triton   # the Triton rows alone
+  python3 scripts/call_overhead.py                     # CPU variants ('cpu')
+  python3 scripts/call_overhead.py --device cuda --out $OUT/call_path.jsonl
+  python3 scripts/call_overhead.py --device cuda --kinds triton   # the Triton rows alone
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ Each row is the median over --repeats loops of --calls calls, in microseconds pe
   numpy_add       np.add(a, b)            NumPy's own call of the same sum, for scale
 One JSON row per call kind goes to --out (with the commit and machine); a table is printed.
 
-  PYTHONPATH=. python3 scripts/ndarray_call_overhead.py --out results/cpu/<commit>/ndarray_call.jsonl
+  python3 scripts/ndarray_call_overhead.py --out results/cpu/<commit>/ndarray_call.jsonl
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ option set, and reports wall, user and system seconds:
 and every kernel of the unit in one program, one process (the least CPU time for all of them: one
 front end). Needs no GPU.
 
-  PYTHONPATH=. python3 scripts/nvrtc_kernel_cost.py matmul/warptile rmsnorm/vectorized --kernels 2
+  python3 scripts/nvrtc_kernel_cost.py matmul/warptile rmsnorm/vectorized --kernels 2
 """
 from __future__ import annotations
 

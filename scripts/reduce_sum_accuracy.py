@@ -5,11 +5,13 @@ writes the rows as JSON to the path given (scripts/gpu_run.sh: $OUT/reduce_sum_a
 from __future__ import annotations
 
 import json
+import pathlib
 import sys
 
 import torch
 
-import workbench as wb
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import workbench as wb  # noqa: E402
 
 N = 2**28
 VARIANTS = ("vec_grid_stride", "fast")

@@ -87,6 +87,17 @@ def test_bench_takes_a_callable_beside_the_ops_own_variants():
     assert any("byo_impls.bias_gelu_torch" in t for t in texts), texts
 
 
+@pytest.mark.skipif(HAS_GPU, reason="a CUDA-only provider is skipped only where no GPU is visible")
+def test_a_cuda_only_provider_is_skipped_saying_why_and_the_rest_are_timed():
+    r = wb.bench("bias_gelu", ["cpu", "vec4", byo_impls.bias_gelu_cuda_only], shapes=[(32, 128)],
+                 baselines=["eager"], budget_s=0.05)
+    assert {row["variant"] for row in r.rows} == {"eager", "cpu"}, r.table()
+    assert all(row["verified"] == "ok" for row in r.rows), r.table()
+    assert "float32: skipped vec4 (runs on cuda; no GPU is visible here)" in r.notes, r.notes
+    assert any(n.startswith("skipped byo_impls.bias_gelu_cuda_only: variant: bias_gelu/byo_impls.bias_gelu_cuda_only "
+                            "ran on no device and dtype here") for n in r.notes), r.notes
+
+
 def test_a_wrong_gradient_fails_gradcheck_with_its_numbers():
     k = wb.variant(byo_impls.bias_gelu_torch, op="bias_gelu", backward=byo_impls.bias_gelu_backward_wrong,
                    dtypes=["float64", "float32"], device="cpu", name="wrong_grad")
@@ -240,14 +251,15 @@ def test_an_extension_source_must_export_something_callable(tmp_path):
 
 
 def test_the_exercise_checker_takes_an_extension_style_file(course_cpu):
-    """Built in the checker (a cache hit: the fixture built it), loaded only in the child, its dtypes
-    probed there, SASS rules skipped for a CPU library, the matrix run in the child, verdict and exit
-    status the checker's."""
+    """Built in the checker (a cache hit: the fixture built it), loaded only in its runner (the
+    checker's copy of the library: the runner has no build cache), its dtypes probed there, SASS
+    rules skipped for a CPU library, the matrix run by the checker over the runner (the strided views
+    reach the extension as they are), verdict and exit status the checker's."""
     proc = run_cli("exercise", "check", "2", str(COURSE_CPU), "--seed", "1", "--no-speed", timeout=600)
     out = proc.stdout
     assert proc.returncode == 1, describe(proc)
     assert re.search(r"^  build \.+ ok \((unchanged, cached build|built in [\d.]+ s) as a torch extension", out, re.M), out
-    assert re.search(r"^  load \.+ ok \(in a child process; a torch extension, dtypes probed there: float32\)", out, re.M), out
+    assert re.search(r"^  load \.+ ok \(a torch extension; dtypes it ran in: float32\)", out, re.M), out
     assert re.search(r"^  declared dtypes \.+ ok \(float32\)", out, re.M), out
     assert re.search(r"^  SASS rules \.+ skipped \(a CPU library has no device code", out, re.M), out
     assert re.search(r"^  correctness \.+ FAIL \(.* strided", out, re.M), out

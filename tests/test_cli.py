@@ -29,6 +29,13 @@ def test_list(run_cli):
     assert "one element per thread" in rows["scalar"]
 
 
+def test_list_columns_line_up_for_long_names(run_cli):
+    out = _ok(run_cli("list", "reduce_sum"))     # a ladder: rung names longer than the default column
+    rows = out.splitlines()[1:]
+    starts = {ln.index(ln.split()[1], len(ln.split()[0]) + 2) for ln in rows}   # where the device column starts
+    assert len(rows) > 3 and len(starts) == 1, out
+
+
 def test_list_one_op_and_unknown_op(run_cli):
     assert _ok(run_cli("list", "bias_gelu")).startswith("bias_gelu")
     proc = run_cli("list", "no_such_op")
@@ -76,6 +83,11 @@ def test_check_without_gpu_runs_cpu_variants(run_cli, cpu_kernel):
     assert proc.returncode == 0, describe(proc)
     assert "no GPU visible" in proc.stderr and "bias_gelu/cpu" in proc.stdout
     assert "scalar" not in proc.stdout
+    # named, a CUDA variant is skipped saying why, not a FAIL
+    proc = run_cli("check", "bias_gelu", "cpu", "vec4", "--dtypes", "float32")
+    assert proc.returncode == 0, describe(proc)
+    assert "bias_gelu/vec4: skipped: a CUDA variant, and no GPU is visible here" in proc.stdout, describe(proc)
+    assert "FAIL" not in proc.stdout, describe(proc)
 
 
 def test_gradcheck_cpu(run_cli, cpu_kernel):
@@ -172,3 +184,37 @@ def test_bad_arguments(run_cli, argv, message):
     assert proc.returncode != 0, describe(proc)
     assert message in proc.stderr, describe(proc)
     assert "Traceback" not in proc.stderr
+
+
+def _digests(folder: pathlib.Path) -> dict:
+    import hashlib
+
+    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_bench_and_plot_write_under_the_users_folder_never_the_committed_results(run_cli, cpu_kernel, tmp_path,
+                                                                                 monkeypatch):
+    """The quickstart's r.plot(); r.save() and the CLI's bench and `plot OP`: rows and plots go to
+    ./workbench-results (or $WORKBENCH_RESULTS), and the committed results/ stay as they were."""
+    import workbench as wb
+    from workbench import config
+
+    committed = _digests(config.RESULTS_DIR)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "mpl"))
+    monkeypatch.delenv("WORKBENCH_RESULTS", raising=False)
+    r = wb.bench("bias_gelu", ["cpu"], shapes=[(32, 64)], baselines=["eager"], budget_s=0.05)
+    assert r.save() == tmp_path / "workbench-results" / "bench.jsonl"
+    plots = r.plot()
+    assert plots and all(p.parent == tmp_path / "workbench-results" / "plots" for p in plots), plots
+    env = {"WORKBENCH_RESULTS": str(tmp_path / "cli"), "MPLCONFIGDIR": str(tmp_path / "mpl")}
+    out = _ok(run_cli("bench", "bias_gelu", "--shapes", "32x64", "--budget", "0.05", "--baselines", "eager",
+                      env_extra=env))
+    assert f"rows appended to {tmp_path / 'cli' / 'bench.jsonl'}" in out, out
+    out = _ok(run_cli("plot", "bias_gelu", env_extra=env))
+    drawn = [pathlib.Path(ln.split("plot: ", 1)[1]) for ln in out.splitlines() if ln.startswith("plot: ")]
+    assert drawn and all(p.parent == tmp_path / "cli" / "plots" for p in drawn), out
+    assert any(p.name.startswith("bias_gelu_fwd_float32_") for p in drawn), out
+    proc = run_cli("plot", "swiglu", env_extra=env)
+    assert proc.returncode == 1 and "no rows for swiglu in" in proc.stderr, describe(proc)
+    assert _digests(config.RESULTS_DIR) == committed      # nothing committed was written

@@ -30,6 +30,7 @@ def test_an_illegal_address_fails_its_case_and_the_caller_survives():
     assert report.variant == "illegal_address" and report.device.startswith("cuda"), report.table()
     (faulted,) = report.failures
     assert faulted.shape == (64, 64) and "an illegal memory access was encountered" in faulted.note, report.table()
+    assert "likely cause: a read or write outside the tensors" in faulted.note, faulted.note
     assert all(c.passed for c in report.cases if c.shape == (0, 64)), report.table()  # in a fresh runner
     with pytest.raises(wb.IsolatedRunError, match="bench of bias_gelu/illegal_address.*illegal memory access"):
         wb.bench("bias_gelu", variants=[bad], shapes=[(256, 256)], baselines=(), budget_s=0.05, isolate=True)

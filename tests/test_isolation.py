@@ -39,6 +39,7 @@ def test_a_crash_fails_its_case_the_next_runs_in_a_fresh_runner_and_the_caller_s
     assert report.variant == "segv" and not report.ok, report.table()
     (crashed,) = report.failures
     assert crashed.shape == (6, 9) and "killed by SIGSEGV" in crashed.note, report.table()
+    assert "likely cause: an invalid memory access in host code" in crashed.note, crashed.note
     assert "caller's process is unaffected" in crashed.note, crashed.note
     assert [c.passed for c in report.cases if c.shape == (0, 5)] == [True, True], report.table()
     assert torch.equal(x, before)

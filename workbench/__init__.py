@@ -56,8 +56,9 @@ def load_source(op: str, path, name: str | None = None, *, python: bool = True, 
                 style: str = "workbench", **extension):
     """Build and load a variant of `op` from a source file anywhere; `name` defaults to the file's
     stem (loader.load_source; options: build.BuildOptions, line info say). style="extension": a torch extension written the course's way
-    (torch/extension.h; PYBIND11_MODULE or TORCH_LIBRARY exporting forward and backward), served as
-    a variant (extension.load_extension; `extension`: its dtypes, device, forward, backward)."""
+    (torch/extension.h; PYBIND11_MODULE or TORCH_LIBRARY exporting forward and backward; `path` may be
+    a list of files: [binding.cpp, kernels.cu]), served as a variant (extension.load_extension;
+    `extension`: its dtypes, device, forward, backward, out)."""
     if _style(style, "load_source"):
         from .run.extension import load_extension
 
@@ -70,8 +71,7 @@ def load_inline(op: str, source: str, name: str, *, replace: bool = False, optio
                 **extension):
     """Build a variant of `op` from a source string (a notebook cell; loader.load_inline; options:
     build.BuildOptions, default the NVRTC tier's). style="extension": a torch extension written the
-    course's way, served as a variant (extension.load_inline_extension). It compiles the torch
-    headers: tens of seconds."""
+    course's way, served as a variant (extension.load_inline_extension)."""
     if _style(style, "load_inline"):
         from .run.extension import load_inline_extension
 
@@ -83,7 +83,7 @@ def load_inline(op: str, source: str, name: str, *, replace: bool = False, optio
 def _no_extension_arguments(what: str, extension: dict) -> None:
     if extension:
         raise TypeError(f"{what}: unexpected keyword argument(s) {', '.join(sorted(extension))} (dtypes, device, "
-                        f"forward and backward are style='extension''s)")
+                        f"forward, backward and out are style='extension''s)")
 
 
 def load_ipython_extension(ipython) -> None:

@@ -41,8 +41,10 @@ def cmd_list(args) -> int:
             print(f"  cannot list {op}: {type(e).__name__}: {e}", file=sys.stderr)
             failed += 1
             continue
-        for v in found:
-            print(f"  {v.name:10s} {v.device:5s} {', '.join(v.dtypes):36s} {v.description}")
+        widths = [max([w] + [len(f(v)) for v in found]) for w, f in
+                  ((10, lambda v: v.name), (5, lambda v: v.device), (36, lambda v: ", ".join(v.dtypes)))]
+        for v in found:  # columns as wide as the op's longest entry: a ladder's rungs have long names
+            print(f"  {v.name:{widths[0]}s} {v.device:{widths[1]}s} {', '.join(v.dtypes):{widths[2]}s} {v.description}")
     return 1 if failed else 0
 
 
@@ -108,9 +110,17 @@ def _as_variant(op: str, name: str):
 def _run_reports(args, fn) -> int:
     """Each variant's report; a variant whose check raised (a build error, a kernel call the check
     could not turn into a failed case) is a failure with its message, and the others still run."""
+    from .build import toolchain
+    from .model import registry
+
     ok = True
     out = []
+    devices = {v.name: v.device for v in registry.variants(args.op)}
     for name in _variants_for(args.op, args.variants, runnable_only=True):
+        if devices.get(name) == "cuda" and not toolchain.gpu_available():  # named, and not for this machine
+            print(f"{args.op}/{name}: skipped: a CUDA variant, and no GPU is visible here")
+            out.append({"variant": name, "ok": True, "method": "", "failures": [], "skipped": "no GPU visible"})
+            continue
         try:
             report = fn(args, _as_variant(args.op, name))
         except Exception as e:  # noqa: BLE001 - reported, exit status 1
@@ -156,7 +166,7 @@ def cmd_bench(args) -> int:
                    budget_s=args.budget, save=not args.no_save, results_path=args.results, cluster=args.ray)
     print(result.table())
     if not args.no_save:
-        print(f"rows appended to {args.results or config.RESULTS_DIR / 'bench.jsonl'}")
+        print(f"rows appended to {args.results or config.output_dir() / 'bench.jsonl'}")
     if args.plot:
         for p in result.plot(args.plot_dir):
             print(f"plot: {p}")
@@ -192,12 +202,14 @@ def cmd_plot(args) -> int:
     from .explain import plot
     from .measure import results
 
-    path = args.results or config.RESULTS_DIR / "bench.jsonl"
-    rows = results.read_rows(path)
+    path = args.results or config.output_dir() / "bench.jsonl"
+    rows = [r for r in results.read_rows(path) if args.op in (None, r.get("op"))]
     if not rows:
-        print(f"no rows in {path}", file=sys.stderr)
+        print(f"no rows{' for ' + args.op if args.op else ''} in {path}: run `python -m workbench bench "
+              f"{args.op or 'OP'}` first, or name a file with --results (the committed H100 rows: "
+              f"--results {config.RESULTS_DIR / 'bench.jsonl'})", file=sys.stderr)
         return 1
-    for p in plot.plot_all(rows, args.plot_dir or config.RESULTS_DIR / "plots"):
+    for p in plot.plot_all(rows, args.plot_dir or config.output_dir() / "plots"):
         print(f"plot: {p}")
     return 0
 
@@ -369,10 +381,11 @@ def parser() -> argparse.ArgumentParser:
                    help="eager, compile, and any the op's spec adds (default: all of them)")
     s.add_argument("--directions", nargs="+", default=["fwd"], choices=["fwd", "bwd", "fwd+bwd"])
     s.add_argument("--budget", type=float, default=1.0, help="seconds of sampling per row at most")
-    s.add_argument("--results", help="JSONL file to append to (default results/bench.jsonl)")
+    s.add_argument("--results", help="JSONL file to append to (default workbench-results/bench.jsonl, or "
+                                     "$WORKBENCH_RESULTS/bench.jsonl)")
     s.add_argument("--no-save", action="store_true", help="print only; append nothing")
     s.add_argument("--plot", action="store_true", help="also draw plots")
-    s.add_argument("--plot-dir")
+    s.add_argument("--plot-dir", help="default workbench-results/plots")
     s.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS", help="spread the sweep over a Ray cluster, "
                    "one worker per GPU: local, auto (the default), ray://HOST:PORT (needs Ray)")
     s.set_defaults(fn=cmd_bench)
@@ -393,8 +406,9 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_profile)
 
     s = sub.add_parser("plot", help="redraw plots from saved results")
-    s.add_argument("--results")
-    s.add_argument("--plot-dir")
+    s.add_argument("op", nargs="?", help="default: every op with rows in the file")
+    s.add_argument("--results", help="the rows (default workbench-results/bench.jsonl, where `bench` saves them)")
+    s.add_argument("--plot-dir", help="default workbench-results/plots")
     s.set_defaults(fn=cmd_plot)
 
     s = sub.add_parser("demo", help="build, check, gradcheck, bench and plot every op's variants (or one op's)")

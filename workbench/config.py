@@ -22,9 +22,16 @@ BINDINGS_DIR = REPO_ROOT / "bindings"
 # Libraries built ahead of time into a wheel, with their manifest (workbench/build/prebuilt.py). Only an
 # installed package consults them: from a checkout, every build is JIT and edits rebuild.
 PREBUILT_DIR = PACKAGE_DIR / "_prebuilt"
-# Results are written beside a checkout; never into site-packages ($WORKBENCH_RESULTS, else ./results).
+# The results committed with a checkout (an installed package has none: $WORKBENCH_RESULTS, else ./results).
 RESULTS_DIR = (pathlib.Path(os.environ.get("WORKBENCH_RESULTS") or "results").resolve() if INSTALLED
                else REPO_ROOT / "results")
+
+
+def output_dir() -> pathlib.Path:
+    """Where a run writes its benchmark rows and plots unless told where: $WORKBENCH_RESULTS, else
+    ./workbench-results in the current folder; never the checkout's committed results/ unless a
+    path says so. Read on every call (a notebook may change folder)."""
+    return pathlib.Path(os.environ.get("WORKBENCH_RESULTS") or "workbench-results").resolve()
 
 
 def cache_dir() -> pathlib.Path:

@@ -63,7 +63,7 @@ def run(bench_fn, groups: list, *, cluster: str, device: str, attrs=None, budget
     ray = connect(cluster)
     groups = [dataclasses.replace(g, index=i) for i, g in enumerate(groups)]
     gpu_types = sorted({g.gpu_type for g in groups if g.gpu_type}) or None
-    path = (results_path or config.RESULTS_DIR / "bench.jsonl") if save else None
+    path = (results_path or config.output_dir() / "bench.jsonl") if save else None
     run_id = uuid.uuid4().hex[:12]
     total = sum(len(g.cells) for g in groups)
     got: dict[int, dict] = {}

@@ -25,9 +25,9 @@ bytecode.use_private_cache()  # before torch: see bytecode.py
 import torch  # noqa: E402
 
 from .. import dtypes as dtypes_  # noqa: E402
+from ..run.cuda_errors import context_state  # noqa: E402
 from .memory import _DeviceArray, _check, _driver  # noqa: E402
 
-_FATAL = getattr(torch, "AcceleratorError", None)
 
 
 def address_of(op: str, variant) -> dict:
@@ -71,6 +71,7 @@ class PyRunner:
     def __init__(self, fd: int):
         self.sock = socket.socket(fileno=fd)
         self.buffer, self.fds, self.arenas, self.kernel, self.own_memory = b"", [], {}, None, False
+        self.pending = ""
 
     def serve(self) -> int:
         while True:
@@ -81,7 +82,7 @@ class PyRunner:
                 self.reply(self.handle(line))
             except Exception as e:  # noqa: BLE001 - the variant's failure is this call's, told to the caller
                 text = f"{type(e).__name__}: {e}".encode().hex()
-                if _FATAL is not None and isinstance(e, _FATAL):  # the context is lost: nothing more runs here
+                if self.context() == "lost":  # a sticky CUDA error: nothing more runs here
                     self.reply("fatal " + text)
                     return 3
                 self.reply("error " + text)
@@ -119,6 +120,8 @@ class PyRunner:
         if cmd == "call":
             self.run(words[1:])
             self.wait()
+            if self.context() == "cleared":  # a launch error nobody checked is this call's, not the next one's
+                raise RuntimeError(f"left a CUDA error pending, raised by the next op: {self.pending}")
             return "ok"
         if cmd == "batch":
             calls = [self.read_line().split()[1:] for _ in range(int(words[1]))]
@@ -155,10 +158,12 @@ class PyRunner:
             out = []
             for _ in range(n):
                 arena, offset, ndim = (int(w) for w in words[pos:pos + 3])
-                shape = [int(w) for w in words[pos + 3:pos + 3 + ndim]]
-                pos += 3 + ndim
-                size = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
-                out.append(self.arenas[arena][offset:offset + size].view(dtype).view(shape))
+                dims = [int(w) for w in words[pos + 3:pos + 3 + 2 * abs(ndim) if ndim < 0 else pos + 3 + ndim]]
+                pos += 3 + len(dims)
+                shape, strides = dims[:abs(ndim)], dims[abs(ndim):]  # strides: a view, kept as the caller made it
+                span = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if strides else torch.Size(shape).numel()
+                data = self.arenas[arena][offset:offset + span * dtype.itemsize].view(dtype)
+                out.append(data.as_strided(shape, strides) if strides else data.view(shape))
             return out
 
         inputs, outputs = tensors(), tensors()
@@ -170,6 +175,14 @@ class PyRunner:
         got = self.kernel(*inputs, *attrs) if step == 0 else self.kernel.backward(*inputs, *attrs)
         for out, value in zip(outputs, got if isinstance(got, (tuple, list)) else (got,)):
             out.copy_(value)
+
+    def context(self) -> str:
+        """The CUDA context's state after a call (cuda_errors.context_state: "ok", "cleared" with the
+        error in self.pending, "lost"); "ok" where this runner never used CUDA."""
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return "ok"
+        state, self.pending = context_state(torch.device("cuda"))
+        return state
 
     def wait(self) -> None:
         if torch.cuda.is_available() and torch.cuda.is_initialized():

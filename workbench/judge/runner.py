@@ -79,6 +79,7 @@ class Runner:
         theirs.close()
         self.started = time.perf_counter()
         self.fronted = bool(prefix)  # a tool in front of it writes its report as the runner ends
+        self.keeps_layout = False    # hand its variant strided inputs as views (pyrunner: an extension sees them as they are)
 
     # ------------------------------------------------------------------ the protocol
 
@@ -237,8 +238,22 @@ def time_limit(timeout_s: float) -> list[str]:
 # ---------------------------------------------------------------------- calls
 
 
-def tensor_words(arena_id: int, offset: int, shape) -> str:
-    return f"{arena_id} {offset} {len(shape)} {' '.join(str(int(s)) for s in shape)}".rstrip()
+def tensor_words(arena_id: int, offset: int, shape, strides=None) -> str:
+    """A tensor of a call: contiguous at `offset`, or (strides given: the Python runner only) a view
+    with those strides, its dimension count negated."""
+    dims = f"{len(shape)} {' '.join(str(int(s)) for s in shape)}" if strides is None else \
+        f"-{len(shape)} {' '.join(str(int(s)) for s in (*shape, *strides))}"
+    return f"{arena_id} {offset} {dims}".rstrip()
+
+
+def _strided(t: torch.Tensor) -> bool:
+    """A view a Python runner gets as it is: not contiguous, not empty, no element repeated."""
+    return not t.is_contiguous() and t.numel() > 0 and 0 not in t.stride()
+
+
+def _span(t: torch.Tensor) -> int:
+    """The elements `t` reaches with its strides (its numel where it is not _strided)."""
+    return 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if _strided(t) else t.numel()
 
 
 def call_line(step: str, dtype: str, inputs: list[str], outputs: list[str], attrs: list) -> str:
@@ -300,15 +315,21 @@ class Remote:
             first = len(spec.outputs)
             shapes = [tuple(tensors[first + i].shape) for i, t in enumerate(spec.inputs) if t.differentiable]
         dtype, item = tensors[0].dtype, tensors[0].element_size()
-        arena = self._arena_for(sum(t.numel() * t.element_size() for t in tensors)
+        arena = self._arena_for(sum(_span(t) * t.element_size() for t in tensors)
                                 + sum(_numel(s) * item for s in shapes) + 512 * (len(tensors) + len(shapes)))
         runner = self.ensure()
         arena_id = runner.lend(arena)
         arena.reset()
         ins = []
         for t in tensors:
-            # A strided view reaches a kernel as a contiguous copy (the harness makes one); a view
-            # that starts off a 16-byte boundary keeps that offset (float4 loads are illegal there).
+            # A strided view reaches a kernel of the ABI as a contiguous copy (the harness makes one),
+            # and a Python runner's variant (an extension) as the view it is; a view that starts off a
+            # 16-byte boundary keeps that offset (float4 loads are illegal there).
+            if runner.keeps_layout and _strided(t):
+                offset = arena.place(_span(t) * t.element_size(), t.data_ptr() % 16)
+                arena.view(offset, (_span(t),), dtype).as_strided(t.shape, t.stride()).copy_(t)
+                ins.append(tensor_words(arena_id, offset, t.shape, t.stride()))
+                continue
             offset = arena.place(t.numel() * t.element_size(), t.data_ptr() % 16 if t.is_contiguous() else 0)
             arena.view(offset, t.shape, dtype).copy_(t)
             ins.append(tensor_words(arena_id, offset, t.shape))
@@ -403,6 +424,7 @@ def start_python(address: dict, label: str, *, sandbox: Sandbox | None = None, p
         sandbox = Sandbox(**{**sandbox.__dict__, "readable": (*sandbox.readable, config.REPO_ROOT),
                              "env": (*sandbox.env, ("PYTHONPATH", str(config.REPO_ROOT)))})
     r = Runner(argv, label=label, sandbox=sandbox, prefix=prefix, env=None if sandbox else config.child_env())
+    r.keeps_layout = True
     try:
         return r, read_variant_reply(r.request(f"variant {hex_text(json.dumps(address))}", timeout_s=timeout_s))
     except BaseException:
@@ -452,5 +474,6 @@ def isolated(op: str, variant, *, sandbox: Sandbox | None = None, prefix=(), lin
     device = getattr(v, "device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
     remote = Remote(op, device, lambda: start_python(address, address["name"], sandbox=sandbox, prefix=prefix),
                     own_memory=own_memory)
-    dtypes = getattr(v, "dtypes", None) or dtypes_.NAMES
+    dtypes = getattr(v, "dtypes", None)  # a callable's or an extension's as probed here (none: nothing runs)
+    dtypes = dtypes_.NAMES if dtypes is None else dtypes
     return kernel(remote, address["name"], dtypes, description=getattr(v, "description", ""))

@@ -50,14 +50,16 @@ class BenchResult:
         return "\n".join(lines)
 
     def save(self, path=None):
-        path = path or config.RESULTS_DIR / "bench.jsonl"
+        """Append the rows to `path` (default workbench-results/bench.jsonl: config.output_dir());
+        returns the path."""
+        path = path or config.output_dir() / "bench.jsonl"
         results.append_rows(path, self.rows)
         return path
 
     def plot(self, out_dir=None):
-        """Save every plot as a PNG under out_dir (default results/plots); returns the paths."""
+        """Save every plot as a PNG under out_dir (default workbench-results/plots); returns the paths."""
         from ..explain import plot
-        return plot.plot_all(self.rows, out_dir or config.RESULTS_DIR / "plots")
+        return plot.plot_all(self.rows, out_dir or config.output_dir() / "plots")
 
     def figure(self):
         """The same plots in one matplotlib Figure, returned and not saved: a notebook cell ending

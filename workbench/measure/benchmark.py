@@ -58,9 +58,10 @@ class _Compiled:
 
 
 def _providers(op: str, spec, names: list[str], baselines, device: torch.device, dname: str, own=None):
-    """name -> (kind, forward callable over (inputs, attrs), or a _Compiled to instantiate per group).
-    own: name -> a variant brought by the user (byo.CallableKernel: a callable or a torch extension)."""
-    out = {}
+    """(name -> (kind, forward callable over (inputs, attrs), or a _Compiled to instantiate per
+    group), name -> why a variant named is not timed here). own: name -> a variant brought by the
+    user (byo.CallableKernel: a callable or a torch extension)."""
+    out, skipped = {}, {}
     for b in baselines:
         if b == "eager":
             out["eager"] = ("baseline", spec.eager)
@@ -72,12 +73,18 @@ def _providers(op: str, spec, names: list[str], baselines, device: torch.device,
             raise ValueError(f"baselines must be among {list(baselines_of(spec))}; got {b!r}")
     for name in names:
         k = (own or {}).get(name) or loader.get(op, name)
-        if not k.runs_on(device.type) or dname not in k.dtypes:
-            continue
-        if toolchain.unmet_arch(getattr(k, "source", None), device):  # e.g. sm_90a code off Hopper
-            continue
-        out[name] = ("variant", k)
-    return out
+        if not k.runs_on(device.type):
+            skipped[name] = f"runs on {k.device}" + ("; no GPU is visible here" if k.device == "cuda" and
+                                                     not toolchain.gpu_available() else "")
+        elif not k.dtypes and getattr(k, "probe", ""):
+            skipped[name] = f"nothing to time: {k.probe}"
+        elif dname not in k.dtypes:
+            skipped[name] = f"no {dname}"
+        elif toolchain.unmet_arch(getattr(k, "source", None), device):  # e.g. sm_90a code off Hopper
+            skipped[name] = toolchain.unmet_arch(k.source, device)
+        else:
+            out[name] = ("variant", k)
+    return out, skipped
 
 
 @contextlib.contextmanager
@@ -267,7 +274,7 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
                                                 and all(isinstance(v, loader.Kernel) for v in variants)):
         variants = [v if _brought(v) else v.name
                     for v in ([variants] if isinstance(variants, loader.Kernel) else variants)]
-    variants, own = _own_variants(op, variants)
+    variants, own, unusable = _own_variants(op, variants)
     spec = registry.spec(op)
     device = torch.device(device or ("cuda" if toolchain.gpu_available() else "cpu"))
     if device.type == "cuda" and not toolchain.gpu_available():
@@ -294,6 +301,7 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     if isolate:
         _preflight(op, spec, names, own, dtypes, shapes, directions, attrs, device)
     result = BenchResult()
+    result.notes += [f"skipped {name}: {why}" for name, why in unusable.items()]
     if device.type == "cpu":
         result.notes.append("no GPU visible: CPU variants timed on the CPU; no copy ceiling")
     ceiling = ceilings.copy_bandwidth_gbps(device, cache_dir=config.cache_dir())["copy_GBps"] \
@@ -314,14 +322,16 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     gen.manual_seed(0)
     # At least 30 samples: with fewer, a 15 us op's median moved by up to 8% between runs.
     stop = {"budget_s": budget_s, "target_rse": target_rse, "min_samples": 30}
-    providers = {dname: _providers(op, spec, names, baselines, device, dname, own) for dname in dtypes}
+    providers, skipped = {}, {}
+    for dname in dtypes:
+        providers[dname], skipped[dname] = _providers(op, spec, names, baselines, device, dname, own)
     total = sum(len(p) for p in providers.values()) * len(shapes) * len(directions)
     done, rotated = 0, set()
     with _tf32_off(compute), _no_donated_buffers():
         for dname, provs in providers.items():
-            skipped = [n for n in names if n not in provs]
-            if skipped:
-                result.notes.append(f"{dname}: skipped {', '.join(skipped)} (not for {device.type} {dname})")
+            for why in dict.fromkeys(skipped[dname].values()):
+                result.notes.append(f"{dname}: skipped {', '.join(n for n, w in skipped[dname].items() if w == why)} "
+                                    f"({why})")
             for shape in shapes:
                 first = spec.new_inputs(shape, dname, device, gen)
                 numel = first[0].numel()
@@ -372,24 +382,30 @@ def _brought(v) -> bool:
 
 
 def _own_variants(op: str, variants):
-    """(variants with every callable or brought variant replaced by its name, {name: that variant}):
-    a callable (a function, an autograd.Function's apply, an extension's forward) is made a variant
-    by byo.variant (probed once), and times beside the op's own."""
+    """(variants with every callable or brought variant replaced by its name, {name: that variant},
+    {name: why it cannot run here}): a callable (a function, an autograd.Function's apply, an
+    extension's forward) is made a variant by byo.variant (probed once), and times beside the op's
+    own; one that runs on no device here (CUDA code without a GPU) is left out, saying why."""
     if isinstance(variants, str):
-        return variants, {}
+        return variants, {}, {}
+    from ..errors import WorkbenchError
     from ..run import byo
 
     items = list(variants) if isinstance(variants, (list, tuple)) else [variants]
-    own, names = {}, []
+    own, names, unusable = {}, [], {}
     for v in items:
-        v = byo.as_variant(op, v)
+        try:
+            v = byo.as_variant(op, v)
+        except WorkbenchError as e:
+            unusable[byo.qualified_name(v)] = str(e).replace("\n", " ")
+            continue
         if isinstance(v, byo.CallableKernel):
             if v.name in own and own[v.name] is not v:
                 raise ValueError(f"variants: two different callables are both named {v.name!r}; name one with "
                                  f"wb.variant(fn, op={op!r}, name=...)")
             own[v.name] = v
         names.append(v.name if isinstance(v, loader.Kernel) else v)  # a loaded Kernel: its name, as before
-    return names, own
+    return names, own, unusable
 
 
 def _preflight(op: str, spec, names, own: dict, dtypes, shapes, directions, attrs: dict, device) -> None:

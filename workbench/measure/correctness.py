@@ -40,6 +40,11 @@ class Case:
     def measured(self) -> bool:
         return _measured(self.rel_err) or _measured(self.max_abs_err)
 
+    @property
+    def label(self) -> str:
+        """Which case: "forward 3x5 float32 strided"."""
+        return f"{self.what} {'x'.join(map(str, self.shape)) or 'scalar'} {self.dtype} {self.layout}"
+
     def line(self) -> str:
         mark = "ok  " if self.passed else "FAIL"
         shape = "x".join(map(str, self.shape)) or "scalar"
@@ -75,7 +80,8 @@ class Report:
 
     def summary(self) -> str:
         n, bad = len(self.cases), len(self.failures)
-        head = f"{self.op}/{self.variant} on {self.device}: {n - bad}/{n} cases passed"
+        head = f"{self.op}/{self.variant} on {self.device}: " + (f"{n - bad}/{n} cases passed" if n else
+                                                                 "FAIL: no case ran (the notes below say why)")
         if self.method:
             head += f" ({self.method})"
         lines = [head] + [c.line() for c in self.failures[:20]]
@@ -181,29 +187,45 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def _fatal(e: BaseException, device: torch.device) -> bool:
-    """An error that leaves the CUDA context unusable (an illegal address, a device-side assert):
-    every later case would fail with it, so it propagates (isolate=True: the runner's, one case's)."""
-    if isinstance(e, getattr(torch, "AcceleratorError", ())):
-        return True
-    if device.type == "cuda":
-        try:
-            torch.cuda.synchronize(device)
-        except Exception:  # noqa: BLE001 - the context is gone, whatever the type
-            return True
-    return False
+def _raised(what: str, e: Exception, size, dname: str, layout: str) -> Case:
+    """A failed case for a kernel call that raised, naming the case and the likely cause of a CUDA
+    error or of a runner's death (whether this process's context survived is _after_case's to say)."""
+    from ..run.cuda_errors import explained
 
-
-def _raised(what: str, e: Exception, size, dname: str, layout: str, device: torch.device) -> Case:
-    """A failed case for a kernel call that raised, naming the case; a fatal CUDA error is re-raised."""
-    if _fatal(e, device):
-        raise e
     msg = _first_line(e)
     if DTYPE_REFUSED in msg:
         note = f"declared {dname} but the launcher refused it: {msg}"
     else:
-        note = f"raised {type(e).__name__}: {msg}"
+        note = f"raised {type(e).__name__}: {explained(e)}"
     return Case(what, tuple(size), dname, layout, False, note=note)
+
+
+def _after_case(device: torch.device, cases: list[Case]) -> str:
+    """On CUDA, after a case ran here: an error its code left pending (an unchecked launch of zero
+    blocks) fails that case, not the next op's; a lost context (a sticky fault) fails it too, and
+    its error is returned: no later case can run in this process ("" where the context is fine)."""
+    if device.type != "cuda" or not cases:
+        return ""
+    from ..run.cuda_errors import context_state, explained
+
+    state, err = context_state(device)
+    last = cases[-1]
+    if state == "cleared":
+        cases.append(Case(last.what, last.shape, last.dtype, last.layout, False,
+                          note=f"left a CUDA error pending, raised by the next op: {explained(err)}"))
+    elif state == "lost":
+        last.passed = False
+        last.note = (last.note or explained(err)) + "; this process's CUDA context is lost (a sticky error)"
+    return explained(err) if state == "lost" else ""
+
+
+def _context_lost(report: Report, err: str) -> Report:
+    """The report of a matrix whose case (its last) lost this process's CUDA context."""
+    report.skipped.append(
+        f"the cases after {report.cases[-1].label} were not run: this process's CUDA context is lost ({err}); "
+        f"every later CUDA call here fails: restart the process. isolate=True runs a variant in a runner process "
+        f"of its own, where a fault ends that runner and fails only its case")
+    return report
 
 
 def _device_for(kernel) -> torch.device:
@@ -266,19 +288,49 @@ def _seed(seed: int | None) -> int:
     return int.from_bytes(os.urandom(4), "little") if seed is None else seed
 
 
-def _isolated(run, op: str, variant, kwargs: dict) -> Report:
+def _isolated(run, op: str, variant, kwargs: dict, note: str = "") -> Report:
     """run(op, kernel, **kwargs) (check, gradcheck) here, over the variant served from a runner
     (judge.runner.isolated): a call that ends the runner fails its case, the next starts another."""
     from ..judge.runner import isolated
+    from ..run import byo
 
+    variant = byo.as_variant(op, variant)
     kernel = isolated(op, variant)
+    if isinstance(variant, byo.CallableKernel):  # what its probe here found (an output argument, its dtypes)
+        kernel.probe = variant.probe
     try:
         _device_for(kernel)  # no GPU for a CUDA variant: said before a runner starts
         kernel.module.ensure()  # a runner that cannot start raises IsolatedRunError here, not as a case
         kernel.info["steps"] = kernel.module.reported["steps"]  # what the library exports (forward only?)
-        return run(op, kernel, **kwargs)
+        report = run(op, kernel, **kwargs)
+        report.skipped += [note] if note else []
+        return report
     finally:
         kernel.module.close()
+
+
+def _in_a_runner(op: str, variant, isolate: bool | None) -> tuple[object, bool, str]:
+    """(the variant, whether its calls go through a runner, a note for the report). isolate=None:
+    a torch extension or a callable brought from outside (byo.py) does, since its native code can
+    fault and a fault takes the CUDA context of the process it runs in; the op's own variants run
+    here. A callable a runner cannot import (defined in __main__, a lambda) runs here, saying so
+    where that puts this process's CUDA context at stake."""
+    if isolate is not None:
+        return variant, isolate, ""
+    from ..errors import WorkbenchError
+    from ..run import byo
+
+    v = byo.as_variant(op, variant)
+    if getattr(v, "kind", None) not in ("extension", "callable") or not v.dtypes:  # not brought, or nothing to run
+        return v, False, ""
+    try:
+        byo.child_address(op, v)
+    except WorkbenchError:
+        return v, False, ("note: it ran in this process, where a CUDA fault in it ends the checks: a runner imports "
+                          "a callable by its module path, and this one is defined in __main__, a lambda or a local "
+                          "function" if v.device == "cuda" else "")
+    return v, True, ("note: its calls ran in a runner process of their own (a fault there fails its case, never this "
+                     "process; isolate=False: here)")
 
 
 def _kernel(op: str, variant):
@@ -307,24 +359,32 @@ def _wanted_dtypes(kernel, dtypes, report: Report) -> list[str]:
 
 
 def check(op: str, variant, *, dtypes=None, shapes=None, layouts=("contiguous", "strided", "offset", "transposed"),
-          seed: int | None = None, backward: bool = True, verbose: bool = False, isolate: bool = False,
+          seed: int | None = None, backward: bool = True, verbose: bool = False, isolate: bool | None = None,
           on_case=None) -> Report:
     """Run the correctness matrix for one variant (a name, a Kernel, or any callable: byo.py's
     wb.variant, probed where undeclared): every supported dtype x size x layout (x the
     spec's attribute samples, in turn), forward and backward, against the float64 reference.
     `shapes`: sizes for the op's size pattern (default: the spec's check sizes). Returns a Report
-    (report.ok, report.table()). isolate=True makes every call in a runner process (workbench/judge):
-    a call that faults fails its case with the error, leaves this process, its CUDA context and its
-    tensors as they were, and the next case starts a fresh runner; a runner that cannot start raises
-    IsolatedRunError. on_case(description) is called before each case runs."""
+    (report.ok, report.table()). No case ends the matrix: a call that raises (a CUDA error with its
+    likely cause) is its case's failure. isolate=True makes every call in a runner process
+    (workbench/judge): a call that faults or ends the runner fails its case, leaves this process,
+    its CUDA context and its tensors as they were, and the next case starts a fresh runner; a
+    runner that cannot start raises IsolatedRunError. isolate=None (the default) does that for a
+    torch extension or a callable brought from outside (_in_a_runner) and runs the op's own
+    variants here, where after each case on the GPU the context is tried: an error the case left
+    pending fails it, and a lost context fails it and ends the matrix, saying so. on_case(
+    description) is called before each case runs."""
+    variant, isolate, note = _in_a_runner(op, variant, isolate)
     if isolate:
         return _isolated(check, op, variant, dict(dtypes=dtypes, shapes=shapes, layouts=layouts, seed=seed,
-                                                  backward=backward, verbose=verbose, on_case=on_case))
+                                                  backward=backward, verbose=verbose, on_case=on_case), note)
     spec = registry.spec(op)
     kernel = _kernel(op, variant)
     device = _device_for(kernel)
     report = Report(op, kernel.name, str(device))
     _probe_note(kernel, report)
+    if note:
+        report.skipped.append(note)
     wanted = _wanted_dtypes(kernel, dtypes, report)
     backward = backward and bool(spec.differentiable)
     if backward and "backward" not in kernel.steps:
@@ -383,15 +443,18 @@ def check(op: str, variant, *, dtypes=None, shapes=None, layouts=("contiguous", 
                     cases.append(Case("determinism", size, dname, layout, same,
                                       note="" if same else "two runs on the same inputs gave different bits"))
                 except Exception as e:  # noqa: BLE001 - a call that raised is this case's failure
-                    cases.append(_raised(step, e, size, dname, layout, device))
+                    cases.append(_raised(step, e, size, dname, layout))
                     if DTYPE_REFUSED in _first_line(e):
                         refused = True
                         report.skipped.append(f"{dname}: the rest of its cases, after the launcher refused it "
                                               f"in {step} {label}")
+                lost = _after_case(device, cases)
                 report.cases += cases
                 if verbose:
                     for c in cases:
                         print(c.line())
+                if lost:
+                    return _context_lost(report, lost)
                 if refused:
                     break
     if device.type == "cuda":

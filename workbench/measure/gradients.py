@@ -9,22 +9,27 @@ import math
 import torch
 
 from ..model import registry
-from .correctness import (DTYPE_REFUSED, Case, Report, _compare_all, _device_for, _fatal, _first_line, _generator, _isolated, _kernel, _probe_note, _raised, _seed)
+from .correctness import (DTYPE_REFUSED, Case, Report, _after_case, _compare_all, _context_lost, _device_for,
+                          _first_line, _generator, _in_a_runner, _isolated, _kernel, _probe_note, _raised, _seed)
 from ..model.opspec import as_tuple
 
 
-def gradcheck(op: str, variant, *, seed: int | None = None, shapes=None, isolate: bool = False) -> Report:
+def gradcheck(op: str, variant, *, seed: int | None = None, shapes=None, isolate: bool | None = None) -> Report:
     """torch.autograd.gradcheck in float64 where the variant supports float64; otherwise the
     variant's gradients against the float64 reference's at each dtype's tolerance. `shapes`:
     sizes (default: the op's three smallest non-empty check sizes). The report's `method` says
-    which ran. isolate=True: as for check()."""
+    which ran. No case ends it, and isolate (a runner for an extension or a callable by default)
+    is as for check()."""
+    variant, isolate, note = _in_a_runner(op, variant, isolate)
     if isolate:
-        return _isolated(gradcheck, op, variant, dict(seed=seed, shapes=shapes))
+        return _isolated(gradcheck, op, variant, dict(seed=seed, shapes=shapes), note)
     spec = registry.spec(op)
     kernel = _kernel(op, variant)
     device = _device_for(kernel)
     report = Report(op, kernel.name, str(device))
     _probe_note(kernel, report)
+    if note:
+        report.skipped.append(note)
     if not spec.differentiable:
         report.skipped.append(f"{op} has no differentiable inputs")
         return report
@@ -44,14 +49,18 @@ def gradcheck(op: str, variant, *, seed: int | None = None, shapes=None, isolate
             try:
                 torch.autograd.gradcheck(fn, inputs, eps=GRADCHECK_EPS, atol=GRADCHECK_ATOL, rtol=GRADCHECK_RTOL)
             except _GradcheckError as e:
-                report.cases.append(_gradcheck_failure(spec, fn, inputs, diff, size, e, device))
+                cases = [_gradcheck_failure(spec, fn, inputs, diff, size, e)]
             except Exception as e:  # noqa: BLE001 - the kernel raised: a failed case, not a crash
-                report.cases.append(_raised("gradcheck", e, size, "float64", "contiguous", device))
-                if DTYPE_REFUSED in _first_line(e):
-                    break
+                cases = [_raised("gradcheck", e, size, "float64", "contiguous")]
             else:
-                report.cases.append(Case("gradcheck", size, "float64", "contiguous", True,
-                                         note="Jacobians agree (numerical vs analytical)"))
+                cases = [Case("gradcheck", size, "float64", "contiguous", True,
+                              note="Jacobians agree (numerical vs analytical)")]
+            lost = _after_case(device, cases)
+            report.cases += cases
+            if lost:
+                return _context_lost(report, lost)
+            if DTYPE_REFUSED in cases[-1].note:
+                break
         return report
     report.method = "gradients vs the float64 reference at the dtype's tolerance (no float64 support)"
     names = [t.name for t in spec.differentiable]
@@ -63,12 +72,16 @@ def gradcheck(op: str, variant, *, seed: int | None = None, shapes=None, isolate
                 grads = [torch.randn(o.shape, generator=gen, device=device, dtype=torch.float32).to(o.dtype)
                          for o in outs]
                 got = torch.autograd.grad(outs, [t for t, d in zip(inputs, diff) if d], grads)
-                report.cases += _compare_all("grad ", names, got, spec.run_reference_backward(grads, inputs, attrs),
-                                             spec.terms(size)[1], size, dname, "contiguous")
+                cases = _compare_all("grad ", names, got, spec.run_reference_backward(grads, inputs, attrs),
+                                     spec.terms(size)[1], size, dname, "contiguous")
             except Exception as e:  # noqa: BLE001
-                report.cases.append(_raised("grad", e, size, dname, "contiguous", device))
-                if DTYPE_REFUSED in _first_line(e):
-                    break
+                cases = [_raised("grad", e, size, dname, "contiguous")]
+            lost = _after_case(device, cases)
+            report.cases += cases
+            if lost:
+                return _context_lost(report, lost)
+            if DTYPE_REFUSED in cases[-1].note:
+                break
     return report
 
 
@@ -120,7 +133,7 @@ def _jacobians(fn, inputs, diff, eps: float):
     return {key: (ana[key], num[key]) for key in num}
 
 
-def _gradcheck_failure(spec, fn, inputs, diff, size, err: Exception, device: torch.device) -> Case:
+def _gradcheck_failure(spec, fn, inputs, diff, size, err: Exception) -> Case:
     """The failed gradcheck case with its numbers: the Jacobian entry whose analytical and numerical
     values differ most, where (which output element by which input element), the tolerance, and how
     many entries are beyond it. gradcheck's own message only prints (possibly abbreviated) tensors."""
@@ -129,8 +142,6 @@ def _gradcheck_failure(spec, fn, inputs, diff, size, err: Exception, device: tor
     try:
         jac = _jacobians(fn, inputs, diff, GRADCHECK_EPS)
     except Exception as e:  # noqa: BLE001 - the numbers are a courtesy; the failure stands
-        if _fatal(e, device):
-            raise
         case.note += f" (the Jacobians could not be recomputed: {_first_line(e)})"
         return case
     out_names = [o.name for o in spec.outputs]

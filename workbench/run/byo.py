@@ -58,7 +58,8 @@ from ..errors import WorkbenchError
 from ..model import registry
 from ..model.opspec import as_tuple
 from . import loaded, loader
-from .probe import check_outputs, devices_here, listed, one_or_tuple, probe, probe_size
+from .probe import (call_text, check_outputs, devices_here, listed, one_or_tuple, out_argument_hint, out_positions, probe,
+                    probe_size)
 
 _lock = threading.RLock()
 _made: dict[tuple, "CallableKernel"] = {}       # (op, fn, backward) -> the variant made of it (undeclared)
@@ -88,6 +89,7 @@ class CallableKernel(loader.Kernel):
     probe: str = ""                 # what the probe found (or what was declared)
     module: Any = None              # an extension's loaded module (pybind11) or torch.ops namespace
     origin: dict = field(default_factory=dict)   # how a runner re-makes it (child_address)
+    out: tuple = ()                 # where fn takes the op's outputs, pre-allocated (positions), if it does
 
     def __post_init__(self):
         self._spec = registry.spec(self.op)  # once: registry.spec looks at the tree on every call
@@ -124,9 +126,14 @@ class CallableKernel(loader.Kernel):
     def call_fn(self, tensors, values):
         """The callable itself on (tensors, attribute values): attributes by name for a Python
         callable (as the op's eager math takes them), by position for an extension's function."""
-        if self.kind == "extension":
-            return listed(self.fn(*tensors, *values))
-        return listed(self.fn(*tensors, **self.spec.attr_dict(values)))
+        args, outs = list(tensors), ()
+        if self.out:  # it writes into outputs it is given: allocated here, of the shapes the op declares
+            binder = self.spec.check_call("fwd", tensors, values)
+            outs = tuple(tensors[0].new_empty(binder.shape_of(o.pattern)) for o in self.spec.outputs)
+            for pos, o in sorted(zip(self.out, outs), key=lambda po: po[0]):
+                args.insert(pos, o)
+        got = self.fn(*args, *values) if self.kind == "extension" else self.fn(*args, **self.spec.attr_dict(values))
+        return outs or listed(got)
 
     def backward(self, *args, **attrs):
         """The backward step: the given backward, else autograd through the callable."""
@@ -180,20 +187,25 @@ def _autograd_function(kernel: CallableKernel):
         def backward(ctx, *grads):
             spec = kernel.spec
             grads = [g if g is not None else torch.zeros_like(x) for g, x in zip(grads, ctx.saved_tensors)]
-            got = iter(as_tuple(listed(kernel.backward_fn(*grads, *ctx.saved_tensors, *ctx.attrs))))
+            got = iter(kernel._checked(listed(kernel.backward_fn(*grads, *ctx.saved_tensors, *ctx.attrs)), "bwd",
+                                       (*grads, *ctx.saved_tensors), ctx.attrs))
             return (*[next(got) if t.differentiable else None for t in spec.inputs], *[None] * len(ctx.attrs))
 
     Function.__name__ = Function.__qualname__ = f"byo_{kernel.op}_{re.sub(r'[^A-Za-z0-9_]', '_', kernel.name)}"
     return Function
 
 
-def variant(fn, op: str, backward=None, dtypes=None, device=None, name: str | None = None, *,
+def variant(fn, op: str, backward=None, dtypes=None, device=None, name: str | None = None, *, out=None,
             kind: str = "callable", module=None, origin: dict | None = None, library=None, source=None,
             build_id: str | None = None, built: bool = False, description: str | None = None) -> CallableKernel:
     """A callable as a variant of `op` (see the module). dtypes / device: what it takes; probed
     where not given (the note in .probe says what was found). backward: (grads..., inputs...,
     attrs...) -> gradients of the differentiable inputs. name: how rows and plots call it (default
-    module.qualname). Returns a CallableKernel, which wb.check / gradcheck / bench / profile take."""
+    module.qualname). out: for a function that writes its result into a tensor it is given (as
+    `elementwise_mult(a, b, result)` does) rather than returning it, that parameter's name or
+    position (a list: one per output of the op, in order); the workbench allocates it, of the
+    declared shape, and passes it there. Returns a CallableKernel, which wb.check / gradcheck /
+    bench / profile take."""
     start = time.perf_counter()
     registry.check_op(op)
     if isinstance(fn, CallableKernel):
@@ -202,7 +214,7 @@ def variant(fn, op: str, backward=None, dtypes=None, device=None, name: str | No
         raise TypeError(f"variant: fn must be a callable (a function taking the op's inputs); got {fn!r}")
     if backward is not None and not callable(backward):
         raise TypeError(f"variant: backward must be a callable or None; got {backward!r}")
-    undeclared = dtypes is None and device is None and name is None and kind == "callable"
+    undeclared = dtypes is None and device is None and name is None and out is None and kind == "callable"
     if undeclared:
         with _lock:
             try:
@@ -232,14 +244,18 @@ def variant(fn, op: str, backward=None, dtypes=None, device=None, name: str | No
     kernel = CallableKernel(op=op, name=name, build_id=info["build_id"], device=device or "cpu", dtypes=tuple(wanted),
                             description=info["description"], library=pathlib.Path(library or src),
                             source=pathlib.Path(src), built=built, seconds=0.0, info=info, fn=fn,
-                            backward_fn=backward, kind=kind, module=module, origin=dict(origin or {}))
+                            backward_fn=backward, kind=kind, module=module, origin=dict(origin or {}),
+                            out=out_positions(spec, f"{op}/{name}", fn, out))
     probe_devices = [device] if device else devices_here()
-    if dtypes is None or device is None or (spec.differentiable and backward is None):
+    writes_out = "" if out is not None else out_argument_hint(spec, f"{op}/{name}", fn)
+    if writes_out and writes_out.returns_none:  # its signature says so: nothing to probe
+        kernel.dtypes = ()
+        kernel.probe = str(writes_out)
+    elif dtypes is None or device is None or (spec.differentiable and backward is None):
         found_device, found, lines, flows = probe(kernel, probe_devices, wanted)
         if device is None and found_device is None:
             raise WorkbenchError(f"variant: {op}/{name} ran on no device and dtype here; the probe found:\n  "
-                                 + "\n  ".join(lines) + f"\ncall it as {op}({', '.join(t.name for t in spec.inputs)}"
-                                 + "".join(f", {a.name}=..." for a in spec.attrs) + f") -> {', '.join(o.name for o in spec.outputs)}")
+                                 + "\n  ".join(lines) + f"\n{writes_out or 'call it as ' + call_text(spec)}")
         kernel.device = device or found_device
         kernel.dtypes = tuple(wanted) if dtypes is not None else found
         notes = [f"probed {op}/{name} on tiny inputs {spec.label(probe_size(spec))}: " + "; ".join(lines)]
@@ -253,6 +269,8 @@ def variant(fn, op: str, backward=None, dtypes=None, device=None, name: str | No
             else:
                 notes.append("no backward given, and autograd cannot see through it (its output does not require "
                              "grad): the backward checks are skipped")
+        if not found and writes_out:
+            notes.append(str(writes_out))
         kernel.probe = "; ".join(notes)
     else:
         kernel.probe = f"declared: {device}, {', '.join(wanted)}, with a backward"
@@ -331,8 +349,9 @@ def child_address(op: str, kernel: CallableKernel) -> dict:
     by module path; a callable that cannot be imported there raises WorkbenchError."""
     if kernel.kind == "extension":  # with its build options (line info): the runner loads that same build
         options = {"options": kernel.options.as_dict()} if kernel.options.as_dict() else {}
-        return {"op": op, "name": kernel.name, "source": str(kernel.source), "style": "extension",
-                "declared": kernel.origin.get("declared"), "functions": kernel.origin.get("functions"), **options}
+        return {"op": op, "name": kernel.name, "source": kernel.origin.get("sources") or str(kernel.source),
+                "style": "extension", "declared": kernel.origin.get("declared"), "out": list(kernel.out) or None,
+                "functions": kernel.origin.get("functions"), **options}
     made = {"fn": origin_of(kernel.fn), "backward": origin_of(kernel.backward_fn) if kernel.backward_fn else None}
     missing = [w for w in ("fn", "backward") if made[w] is None and (w == "fn" or kernel.backward_fn is not None)]
     if missing:
@@ -343,7 +362,7 @@ def child_address(op: str, kernel: CallableKernel) -> dict:
             f"({'defined in __main__ (a notebook or script)' if getattr(what, '__module__', None) == '__main__' else 'a lambda or a local function' if '<' in getattr(what, '__qualname__', '<') else 'not found under its module path'}). "
             f"Move it to a module of its own (a .py file importable from here) and pass that function, or run "
             f"without isolate")
-    return {"op": op, "name": kernel.name, "callable": made,
+    return {"op": op, "name": kernel.name, "callable": made, "out": list(kernel.out) or None,
             "declared": {"dtypes": list(kernel.dtypes), "device": kernel.device}}
 
 
@@ -362,5 +381,5 @@ def from_child_address(spec: dict) -> CallableKernel:
         for part in o["qualname"].split("."):
             obj = getattr(obj, part)
         fns.append(obj)
-    return variant(fns[0], op=spec["op"], backward=fns[1], name=spec["name"],
+    return variant(fns[0], op=spec["op"], backward=fns[1], name=spec["name"], out=spec.get("out"),
                    dtypes=declared.get("dtypes") or None, device=declared.get("device"))
