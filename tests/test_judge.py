@@ -275,8 +275,14 @@ def test_the_clock_verifies_every_timed_call(variant, wrong):
         reference.close()
         mine.close()
     assert race.calls >= 2 and race.rounds == 2 and race.sides["cpu"].wrong == ""
-    assert len(race.sides["yours"].per_call_ms) == 2 and race.protocol_ms > 0
-    assert (wrong in race.sides["yours"].wrong) if wrong else race.sides["yours"].wrong == "", race.sides["yours"]
+    yours = race.sides["yours"]
+    assert len(yours.per_call_ms) == 2 and race.protocol_ms > 0
+    if wrong == "work left running" and not yours.wrong:
+        # On a busy machine the check may come after the deferred work is done: then that work is
+        # inside the timed window (20 ms of sleep before each batch's last output is written).
+        assert min(yours.per_call_ms) * race.calls >= 20, yours
+    else:
+        assert (wrong in yours.wrong) if wrong else yours.wrong == "", yours
 
 
 def test_an_observation_splits_at_the_markers_and_pairs_each_launch_with_its_code():
