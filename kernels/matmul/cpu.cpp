@@ -55,7 +55,7 @@ inline void micro_tile(const A* ap, const A* bp, A* acc, int64_t kb) {
     for (int v = 0; v < NV; ++v) memcpy(&b[v], bp + p * NR + v * W, sizeof(V));
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
-      const V a = V{} + ap[p * MR + i];  // broadcast
+      const V a = ap[p * MR + i] - V{};  // a broadcast (x - 0 folds to x; x + 0 would be an add)
 #pragma GCC unroll 16
       for (int v = 0; v < NV; ++v) c[i][v] += a * b[v];
     }
