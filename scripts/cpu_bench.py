@@ -62,7 +62,9 @@ def cpu_model() -> tuple[str, str]:
 
 
 def steps(op: str, size, direction: str, gen: torch.Generator):
-    """{provider: a no-argument call} for one group, each checked against the float64 reference."""
+    """({provider: a no-argument call} for one group, each checked against the float64 reference;
+    whether eager's gradients are views of the output gradients, moving no bytes: a + b's backward
+    returns dy itself, a sum's an expanded view of it, which no kernel that writes them can match)."""
     spec = registry.spec(op)
     _, values = spec.call_args((None,) * len(spec.inputs), spec.sample_attrs()[0])
     attrs = spec.attr_dict(values)
@@ -77,7 +79,7 @@ def steps(op: str, size, direction: str, gen: torch.Generator):
         for name, fn in fns.items():
             calls[name] = lambda fn=fn: fn(*inputs, **attrs)
             _check(op, name, direction, as_tuple(calls[name]()), want, out_terms)
-        return calls
+        return calls, False
     grads = tuple(torch.randn(s, generator=gen) for s in spec.output_shapes(size))
     want = spec.run_reference_backward(grads, inputs, attrs)
     for name, fn in fns.items():
@@ -86,7 +88,9 @@ def steps(op: str, size, direction: str, gen: torch.Generator):
         outs = as_tuple(fn(*leaves, **attrs))
         calls[name] = lambda outs=outs, wanted=wanted: torch.autograd.grad(outs, wanted, grads, retain_graph=True)
         _check(op, name, direction, calls[name](), want, grad_terms)
-    return calls
+    ptrs = {g.data_ptr() for g in grads}
+    views = all(d.data_ptr() in ptrs or 0 in d.stride() for d in calls["eager"]())
+    return calls, views
 
 
 def _check(op, name, direction, got, want, terms) -> None:
@@ -143,12 +147,14 @@ def bench_ops(ops, rounds, batch_ms, prov, out_rows, lines) -> None:
             for direction in ("fwd", "bwd") if spec.differentiable else ("fwd",):  # as the demo
                 load0 = os.getloadavg()[0]
                 with _no_donated_buffers():  # compile's backward keeps its saved tensors: retain_graph
-                    samples = interleaved(steps(op, size, direction, gen), rounds, batch_ms)
+                    calls, views = steps(op, size, direction, gen)
+                    samples = interleaved(calls, rounds, batch_ms)
                 load1 = os.getloadavg()[0]
                 med = {n: statistics.median(s) for n, s in samples.items()}
                 x_eager, x_compile = ratio(samples, "eager", "cpu"), ratio(samples, "compile", "cpu")
                 line = (f"{op:16} {direction:4} {spec.label(size):>14} {med['cpu']:9.4f} {med['eager']:9.4f} "
-                        f"{med['compile']:10.4f} {x_eager:8.2f} {x_compile:9.2f}  {load0:.1f}-{load1:.1f}")
+                        f"{med['compile']:10.4f} {x_eager:8.2f} {x_compile:9.2f}  {load0:.1f}-{load1:.1f}"
+                        + ("  * eager's gradients are views of dy (no bytes moved)" if views else ""))
                 lines.append(line)
                 print(line, flush=True)
                 for name, s in samples.items():
@@ -156,7 +162,8 @@ def bench_ops(ops, rounds, batch_ms, prov, out_rows, lines) -> None:
                                          provider=name, median_ms=med[name], p20_ms=quantile(s, 0.2),
                                          p80_ms=quantile(s, 0.8), samples_ms=s, x_eager=ratio(samples, "eager", name),
                                          x_compile=ratio(samples, "compile", name), loadavg_before=load0,
-                                         loadavg_after=load1, checked="float64 reference, before timing"))
+                                         loadavg_after=load1, eager_grads_are_views=views,
+                                         checked="float64 reference, before timing"))
 
 
 def thread_sweep(ops, rounds, batch_ms, prov, out_rows, lines) -> None:
