@@ -1,10 +1,10 @@
-// cpu: the C++ CPU implementation on torch's thread pool (lent by the harness): the forward is
-// parallel over rows; the backward over blocks of columns, each task walking every row of its
-// columns, so it writes dx and sums dbias for them in one pass and in row order (the result does not
-// depend on the number of threads). It is the reference path on machines without a GPU and in
-// CI, so it supports every dtype the GPU variants do, converting 16-bit values as PyTorch does.
-// The loops are branch-free (the 16-bit conversions too), so the compiler vectorizes them;
-// WB_CPU_SIMD builds them for AVX-512, AVX2 and SSE2, picked at load.
+// cpu: the C++ CPU implementation, parallel over rows on torch's thread pool (lent by the harness).
+// It is the reference path on machines without a GPU and in CI, so it supports every dtype the GPU
+// variants do, converting 16-bit values as PyTorch does. The loop over a row is branch-free (the
+// 16-bit conversions too), so the compiler vectorizes it; WB_CPU_SIMD builds it for AVX-512, AVX2
+// and SSE2, picked at load.
+// Backward: rows are cut into fixed-size chunks, each walked row by row (contiguous streams), whose
+// dbias partial sums are added in chunk order, so the result does not depend on the number of threads.
 #include <algorithm>
 
 #include "relu.h"
@@ -14,7 +14,10 @@
 namespace {
 
 constexpr unsigned kDtypes = WB_F32 | WB_F64 | WB_F16 | WB_BF16;
-constexpr int64_t kColumnBlock = 256;  // columns per backward task: 1 KiB of each row in float
+constexpr int64_t kRowsPerChunk = 64;
+
+int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, kWbCpuGrain / std::max<int64_t>(cols, 1)); }
+int64_t chunks(int64_t rows) { return (rows + kRowsPerChunk - 1) / kRowsPerChunk; }
 
 template <typename T, typename A = wb_acc_t<T>>
 WB_CPU_SIMD void forward_rows(const WbScaleBiasReluForward* p, int64_t r0, int64_t r1) {
@@ -28,57 +31,63 @@ WB_CPU_SIMD void forward_rows(const WbScaleBiasReluForward* p, int64_t r0, int64
       y[r * cols + c] = wb_from_acc<T>(f.forward(wb_to_acc(x[r * cols + c]), wb_to_acc(bias[c])));
 }
 
-// Column blocks [k0, k1): dx, and dbias summed over every row in row order.
+// Chunks [k0, k1): dx, and each chunk's dbias partial sums in its row of `partial`.
 template <typename T, typename A = wb_acc_t<T>>
-WB_CPU_SIMD void backward_blocks(const WbScaleBiasReluBackward* p, int64_t k0, int64_t k1) {
+WB_CPU_SIMD void backward_chunks(const WbScaleBiasReluBackward* p, A* partial, int64_t k0, int64_t k1) {
   const WbScaleBiasRelu<A> f{static_cast<A>(p->scale)};
   const T* dy = static_cast<const T*>(p->dy);
   const T* x = static_cast<const T*>(p->x);
   const T* bias = static_cast<const T*>(p->bias);
   T* dx = static_cast<T*>(p->dx);
-  T* dbias = static_cast<T*>(p->dbias);
   const int64_t rows = p->rows, cols = p->cols;
-  A sum[kColumnBlock];
   for (int64_t k = k0; k < k1; ++k) {
-    const int64_t c0 = k * kColumnBlock, width = std::min(cols, c0 + kColumnBlock) - c0;
-    std::fill(sum, sum + width, A(0));
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t i = r * cols + c0;
-      for (int64_t c = 0; c < width; ++c) {
+    A* sum = partial + k * cols;
+    std::fill(sum, sum + cols, A(0));
+    for (int64_t r = k * kRowsPerChunk; r < std::min(rows, (k + 1) * kRowsPerChunk); ++r)
+      for (int64_t c = 0; c < cols; ++c) {
         A term;
-        dx[i + c] = wb_from_acc<T>(f.backward(wb_to_acc(dy[i + c]), wb_to_acc(x[i + c]), wb_to_acc(bias[c0 + c]), &term));
+        const int64_t i = r * cols + c;
+        dx[i] = wb_from_acc<T>(f.backward(wb_to_acc(dy[i]), wb_to_acc(x[i]), wb_to_acc(bias[c]), &term));
         sum[c] += term;
       }
-    }
-    for (int64_t c = 0; c < width; ++c) dbias[c0 + c] = wb_from_acc<T>(sum[c]);
   }
 }
 
 int forward(const WbScaleBiasReluForward* p, const WbLaunch* l) {
   return wb_dispatch_dtype<kDtypes>(p->dtype, [&](auto tag) {
-    const int64_t grain = std::max<int64_t>(1, kWbCpuGrain / std::max<int64_t>(p->cols, 1));
-    wb_parallel_for(l, 0, p->rows, grain, [&](int64_t r0, int64_t r1) {
+    wb_parallel_for(l, 0, p->rows, row_grain(p->cols), [&](int64_t r0, int64_t r1) {
       forward_rows<typename decltype(tag)::type>(p, r0, r1);
     });
     return WB_OK;
   });
 }
 
+size_t workspace_bytes(int64_t rows, int64_t cols, int dtype, const WbLaunch*) {
+  const size_t acc = dtype == WB_FLOAT64 ? sizeof(double) : sizeof(float);
+  return static_cast<size_t>(chunks(rows) * cols) * acc;
+}
+
 int backward(const WbScaleBiasReluBackward* p, const WbLaunch* l) {
   return wb_dispatch_dtype<kDtypes>(p->dtype, [&](auto tag) {
-    const int64_t blocks = (p->cols + kColumnBlock - 1) / kColumnBlock;
-    const int64_t grain = std::max<int64_t>(1, kWbCpuGrain / (kColumnBlock * std::max<int64_t>(p->rows, 1)));
-    wb_parallel_for(l, 0, blocks, grain, [&](int64_t k0, int64_t k1) {
-      backward_blocks<typename decltype(tag)::type>(p, k0, k1);
+    using T = typename decltype(tag)::type;
+    using A = wb_acc_t<T>;
+    A* partial = static_cast<A*>(p->workspace);
+    const int64_t n_chunks = chunks(p->rows), cols = p->cols;
+    wb_parallel_for(l, 0, n_chunks, std::max<int64_t>(1, row_grain(cols) / kRowsPerChunk), [&](int64_t k0, int64_t k1) {
+      backward_chunks<T>(p, partial, k0, k1);
+    });
+    wb_parallel_for(l, 0, cols, std::max<int64_t>(1, kWbCpuGrain / std::max<int64_t>(n_chunks, 1)),
+                    [&](int64_t c0, int64_t c1) {
+      wb_cpu_column_sums(partial, n_chunks, cols, c0, c1, static_cast<T*>(p->dbias));
     });
     return WB_OK;
   });
 }
 
-const WbScaleBiasReluLaunchers launchers = {forward, backward, nullptr};
+const WbScaleBiasReluLaunchers launchers = {forward, backward, workspace_bytes};
 
 }  // namespace
 
 WB_EXPORT_VARIANT(scale_bias_relu, WB_DEVICE_CPU, WB_F32 | WB_F64 | WB_F16 | WB_BF16,
-                  "C++ on torch's CPU thread pool: forward over rows, backward over column blocks; any "
-                  "alignment and column count", launchers, wb_cpu_status_string)
+                  "C++ on torch's CPU thread pool, parallel over rows (backward: chunks of rows); any alignment "
+                  "and column count", launchers, wb_cpu_status_string)
