@@ -101,17 +101,19 @@ inline void wb_lanes_add(S (&lanes)[L], int64_t m, const Term& term) {
   for (int j = 0; i + j < m; ++j) lanes[j] += term(i + j);
 }
 
-// The lanes' total, added in lane order.
+// The lanes' total, by halves (the upper half added into the lower, then again): a fixed order,
+// in vector adds rather than L dependent scalar ones, which cost more than a short row's loads.
 template <int L, typename S>
-inline S wb_lanes_total(const S (&lanes)[L]) {
-  S total = S(0);
-  for (int j = 0; j < L; ++j) total += lanes[j];
-  return total;
+inline S wb_lanes_total(S (&lanes)[L]) {
+  static_assert(L > 0 && (L & (L - 1)) == 0, "L is a power of two");
+  for (int w = L / 2; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j) lanes[j] += lanes[j + w];
+  return lanes[0];
 }
 
-// Below this many elements per task one thread is faster than two: waking another thread of the
-// pool costs more than the work it would take over.
-constexpr int64_t kWbCpuGrain = 1 << 16;
+// Fewer elements than this per task run on one thread: PyTorch's own threshold for its elementwise
+// kernels (at::internal::GRAIN_SIZE), so a variant takes a second thread where eager does.
+constexpr int64_t kWbCpuGrain = 1 << 15;
 
 // out[c] = the sum over k of partial[k * cols + c] for c in [c0, c1), added in k order: the last
 // step of a column sum taken in fixed chunks of rows (bias_gelu's dbias, rmsnorm's dweight), a

@@ -14,7 +14,7 @@
 namespace {
 
 constexpr unsigned kDtypes = WB_F32 | WB_F64 | WB_F16 | WB_BF16;
-constexpr int64_t kRowsPerChunk = 64;
+constexpr int64_t kRowsPerChunk = 16;  // 64 x 1024 is 4 chunks: 2 threads, as eager
 
 int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, kWbCpuGrain / std::max<int64_t>(cols, 1)); }
 int64_t chunks(int64_t rows) { return (rows + kRowsPerChunk - 1) / kRowsPerChunk; }
