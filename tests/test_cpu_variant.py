@@ -396,3 +396,53 @@ def test_16bit_rounding_is_bitwise_pytorchs(wb, dtype):
         got, want = wb.load(op, "cpu")(a, b), math(a.float(), b.float()).to(dtype)
         same = (got.view(torch.int16) == want.view(torch.int16)) | (got.isnan() & want.isnan())
         assert bool(same.all()), f"{op} {dtype}: {int((~same).sum())} elements differ, e.g. {got[~same][:4]} vs {want[~same][:4]}"
+
+
+# A test-only variant whose forward writes, for each row, the id of the thread that ran it.
+THREAD_IDS = r"""// test-only: which threads ran the rows
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "bias_gelu.h"
+#include "wb_cpu.h"
+
+namespace {
+
+int forward(const WbBiasGeluForward* a, const WbLaunch* l) {
+  if (a->dtype != WB_FLOAT32) return WB_ERR_DTYPE;
+  float* y = static_cast<float*>(a->y);
+  const int64_t cols = a->cols, grain = kWbCpuGrain / cols > 1 ? kWbCpuGrain / cols : 1;
+  wb_parallel_for(l, 0, a->rows, grain, [&](int64_t r0, int64_t r1) {
+    const float tid = static_cast<float>(syscall(SYS_gettid));  // exact: ids stay below 2^22
+    for (int64_t i = r0 * cols; i < r1 * cols; ++i) y[i] = tid;
+  });
+  return WB_OK;
+}
+
+const WbBiasGeluLaunchers launchers = {forward, nullptr, nullptr};
+
+}  // namespace
+
+WB_EXPORT_VARIANT(bias_gelu, WB_DEVICE_CPU, WB_F32, "test-only: the rows' thread ids", launchers, wb_cpu_status_string)
+"""
+
+
+def test_cpu_variants_run_on_torchs_threads_above_the_grain_only(wb):
+    """wb_parallel_for lends torch's thread pool (the harness is built with OpenMP, without which
+    at::parallel_for runs serially): a tensor of two grains' worth of elements runs on two threads,
+    one below the grain (kWbCpuGrain, 2^15 elements) on the caller's thread alone."""
+    import os
+    import threading
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: nothing to spread over")
+    k = wb.load_inline("bias_gelu", THREAD_IDS, name="thread_ids")
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        many = k(torch.zeros(64, 1024), torch.zeros(1024))  # 2^16 elements: two tasks
+        few = k(torch.zeros(16, 1024), torch.zeros(1024))   # 2^14: one
+    finally:
+        torch.set_num_threads(threads)
+    assert len(set(many.flatten().tolist())) == 2, "above the grain, the rows should run on both threads"
+    assert set(few.flatten().tolist()) == {float(threading.get_native_id())}, "below it, on the calling thread"

@@ -2,16 +2,17 @@
 // path on machines without a GPU and in CI: every dtype, 16-bit values converted to float exactly
 // as PyTorch does, products summed in float (double for float64).
 // A blocked GEMM, C = op(A) @ op(B) with the CUDA rungs' transpose flags (matmul.h), so the
-// backward's da = dy @ b^T and db = a^T @ dy read dy, a and b in place. C is cut into 128 x 256
-// blocks, one task each; a task walks k in slices of 256, packing op(A)'s slice into panels of MR
-// rows and op(B)'s into panels of NR columns (converting 16-bit values once, turning a transposed
-// operand's strided reads into one pass, zero-padding the edges), then runs a micro-kernel per
-// MR x NR tile of the block: the tile's sums stay in vector registers through the slice, each step
-// one broadcast of op(A) times NR values of op(B). The tile is written with vectors of the compiler
-// (GCC/Clang vector extensions, no intrinsics) and sized per instruction set, picked once at run
-// time: 8 x 32 for AVX-512, 4 x 16 for AVX2 + FMA, 4 x 8 for SSE2 (float; half as many double
-// columns). Each output is one running sum over k in k order, whatever the thread count:
-// deterministic.
+// backward's da = dy @ b^T and db = a^T @ dy read dy, a and b in place. C is cut into tasks of up
+// to 512 x 256. A task walks k in slices of 256: it packs op(B)'s slice once into panels of NR
+// columns, then, for each 128-row block, op(A)'s slice into panels of MR rows (converting 16-bit
+// values once, turning a transposed operand's strided reads into one pass, zero-padding the edges),
+// and runs a micro-kernel per MR x NR tile: the tile's sums stay in vector registers through the
+// slice, each step one broadcast of op(A) times NR values of op(B). The tile is written with the
+// compiler's vectors (GCC/Clang vector extensions, no intrinsics) and sized per instruction set,
+// picked once at run time: 8 x 32 for AVX-512, 4 x 16 for AVX2 + FMA, 4 x 8 for SSE2 (float; half
+// as many double columns). Each output is one running sum over k in k order, whatever the thread
+// count: deterministic. The packed panels and sums live in per-thread buffers kept between calls:
+// fresh pages would cost a small GEMM more than its arithmetic.
 #include <algorithm>
 #include <vector>
 
@@ -21,7 +22,8 @@
 namespace {
 
 constexpr unsigned kDtypes = WB_F32 | WB_F64 | WB_F16 | WB_BF16;
-constexpr int64_t MB = 128, NB = 256, KB = 256;  // block of C, slice of k (MB: a multiple of every MR)
+constexpr int64_t MB = 128, NB = 256, KB = 256;  // a row block of A's panels, C's columns per task, a slice of k
+constexpr int64_t kMaxRowBlocks = 4;             // per task: op(B)'s packed slice serves up to 4 row blocks
 
 template <typename T>
 struct Gemm {  // as in gemm.cuh: op(A)(i, p) = TA ? a[p * lda + i] : a[i * lda + p], op(B) alike
@@ -33,11 +35,32 @@ struct Gemm {  // as in gemm.cuh: op(A)(i, p) = TA ? a[p * lda + i] : a[i * lda 
   T* c;
 };
 
-// One block of C, as a task: its MB x NB accumulators and the packed panels of the slice.
+// n values of A for this thread (each caller its own: the three buffers are carved from one).
 template <typename A>
-struct Scratch {
-  std::vector<A> ap = std::vector<A>(MB * KB), bp = std::vector<A>(KB * NB), acc = std::vector<A>(MB * NB);
-};
+A* thread_buffer(size_t n) {
+  thread_local std::vector<A> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+
+// out[(t * kb + p) * R + r] = x(t * R + r, p) for r < R, p < kb, t < tiles, 0 past `rows`:
+// x(i, p) = src[i * ld_i + p * ld_p] as A. The inner loop runs along whichever index is contiguous.
+template <int R, typename T, typename A>
+inline void pack_panels(const T* src, int64_t ld_i, int64_t ld_p, int64_t rows, int64_t kb, A* out) {
+  for (int64_t t = 0; t * R < rows; ++t) {
+    const int64_t live = std::min<int64_t>(R, rows - t * R);
+    A* o = out + t * kb * R;
+    const T* s = src + t * R * ld_i;
+    if (live < R) std::fill(o, o + kb * R, A(0));  // the edge panel's missing rows
+    if (ld_i == 1 && live == R) {                   // R contiguous values per p
+      for (int64_t p = 0; p < kb; ++p)
+        for (int r = 0; r < R; ++r) o[p * R + r] = wb_to_acc(s[p * ld_p + r]);
+    } else {                                        // one row of x at a time
+      for (int64_t r = 0; r < live; ++r)
+        for (int64_t p = 0; p < kb; ++p) o[p * R + r] = wb_to_acc(s[r * ld_i + p * ld_p]);
+    }
+  }
+}
 
 // acc[i][j] += sum over p < kb of ap[p * MR + i] * bp[p * NR + j] for the MR x NR tile at acc
 // (row stride NB), in p order. V holds NR / NV values of A.
@@ -66,54 +89,51 @@ inline void micro_tile(const A* ap, const A* bp, A* acc, int64_t kb) {
     for (int v = 0; v < NV; ++v) memcpy(acc + i * NB + v * W, &c[i][v], sizeof(V));
 }
 
-// Blocks [t0, t1) of C with MR x (NV vectors of VBYTES) tiles.
+// Tasks [t0, t1) of C, each mg rows by NB columns, with MR x (NV vectors of VBYTES) tiles.
 template <int MR, int NV, int VBYTES, bool TA, bool TB, typename T>
-inline void gemm_blocks(const Gemm<T>& g, int64_t t0, int64_t t1) {
+inline void gemm_blocks(const Gemm<T>& g, int64_t rows_per_task, int64_t t0, int64_t t1) {
   using A = wb_acc_t<T>;
   typedef A V __attribute__((vector_size(VBYTES)));
   constexpr int NR = NV * VBYTES / static_cast<int>(sizeof(A));
   static_assert(MB % MR == 0 && NB % NR == 0, "a block holds whole tiles");
-  Scratch<A> s;
-  A *ap = s.ap.data(), *bp = s.bp.data(), *acc = s.acc.data();
-  const int64_t col_blocks = (g.n + NB - 1) / NB;
+  A* ap = thread_buffer<A>(MB * KB + KB * NB + kMaxRowBlocks * MB * NB);
+  A *bp = ap + MB * KB, *acc = bp + KB * NB;
+  // op(A)(i, p) = a[i * a_i + p * a_p], op(B)(p, j) = b[p * b_p + j * b_j]
+  const int64_t a_i = TA ? 1 : g.lda, a_p = TA ? g.lda : 1, b_p = TB ? 1 : g.ldb, b_j = TB ? g.ldb : 1;
+  const int64_t col_tasks = (g.n + NB - 1) / NB;
   for (int64_t t = t0; t < t1; ++t) {
-    const int64_t i0 = t / col_blocks * MB, j0 = t % col_blocks * NB;
-    const int64_t mb = std::min(MB, g.m - i0), nb = std::min(NB, g.n - j0);
-    const int64_t mt = (mb + MR - 1) / MR, nt = (nb + NR - 1) / NR;  // tiles, the last ones zero-padded
-    std::fill(acc, acc + MB * NB, A(0));
+    const int64_t r0 = t / col_tasks * rows_per_task, j0 = t % col_tasks * NB;
+    const int64_t mg = std::min(rows_per_task, g.m - r0), nb = std::min(NB, g.n - j0), nt = (nb + NR - 1) / NR;
+    std::fill(acc, acc + mg * NB, A(0));
     for (int64_t p0 = 0; p0 < g.k; p0 += KB) {
       const int64_t kb = std::min(KB, g.k - p0);
-      // ap[(it * kb + p) * MR + i] = op(A)(i0 + it * MR + i, p0 + p); bp[(jt * kb + p) * NR + j] likewise.
-      for (int64_t i = 0; i < mt * MR; ++i)
-        for (int64_t p = 0; p < kb; ++p)
-          ap[(i / MR * kb + p) * MR + i % MR] =
-              i < mb ? wb_to_acc(TA ? g.a[(p0 + p) * g.lda + i0 + i] : g.a[(i0 + i) * g.lda + p0 + p]) : A(0);
-      for (int64_t p = 0; p < kb; ++p)
-        for (int64_t j = 0; j < nt * NR; ++j)
-          bp[(j / NR * kb + p) * NR + j % NR] =
-              j < nb ? wb_to_acc(TB ? g.b[(j0 + j) * g.ldb + p0 + p] : g.b[(p0 + p) * g.ldb + j0 + j]) : A(0);
-      for (int64_t it = 0; it < mt; ++it)
-        for (int64_t jt = 0; jt < nt; ++jt)
-          micro_tile<MR, NV, V>(ap + it * kb * MR, bp + jt * kb * NR, acc + it * MR * NB + jt * NR, kb);
+      pack_panels<NR>(g.b + p0 * b_p + j0 * b_j, b_j, b_p, nb, kb, bp);
+      for (int64_t i0 = 0; i0 < mg; i0 += MB) {
+        const int64_t mb = std::min(MB, mg - i0), mt = (mb + MR - 1) / MR;
+        pack_panels<MR>(g.a + (r0 + i0) * a_i + p0 * a_p, a_i, a_p, mb, kb, ap);
+        for (int64_t it = 0; it < mt; ++it)
+          for (int64_t jt = 0; jt < nt; ++jt)
+            micro_tile<MR, NV, V>(ap + it * kb * MR, bp + jt * kb * NR, acc + (i0 + it * MR) * NB + jt * NR, kb);
+      }
     }
-    for (int64_t i = 0; i < mb; ++i)
-      for (int64_t j = 0; j < nb; ++j) g.c[(i0 + i) * g.n + j0 + j] = wb_from_acc<T>(acc[i * NB + j]);
+    for (int64_t i = 0; i < mg; ++i)
+      for (int64_t j = 0; j < nb; ++j) g.c[(r0 + i) * g.n + j0 + j] = wb_from_acc<T>(acc[i * NB + j]);
   }
 }
 
 // The blocks' function for each instruction set, everything inlined into it (flatten).
 template <bool TA, bool TB, typename T>
-__attribute__((flatten)) void blocks_sse2(const Gemm<T>& g, int64_t t0, int64_t t1) {
-  gemm_blocks<4, 2, 16, TA, TB>(g, t0, t1);
+__attribute__((flatten)) void blocks_sse2(const Gemm<T>& g, int64_t rows_per_task, int64_t t0, int64_t t1) {
+  gemm_blocks<4, 2, 16, TA, TB>(g, rows_per_task, t0, t1);
 }
 #if WB_CPU_CLONES
 template <bool TA, bool TB, typename T>
-__attribute__((target("arch=x86-64-v3"), flatten)) void blocks_avx2(const Gemm<T>& g, int64_t t0, int64_t t1) {
-  gemm_blocks<4, 2, 32, TA, TB>(g, t0, t1);
+__attribute__((target("arch=x86-64-v3"), flatten)) void blocks_avx2(const Gemm<T>& g, int64_t rows_per_task, int64_t t0, int64_t t1) {
+  gemm_blocks<4, 2, 32, TA, TB>(g, rows_per_task, t0, t1);
 }
 template <bool TA, bool TB, typename T>
-__attribute__((target("arch=x86-64-v4"), flatten)) void blocks_avx512(const Gemm<T>& g, int64_t t0, int64_t t1) {
-  gemm_blocks<8, 2, 64, TA, TB>(g, t0, t1);
+__attribute__((target("arch=x86-64-v4"), flatten)) void blocks_avx512(const Gemm<T>& g, int64_t rows_per_task, int64_t t0, int64_t t1) {
+  gemm_blocks<8, 2, 64, TA, TB>(g, rows_per_task, t0, t1);
 }
 #endif
 
@@ -124,10 +144,15 @@ void gemm(const Gemm<T>& g, const WbLaunch* l) {
   if (__builtin_cpu_supports("x86-64-v4")) blocks = blocks_avx512<TA, TB, T>;
   else if (__builtin_cpu_supports("x86-64-v3")) blocks = blocks_avx2<TA, TB, T>;
 #endif
-  const int64_t n_blocks = (g.m + MB - 1) / MB * ((g.n + NB - 1) / NB);
-  // a task of at least ~2^21 multiply-adds: below that, threading costs more than it saves
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 21) / (MB * NB * std::max<int64_t>(g.k, 1)));
-  wb_parallel_for(l, 0, n_blocks, grain, [&](int64_t t0, int64_t t1) { blocks(g, t0, t1); });
+  // Up to kMaxRowBlocks row blocks per task, fewer where that leaves less than 4 tasks (the split
+  // changes no sum); several tasks only where each is at least ~2^21 multiply-adds, below which
+  // one thread wins.
+  const int64_t row_blocks = (g.m + MB - 1) / MB, col_tasks = (g.n + NB - 1) / NB;
+  const int64_t rows_per_task = MB * std::clamp<int64_t>(row_blocks * col_tasks / 4, 1, kMaxRowBlocks);
+  const int64_t tasks = (g.m + rows_per_task - 1) / rows_per_task * col_tasks;
+  const int64_t macs = std::min(g.m, rows_per_task) * std::min(g.n, NB) * g.k;
+  wb_parallel_for(l, 0, tasks, macs >= (int64_t{1} << 21) ? 1 : tasks,
+                  [&](int64_t t0, int64_t t1) { blocks(g, rows_per_task, t0, t1); });
 }
 
 int forward(const WbMatmulForward* p, const WbLaunch* l) {
@@ -156,7 +181,7 @@ const WbMatmulLaunchers launchers = {forward, backward, nullptr};
 }  // namespace
 
 WB_EXPORT_VARIANT(matmul, WB_DEVICE_CPU, WB_F32 | WB_F64 | WB_F16 | WB_BF16,
-                  "C++ on torch's CPU thread pool: 128 x 256 blocks of C, k in slices of 256, packed panels, a "
+                  "C++ on torch's CPU thread pool: 512 x 256 tasks of C, k in slices of 256, packed panels, a "
                   "register-tiled vector micro-kernel per instruction set (AVX-512/AVX2/SSE2 picked at run time); "
                   "any size and alignment",
                   launchers, wb_cpu_status_string)
