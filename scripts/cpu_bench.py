@@ -16,8 +16,8 @@ behind the variants' threading grain: each op's forward at sizes around it, on o
 two (torch.set_num_threads), interleaved the same way.
 
 Usage: python scripts/cpu_bench.py [--ops OP ...] [--rounds 15] [--torch-threads 1 2] [--sweep] [--out DIR]
-Writes cpu_bench.jsonl (one row per group and provider, with provenance: commit, host, CPU model and
-flags, torch, threads) and cpu_bench.txt (the tables, as printed) under --out.
+Appends to cpu_bench.jsonl (one row per group and provider, with provenance: commit, host, CPU model
+and flags, torch, threads) and cpu_bench.txt (the tables, as printed) under --out.
 """
 from __future__ import annotations
 
@@ -245,8 +245,9 @@ def main() -> int:
     with (out / "cpu_bench.jsonl").open("a") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
-    (out / "cpu_bench.txt").write_text("\n".join(lines) + "\n")
-    print(f"\nrows appended to {out / 'cpu_bench.jsonl'}; tables in {out / 'cpu_bench.txt'}")
+    with (out / "cpu_bench.txt").open("a") as f:
+        f.write("\n".join(lines) + "\n\n")
+    print(f"\nrows and tables appended to {out / 'cpu_bench.jsonl'} and {out / 'cpu_bench.txt'}")
     return 0
 
 
