@@ -395,7 +395,8 @@ def test_16bit_rounding_is_bitwise_pytorchs(wb, dtype):
     for op, math in (("vector_add", lambda u, v: u + v), ("elementwise_mul", lambda u, v: u * v)):
         got, want = wb.load(op, "cpu")(a, b), math(a.float(), b.float()).to(dtype)
         same = (got.view(torch.int16) == want.view(torch.int16)) | (got.isnan() & want.isnan())
-        assert bool(same.all()), f"{op} {dtype}: {int((~same).sum())} elements differ, e.g. {got[~same][:4]} vs {want[~same][:4]}"
+        assert bool(same.all()), (f"{op} {dtype}: {int((~same).sum())} elements differ, "
+                                  f"e.g. {got[~same][:4]} vs {want[~same][:4]}")
 
 
 # A test-only variant whose forward writes, for each row, the id of the thread that ran it.

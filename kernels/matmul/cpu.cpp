@@ -3,16 +3,17 @@
 // as PyTorch does, products summed in float (double for float64).
 // A blocked GEMM, C = op(A) @ op(B) with the CUDA rungs' transpose flags (matmul.h), so the
 // backward's da = dy @ b^T and db = a^T @ dy read dy, a and b in place. C is cut into tasks of up
-// to 512 x 256. A task walks k in slices of 256: it packs op(B)'s slice once into panels of NR
-// columns, then, for each 128-row block, op(A)'s slice into panels of MR rows (converting 16-bit
-// values once, turning a transposed operand's strided reads into one pass, zero-padding the edges),
-// and runs a micro-kernel per MR x NR tile: the tile's sums stay in vector registers through the
-// slice, each step one broadcast of op(A) times NR values of op(B). The tile is written with the
-// compiler's vectors (GCC/Clang vector extensions, no intrinsics) and sized per instruction set,
-// picked once at run time: 8 x 32 for AVX-512, 4 x 16 for AVX2 + FMA, 4 x 8 for SSE2 (float; half
-// as many double columns). Each output is one running sum over k in k order, whatever the thread
-// count: deterministic. The packed panels and sums live in per-thread buffers kept between calls:
-// fresh pages would cost a small GEMM more than its arithmetic.
+// to 512 x 256 (fewer rows where that would leave the threads too few tasks). A task walks k in
+// slices of 256: it packs op(B)'s slice once into panels of NR columns, then, for each 128-row
+// block, op(A)'s slice into panels of MR rows (converting 16-bit values once, turning a transposed
+// operand's strided reads into one pass, zero-padding the edges), and runs a micro-kernel per
+// MR x NR tile: the tile's sums stay in vector registers through the slice, each step one broadcast
+// of op(A) times NR values of op(B). The tile is written with the compiler's vectors (GCC/Clang
+// vector extensions, no intrinsics) and sized per instruction set, picked once at run time: 8 x 32
+// for AVX-512, 4 x 16 for AVX2 + FMA, 4 x 8 for SSE2 (float; half as many double columns). Each
+// output is one running sum over k in k order, whatever the thread count: deterministic. The packed
+// panels and sums live in per-thread buffers kept between calls: fresh pages would cost a small
+// GEMM more than its arithmetic.
 #include <algorithm>
 #include <vector>
 
@@ -128,11 +129,13 @@ __attribute__((flatten)) void blocks_sse2(const Gemm<T>& g, int64_t rows_per_tas
 }
 #if WB_CPU_CLONES
 template <bool TA, bool TB, typename T>
-__attribute__((target("arch=x86-64-v3"), flatten)) void blocks_avx2(const Gemm<T>& g, int64_t rows_per_task, int64_t t0, int64_t t1) {
+__attribute__((target("arch=x86-64-v3"), flatten))
+void blocks_avx2(const Gemm<T>& g, int64_t rows_per_task, int64_t t0, int64_t t1) {
   gemm_blocks<4, 2, 32, TA, TB>(g, rows_per_task, t0, t1);
 }
 template <bool TA, bool TB, typename T>
-__attribute__((target("arch=x86-64-v4"), flatten)) void blocks_avx512(const Gemm<T>& g, int64_t rows_per_task, int64_t t0, int64_t t1) {
+__attribute__((target("arch=x86-64-v4"), flatten))
+void blocks_avx512(const Gemm<T>& g, int64_t rows_per_task, int64_t t0, int64_t t1) {
   gemm_blocks<8, 2, 64, TA, TB>(g, rows_per_task, t0, t1);
 }
 #endif
@@ -144,15 +147,16 @@ void gemm(const Gemm<T>& g, const WbLaunch* l) {
   if (__builtin_cpu_supports("x86-64-v4")) blocks = blocks_avx512<TA, TB, T>;
   else if (__builtin_cpu_supports("x86-64-v3")) blocks = blocks_avx2<TA, TB, T>;
 #endif
-  // Up to kMaxRowBlocks row blocks per task, fewer where that leaves less than 4 tasks (the split
-  // changes no sum); several tasks only where each is at least ~2^21 multiply-adds, below which
-  // one thread wins.
-  const int64_t row_blocks = (g.m + MB - 1) / MB, col_tasks = (g.n + NB - 1) / NB;
-  const int64_t rows_per_task = MB * std::clamp<int64_t>(row_blocks * col_tasks / 4, 1, kMaxRowBlocks);
+  // Up to kMaxRowBlocks row blocks per task; half as many rows (down to 8, a multiple of every MR)
+  // while that leaves fewer than 4 tasks and keeps each at 2^19 multiply-adds or more, about what
+  // waking a thread costs. The split changes no sum.
+  const int64_t col_tasks = (g.n + NB - 1) / NB, task_cols = std::min(g.n, NB);
+  int64_t rows_per_task = kMaxRowBlocks * MB;
+  while (rows_per_task > 8 && (g.m + rows_per_task - 1) / rows_per_task * col_tasks < 4 &&
+         rows_per_task / 2 * task_cols * g.k >= (int64_t{1} << 19))
+    rows_per_task /= 2;
   const int64_t tasks = (g.m + rows_per_task - 1) / rows_per_task * col_tasks;
-  const int64_t macs = std::min(g.m, rows_per_task) * std::min(g.n, NB) * g.k;
-  wb_parallel_for(l, 0, tasks, macs >= (int64_t{1} << 21) ? 1 : tasks,
-                  [&](int64_t t0, int64_t t1) { blocks(g, rows_per_task, t0, t1); });
+  wb_parallel_for(l, 0, tasks, 1, [&](int64_t t0, int64_t t1) { blocks(g, rows_per_task, t0, t1); });
 }
 
 int forward(const WbMatmulForward* p, const WbLaunch* l) {
