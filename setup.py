@@ -109,7 +109,7 @@ def _prebuilt():
                   # -g0: Python's own CFLAGS carry -g, which would triple the wheel for nothing.
                   extra_compile_args={"cxx": [*piece.cflags, "-g0"], "nvcc": list(piece.cuda_cflags)},
                   # The libstdc++ torch loaded, as the JIT builds link it (toolchain.loaded_libstdcxx).
-                  extra_link_args=[libstdcxx] if libstdcxx else [])
+                  extra_link_args=[*piece.link, *([libstdcxx] if libstdcxx else [])])
         if piece.kind != "harness":  # bindings and variants are torch-free: keep torch's libraries out
             ext.libraries = [lib for lib in ext.libraries if lib == "cudart"]
         ext.workbench_piece = piece

@@ -319,3 +319,131 @@ def test_op_by_name_and_by_qualified_build_agree(cpu_kernel):
     by_build = torch.ops.workbench.bias_gelu(x, b, cpu_kernel.qualified)
     assert torch.equal(by_name, by_build)
     assert torch.equal(cpu_kernel(x, b), by_name)
+
+
+# --- the CPU path at PyTorch's speed: vectorized, exact at the limits (issue 42) -----------------
+
+SIMD_OPS = ["bias_gelu", "elementwise_mul", "vector_add", "swiglu", "scale_bias_relu", "rmsnorm", "reduce_sum",
+            "matmul"]
+
+
+def _functions(library) -> dict[str, list[str]]:
+    """{demangled function name: its instructions} from objdump's disassembly of a library."""
+    import shutil
+    import subprocess
+
+    if shutil.which("objdump") is None:
+        pytest.skip("objdump (binutils) is not installed")
+    text = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", str(library)], capture_output=True,
+                          text=True, check=True).stdout
+    out, name = {}, None
+    for line in text.splitlines():
+        if line.endswith(">:"):
+            name = line[line.index("<") + 1:-2]
+            name = None if name.endswith("[clone .cold]") else name  # a function's rarely taken paths
+            if name is not None:
+                out[name] = []
+        elif name is not None and "\t" in line:
+            out[name].append(line.split("\t", 1)[1])
+    return out
+
+
+@pytest.mark.parametrize("op", SIMD_OPS)
+def test_cpu_variant_loops_are_vectorized(wb, op):
+    """Each hot loop of the op's cpu variant has an AVX2 build (a WB_CPU_SIMD clone, or matmul's
+    blocks_avx2), and that build computes on 256-bit registers: the loop was vectorized. A loop
+    the compiler left scalar would use only xmm registers there (vaddss, vmovss, ...)."""
+    import platform
+
+    if platform.machine() != "x86_64":
+        pytest.skip("the clones are x86-64's")
+    fns = _functions(wb.load(op, "cpu").library)
+    avx2 = {n: ins for n, ins in fns.items() if "[clone .arch_x86_64_v3]" in n or "blocks_avx2<" in n}
+    assert avx2, f"{op}/cpu has no AVX2 build of a loop (WB_CPU_SIMD); functions: {sorted(fns)[:20]}"
+    scalar = [n for n, ins in avx2.items() if not any("%ymm" in i for i in ins)]
+    assert not scalar, f"{op}/cpu: loops left scalar in their AVX2 build: {scalar}"
+    if op != "matmul":  # every clone has its AVX-512 and baseline twin
+        assert sum("[clone .arch_x86_64_v4]" in n for n in fns) == len(avx2)
+        assert sum("[clone .default]" in n for n in fns) == len(avx2)
+
+
+def test_gelu_limits_and_specials_match_torch(cpu_kernel):
+    """GELU's exp is a polynomial on the host (wb_math.h): its limits (exp underflowing to 0,
+    overflowing to inf) must still give torch's values, and NaN must stay NaN, forward and backward."""
+    x = torch.tensor([[-1e30, -200.0, -90.0, -20.0, -1e-30, 0.0, 1e-30, 20.0, 90.0, 200.0, 1e30, float("nan")]])
+    b = torch.zeros(x.shape[1])
+    want = F.gelu(x.double(), approximate="tanh").float()
+    got = cpu_kernel(x, b)
+    assert torch.allclose(got, want, rtol=1e-6, atol=1e-30, equal_nan=True), (got, want)
+    xg = x.double().requires_grad_()
+    gwant, = torch.autograd.grad(F.gelu(xg, approximate="tanh").sum(), xg)
+    dx, _db = cpu_kernel.backward(torch.ones_like(x), x, b)
+    assert torch.allclose(dx, gwant.float(), rtol=1e-5, atol=1e-30, equal_nan=True), (dx, gwant)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_16bit_rounding_is_bitwise_pytorchs(wb, dtype):
+    """The branch-free 16-bit conversions (wb_cpu.h) round exactly as PyTorch does: a + b and a * b
+    in float, rounded once, are PyTorch's bits, across subnormals, overflow to inf, inf and NaN."""
+    g = torch.Generator().manual_seed(91)
+    info = torch.finfo(dtype)
+    specials = torch.tensor([0.0, -0.0, info.tiny, info.tiny / 8, -info.tiny / 3, info.max, -info.max,
+                             float("inf"), -float("inf"), float("nan"), 1.0, -1.0], dtype=torch.float32)
+    wide = torch.randn(4096, generator=g) * torch.pow(2.0, torch.randint(-30, 18, (4096,), generator=g).float())
+    a = torch.cat([specials, wide]).to(dtype)
+    b = torch.cat([specials.flip(0), torch.randn(4096, generator=g) * 3]).to(dtype)
+    for op, math in (("vector_add", lambda u, v: u + v), ("elementwise_mul", lambda u, v: u * v)):
+        got, want = wb.load(op, "cpu")(a, b), math(a.float(), b.float()).to(dtype)
+        same = (got.view(torch.int16) == want.view(torch.int16)) | (got.isnan() & want.isnan())
+        assert bool(same.all()), (f"{op} {dtype}: {int((~same).sum())} elements differ, "
+                                  f"e.g. {got[~same][:4]} vs {want[~same][:4]}")
+
+
+# A test-only variant whose forward writes, for each row, the id of the thread that ran it.
+THREAD_IDS = r"""// test-only: which threads ran the rows
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "bias_gelu.h"
+#include "wb_cpu.h"
+
+namespace {
+
+int forward(const WbBiasGeluForward* a, const WbLaunch* l) {
+  if (a->dtype != WB_FLOAT32) return WB_ERR_DTYPE;
+  float* y = static_cast<float*>(a->y);
+  const int64_t cols = a->cols, grain = kWbCpuGrain / cols > 1 ? kWbCpuGrain / cols : 1;
+  wb_parallel_for(l, 0, a->rows, grain, [&](int64_t r0, int64_t r1) {
+    const float tid = static_cast<float>(syscall(SYS_gettid));  // exact: ids stay below 2^22
+    for (int64_t i = r0 * cols; i < r1 * cols; ++i) y[i] = tid;
+  });
+  return WB_OK;
+}
+
+const WbBiasGeluLaunchers launchers = {forward, nullptr, nullptr};
+
+}  // namespace
+
+WB_EXPORT_VARIANT(bias_gelu, WB_DEVICE_CPU, WB_F32, "test-only: the rows' thread ids", launchers, wb_cpu_status_string)
+"""
+
+
+def test_cpu_variants_run_on_torchs_threads_above_the_grain_only(wb):
+    """wb_parallel_for lends torch's thread pool (the harness is built with OpenMP, without which
+    at::parallel_for runs serially): a tensor of two grains' worth of elements runs on two threads,
+    one below the grain (kWbCpuGrain, 2^15 elements) on the caller's thread alone."""
+    import os
+    import threading
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: nothing to spread over")
+    k = wb.load_inline("bias_gelu", THREAD_IDS, name="thread_ids")
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        many = k(torch.zeros(64, 1024), torch.zeros(1024))  # 2^16 elements: two tasks
+        few = k(torch.zeros(16, 1024), torch.zeros(1024))   # 2^14: one
+    finally:
+        torch.set_num_threads(threads)
+    assert len(set(many.flatten().tolist())) == 2, "above the grain, the rows should run on both threads"
+    assert set(few.flatten().tolist()) == {float(threading.get_native_id())}, "below it, on the calling thread"

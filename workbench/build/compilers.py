@@ -92,7 +92,8 @@ def compile_cpp_extension(piece: Piece, staging: pathlib.Path, key: str, *, rena
             with guarded_cpp_extension(cpp_extension):
                 cpp_extension.load(
                     name=name, sources=[str(s) for s in piece.sources], extra_cflags=list(piece.cflags),
-                    extra_cuda_cflags=list(piece.cuda_cflags), extra_ldflags=[libstdcxx] if libstdcxx else [],
+                    extra_cuda_cflags=list(piece.cuda_cflags),
+                    extra_ldflags=[*piece.link, *([libstdcxx] if libstdcxx else [])],
                     extra_include_paths=[str(d) for d in piece.include_dirs], build_directory=str(staging),
                     verbose=True, with_cuda=piece.with_cuda, is_python_module=False)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a BuildError with the log

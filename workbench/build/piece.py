@@ -77,7 +77,7 @@ class Piece:
     cuda_cflags: tuple[str, ...] = ()           # cpp_extension: nvcc's flags
     compiler: str = CPP_EXTENSION
     command: tuple[str, ...] = ()               # raw: the compiler (a command: "ccache g++" is two words)
-    link: tuple[str, ...] = ()                  # raw: after the source
+    link: tuple[str, ...] = ()                  # raw: after the source; cpp_extension: link flags
     suffix: str = ".so"                         # raw: the library's file name ending
     arch_list: str | None = None                # CUDA code's arch list (None for a build without CUDA)
     toolchain: dict | None = field(default=None, compare=False, hash=False)  # the key's; None: torch's (pipeline)
@@ -97,7 +97,8 @@ class Piece:
             return [*self.command[1:], *self.cflags, *self.link]
         if self.compiler == NVRTC:
             return [*self.command, *self.cflags, *self.cuda_cflags]
-        return [*self.cflags, *(self.cuda_cflags if self.with_cuda else ()), *(["cuda"] if self.with_cuda else [])]
+        return [*self.cflags, *(self.cuda_cflags if self.with_cuda else ()), *(["cuda"] if self.with_cuda else []),
+                *self.link]
 
     def key(self, toolchain: dict, arch_list: str | None = None) -> str:
         """The content key under `toolchain` (and `arch_list`, default the piece's own; only a piece

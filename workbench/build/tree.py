@@ -11,7 +11,10 @@ from . import nvrtc_tier
 from .arch import arch_list, variant_arch_flags
 from .piece import DEFAULT_OPTIONS, BuildOptions, Piece
 
-CPU_FLAGS = ("-O3",)
+# -fno-trapping-math (as PyTorch's own build): a CPU variant's loop that selects between floats
+# (a clamp, relu, a saturated GELU gate) is vectorized only where the compiler may evaluate both
+# sides; the values computed are the same (kernels/common/wb_cpu.h, WB_CPU_SIMD).
+CPU_FLAGS = ("-O3", "-fno-trapping-math")
 # -Xptxas=-v puts the register/spill report in each build log. -lineinfo is left out of the edit
 # loop (it costs ~3% of the nvcc time); BuildOptions(line_info=True) or WORKBENCH_NVCC_FLAGS adds it.
 CUDA_FLAGS = ("-O3", "-Xptxas=-v")
@@ -22,9 +25,11 @@ def harness_sources() -> list[pathlib.Path]:
 
 
 def harness_piece(with_cuda: bool) -> Piece:
+    # -fopenmp: at::parallel_for, which lends torch's thread pool to the CPU variants, is inline
+    # `#pragma omp parallel` code; compiled without it, every CPU variant would run on one thread.
     return Piece(label="harness", kind="harness", sources=harness_sources(),
                  include_dirs=[config.BINDINGS_DIR / "harness", config.COMMON_DIR], with_cuda=with_cuda,
-                 cflags=["-O2"] + (["-DWORKBENCH_WITH_CUDA"] if with_cuda else []),
+                 cflags=["-O2", "-fopenmp"] + (["-DWORKBENCH_WITH_CUDA"] if with_cuda else []), link=["-fopenmp"],
                  arch_list=arch_list() if with_cuda else None)
 
 
