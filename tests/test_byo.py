@@ -165,11 +165,11 @@ def test_the_profiled_runner_remakes_a_callable_and_its_call_is_checked():
     (ncu.profiled_call): the Python runner re-makes the callable from its module path, and the
     profiled call is checked at its shape, as a variant's is."""
     from workbench.explain import ncu
-    from workbench.judge import pyrunner, runner
+    from workbench.judge import pyrunner, start
 
     again = pyrunner.resolve(pyrunner.address_of("bias_gelu", byo_impls.bias_gelu_torch))
     assert again.name == "byo_impls.bias_gelu_torch" and again.fn is byo_impls.bias_gelu_torch
-    k = runner.isolated("bias_gelu", byo_impls.bias_gelu_torch)
+    k = start.isolated("bias_gelu", byo_impls.bias_gelu_torch)
     try:
         for direction in ("fwd", "bwd"):
             got = ncu.profiled_call("bias_gelu", k, (256, 64), "float32", direction)

@@ -360,9 +360,9 @@ def test_the_count_rule_wants_fewer_matches_than_the_starter(mine, theirs, holds
 def _static_rules(ex, path, name: str):
     """The SASS rules of `path` built as the checker builds it, judged on its machine code (no GPU
     run: nothing observed), and the build check."""
-    built, check = wbex.checks.build(ex, path, name)
+    built, check = wbex.submission.build(ex, path, name)
     assert check.status == "ok", check
-    sub = wbex.checks.Submission(ex, built, sandboxed=False)
+    sub = wbex.submission.Submission(ex, built, sandboxed=False)
     try:
         return wbsass.check_sass(ex, sub, static_why="no GPU here"), sub, check
     finally:
@@ -597,11 +597,11 @@ def pretend_gpu(monkeypatch, cuda_buildable):
     fakes = Fakes()
     monkeypatch.setattr(toolchain, "gpu_available", lambda: True)
     monkeypatch.setattr(observe, "unavailable", lambda gpu: "pretending")
-    monkeypatch.setattr(wbex.checks.Submission, "kernel", lambda self, dtypes: _Named(self.built.name))
+    monkeypatch.setattr(wbex.submission.Submission, "kernel", lambda self, dtypes: _Named(self.built.name))
     monkeypatch.setattr(correctness, "check", lambda op, kernel, **k: fakes.check(op, kernel, **k))
     monkeypatch.setattr(gradients, "gradcheck", lambda op, kernel, **k: fakes.gradcheck(op, kernel, **k))
     monkeypatch.setattr(clock, "race", lambda *a, **k: fakes.race(*a, **k))
-    monkeypatch.setattr(wbex.checks, "reference", lambda ex, python=False: _Named(ex.reference))
+    monkeypatch.setattr(wbex.submission, "reference", lambda ex, python=False: _Named(ex.reference))
     monkeypatch.setattr(wbex.speedcheck, "physics", _NoLimits)
     monkeypatch.setattr(wbex.speedcheck.conditions, "unavailable", lambda: "pretending")
     import torch
@@ -745,7 +745,7 @@ def test_speed_is_the_reference_median_over_yours(pretend_gpu):
     assert "yours 1.0000 ms, vec4 0.8000 ms a call" in slow.summary() and slow.failure_class == "speed-target"
     hint = next(ln for ln in slow.first_failure.lines if "python -m workbench profile" in ln)  # why it is slower
     assert hint.endswith(f"python -m workbench profile bias_gelu ex02_solution vec4 --source "
-                         f"{wbex.checks.shown(wbex.get(2).solution)} --shape 8192x8192 --dtype float32 --direction fwd")
+                         f"{wbex.submission.shown(wbex.get(2).solution)} --shape 8192x8192 --dtype float32 --direction fwd")
     pretend_gpu.race = _race(0.9, 0.8)
     fast = wbex.check_exercise(2, wbex.get(2).solution, seed=1)
     assert fast.complete and fast.verdict() == "PASS", fast.summary()

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench.judge import runner
+from workbench.judge import start
 from workbench.run import sanitize
 from workbench.specs.bias_gelu import SPEC as spec
 
@@ -76,7 +76,7 @@ def test_sanitizer_runs_a_triton_variant_in_the_python_runner():
 def _memcheck(variant, own_memory: bool) -> tuple[int | None, str]:
     with tempfile.TemporaryDirectory() as tmp:
         log = pathlib.Path(tmp) / "memcheck.log"
-        k = runner.isolated("bias_gelu", variant, own_memory=own_memory,
+        k = start.isolated("bias_gelu", variant, own_memory=own_memory,
                             prefix=[sanitize.find(), "--tool", "memcheck", "--log-file", str(log)])
         try:
             wb.check("bias_gelu", k, seed=0, shapes=[(37, 131)], layouts=("contiguous",), backward=False)

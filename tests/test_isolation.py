@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench.judge import runner
+from workbench.judge import runner, start
 from workbench.specs.bias_gelu import SPEC as spec
 
 FAULTY = pathlib.Path(__file__).parent / "faulty"
@@ -82,7 +82,7 @@ def _planted(stem: str):
     """A planted static initializer (tests/faulty/static_*.cu) served from a runner: its library
     runs its initializers when the runner opens it, before any CUDA call (so also without a GPU).
     check(isolate=True) starts the runner before its first case: what it raises is this."""
-    return runner.isolated("bias_gelu", str(FAULTY / f"{stem}.cu"))
+    return start.isolated("bias_gelu", str(FAULTY / f"{stem}.cu"))
 
 
 @pytest.mark.parametrize("stem, how", [("static_exit", "exited with status 0 before answering"),
@@ -98,7 +98,7 @@ def test_a_runner_that_ends_while_starting_is_an_error_even_with_status_0(cuda_b
 def test_a_runner_that_hangs_while_starting_is_killed_at_its_time_limit_and_says_so(cuda_buildable):
     """time_limit (what profile and sanitize put in front of their runners) ends it and everything
     it started; the caller reads that end as any other."""
-    k = runner.isolated("bias_gelu", str(FAULTY / "static_hang.cu"), prefix=runner.time_limit(5))
+    k = start.isolated("bias_gelu", str(FAULTY / "static_hang.cu"), prefix=runner.time_limit(5))
     started = time.monotonic()
     with pytest.raises(wb.IsolatedRunError, match="static_hang: variant: .*was killed by SIGKILL before answering"):
         k.module.ensure()
@@ -114,7 +114,7 @@ def test_an_nvtx_range_around_a_call_and_own_memory_leave_the_results_as_they_ar
     from workbench.explain import ncu
 
     for variant in ("cpu", byo_impls.bias_gelu_torch):
-        k = runner.isolated("bias_gelu", variant, own_memory=True)
+        k = start.isolated("bias_gelu", variant, own_memory=True)
         try:
             got = ncu.profiled_call("bias_gelu", k, (64, 48), "float32", "fwd")
             assert got["verified"] == "ok", got

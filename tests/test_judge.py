@@ -20,7 +20,8 @@ from conftest import describe
 from workbench import config
 from workbench.exercise import grade
 from workbench.judge import sandbox
-from workbench.judge.runner import CallRefused, Runner, start_cxx
+from workbench.judge.runner import CallRefused, Runner
+from workbench.judge.start import start_cxx
 
 FAULTY = pathlib.Path(__file__).parent / "faulty"
 needs_sandbox = pytest.mark.skipif(bool(sandbox.missing()), reason=f"no sandbox here: {sandbox.missing()}")
@@ -159,8 +160,8 @@ def probed(tmp_path_factory):
     """What the probe reported from a sandboxed runner, as {attempt: bool}."""
     if sandbox.missing():
         pytest.skip(f"no sandbox here: {sandbox.missing()}")
-    from workbench.exercise.checks import _build_variant, binding_library
-    from workbench.judge.runner import runner_executable
+    from workbench.exercise.submission import _build_variant, binding_library
+    from workbench.judge.start import runner_executable
 
     folder = tmp_path_factory.mktemp("judge")
     os.chmod(folder, 0o755)
@@ -264,7 +265,7 @@ def test_the_clock_verifies_every_timed_call(variant, wrong):
     the caller's clock, each output checked; a variant that skips work at the timed size or goes
     wrong after its first calls is wrong there, whatever its time."""
     from workbench.judge import clock
-    from workbench.judge.runner import isolated
+    from workbench.judge.start import isolated
 
     reference = isolated("bias_gelu", "cpu").module
     mine = isolated("bias_gelu", variant).module

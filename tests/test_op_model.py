@@ -461,7 +461,7 @@ def test_no_import_cycles_in_the_package():
             visit(m)
 
 
-ROOMS = ("model", "build", "run", "measure", "explain", "ship", "exercise", "specs", "cluster")
+ROOMS = ("model", "build", "run", "measure", "explain", "ship", "exercise", "judge", "serve", "specs", "cluster")
 
 
 def test_the_package_is_rooms_by_concern_each_saying_what_it_owns_and_may_import():

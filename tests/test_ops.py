@@ -152,7 +152,7 @@ def test_empty_inputs_give_empty_or_zero_outputs(op):
 
 def test_views_give_the_contiguous_result(op):
     """Strided, transposed and offset views of the same values: bit-identical results."""
-    from workbench.measure.correctness import with_layout
+    from workbench.measure.verify import with_layout
 
     spec = registry.spec(op)
     attrs = spec.sample_attrs()[0]

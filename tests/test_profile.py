@@ -657,7 +657,7 @@ def test_a_run_that_hangs_is_stopped_with_its_children(fake_ncu, monkeypatch, tm
 def test_a_metric_this_ncu_lacks_is_left_out_and_the_run_repeated(fake_ncu, cpu_kernel, monkeypatch, tmp_path):
     """With a CPU variant the whole path runs here: the runner under the stand-in, the call driven
     and checked from here inside the runner's NVTX range."""
-    from workbench.judge.runner import runner_executable
+    from workbench.judge.start import runner_executable
 
     lacking = pm.METRICS["tensor_pct"]
     monkeypatch.setenv("FAKE_NCU_UNKNOWN", lacking)

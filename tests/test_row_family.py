@@ -58,7 +58,7 @@ def test_the_nvrtc_tier_takes_the_family_headers(op, variant):
         names = [f"&wb_row::row_kernel<{t}, {v}, {npt}, {warp}, {step}{s}>"
                  for s in ("Forward", "Backward") for npt, warp in layouts]
     options = [*nvrtc_tier.nvrtc_options("sm_90a", []), nvrtc_tier.SYNTAX_ONLY]
-    nvrtc.compile_program(closure.files[0][0], nvrtc_split.split(closure).device, options, names)
+    nvrtc.compile_program(closure[0][0], nvrtc_split.split(closure).device, options, names)
 
 
 def _rows(dtype, device):

@@ -215,46 +215,9 @@ def cmd_plot(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    """For each op (or the one named): build every variant this machine can run, check and
-    gradcheck each, time them against the op's baselines, print the table and draw the plots."""
-    import pathlib
+    from .explain import demo
 
-    from .run import loader
-    from .model import registry
-    from .build import toolchain
-    from .measure.bench_result import BenchResult
-    from .measure.benchmark import bench
-    from .measure.correctness import check
-    from .measure.gradients import gradcheck
-
-    gpu = toolchain.gpu_available()
-    print(f"Kernel Workbench demo on {'the GPU' if gpu else 'the CPU (no GPU visible: CPU path, small sizes)'}")
-    ok, everything = True, BenchResult()
-    for op in [args.op] if args.op else registry.ops():
-        spec = registry.spec(op)
-        print(f"\n== {op}: {spec.doc}")
-        names = _variants_for(op, [], runnable_only=True)
-        for name in names:
-            k = loader.load(op, name)
-            print(f"\n{op}/{name}: {'built' if k.built else 'loaded from cache'} in {k.seconds:.2f} s - {k.description}")
-            for report in (check(op, k), gradcheck(op, k)):
-                print("  " + report.summary().replace("\n", "\n  "))
-                ok &= report.ok
-        # On the CPU: the op's two smallest CPU bench sizes, so the demo stays quick there.
-        shapes = None if gpu else spec.bench_sizes["cpu"][:2]
-        directions = ["fwd", "bwd"] if spec.differentiable else ["fwd"]
-        result = bench(op, variants=names, dtypes=["float32", "bfloat16"] if gpu else ["float32"], shapes=shapes,
-                       directions=directions, budget_s=args.budget)
-        print()
-        print(result.table())
-        everything.rows += result.rows
-        everything.notes += result.notes
-    out = pathlib.Path(args.out)
-    everything.save(out / "bench.jsonl")
-    for p in everything.plot(out / "plots"):
-        print(f"plot: {p}")
-    print(f"\nrows saved to {out / 'bench.jsonl'}; " + ("all checks passed" if ok else "SOME CHECKS FAILED"))
-    return 0 if ok else 1
+    return demo.main(args.op, args.out, args.budget, _variants_for)
 
 
 def cmd_sanitize(args) -> int:
@@ -305,22 +268,15 @@ def _amount(text: str) -> float:
     return value
 
 
-def cmd_exercise_list(args) -> int:
+def cmd_exercise(args) -> int:
+    """exercise list | check | grade."""
+    if args.exercise_command == "grade":
+        from .cluster import grading  # Ray itself is imported only where --ray is given
+        from .exercise import grade
+        return grade.cli(args, None if args.ray is None else grading.spread(args.ray))
     from . import exercise
 
-    return exercise.cli_list(args)
-
-
-def cmd_exercise_check(args) -> int:
-    from . import exercise
-
-    return exercise.cli_check(args)
-
-
-def cmd_exercise_grade(args) -> int:
-    from .cluster import grading  # Ray itself is imported only where --ray is given
-    from .exercise import grade
-    return grade.cli(args, None if args.ray is None else grading.spread(args.ray))
+    return (exercise.cli_list if args.exercise_command == "list" else exercise.cli_check)(args)
 
 
 def cmd_serve(args) -> int:
@@ -332,12 +288,7 @@ def cmd_export(args) -> int:
     """Write the op and the named variants as a package of its own (workbench/ship/export.py)."""
     from .ship.export import export
 
-    try:
-        out = export(args.op, ",".join(args.variants), args.out, name=args.name, namespace=args.namespace,
-                     force=args.force)
-    except FileExistsError as e:  # --out not empty: the message says what to do
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    out = export(args.op, ",".join(args.variants), args.out, name=args.name, namespace=args.namespace, force=args.force)
     print(f"wrote {out}\n  pip install --no-build-isolation {out}\n  cd {out} && pytest tests/")
     return 0
 
@@ -450,14 +401,14 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("exercise", help="course exercises (exercises/): list them, check your kernel against one")
     ex = s.add_subparsers(dest="exercise_command", required=True)
     e = ex.add_parser("list", help="the exercises, with their speed targets")
-    e.set_defaults(fn=cmd_exercise_list)
+    e.set_defaults(fn=cmd_exercise)
     e = ex.add_parser("check", help="build your .cu file and run the exercise's checks: build, declared dtypes, "
                                     "SASS rules, correctness, gradcheck, speed (exit 0 pass, 1 fail, 2 bad usage)")
     e.add_argument("exercise", help="number or name: 2, 02, 02_vec4_loads or vec4_loads")
     e.add_argument("path", nargs="?", help="your kernel (.cu); default: the exercise's starter.cu")
     e.add_argument("--seed", type=int, help="draw the same shapes and inputs as an earlier run")
     e.add_argument("--no-speed", action="store_true", help="skip the speed check")
-    e.set_defaults(fn=cmd_exercise_check)
+    e.set_defaults(fn=cmd_exercise)
     e = ex.add_parser("grade", help="check every submission in a folder as `check` does: a CSV and a summary")
     e.add_argument("exercise")
     e.add_argument("folder", help="the submissions (.cu / .cpp files)")
@@ -466,7 +417,7 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, help="the shapes and inputs every submission is checked on")
     e.add_argument("--timeout", type=float, help="seconds per submission at most (default 1800)")
     e.add_argument("--no-speed", action="store_true", help="skip the speed check")
-    e.set_defaults(fn=cmd_exercise_grade)
+    e.set_defaults(fn=cmd_exercise)
 
     s = sub.add_parser("serve", help="a class's own kernel leaderboard: students submit from a browser, the "
                                      "exercises' checker judges (needs: pip install \"kernel-workbench[serve]\")")
@@ -491,6 +442,6 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.fn(args)
-    except (WorkbenchError, ValueError) as e:
+    except (WorkbenchError, ValueError, FileExistsError) as e:  # FileExistsError: export's --out not empty
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -10,7 +10,7 @@ NAMES = ("float32", "float64", "float16", "bfloat16")
 MASKS = {"float32": "WB_F32", "float64": "WB_F64", "float16": "WB_F16", "bfloat16": "WB_BF16"}
 ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 # Relative norm error ||out - ref|| / ||ref|| and element-wise (atol, rtol), per dtype, against a
-# float64 reference; a sum of n terms gets sqrt(n) times the atol (correctness.compare).
+# float64 reference; a sum of n terms gets sqrt(n) times the atol (verify.compare).
 TOLERANCES = {
     "float64": (1e-12, 1e-13, 1e-10),
     "float32": (1e-5, 1e-5, 1e-4),

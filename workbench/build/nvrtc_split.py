@@ -92,12 +92,12 @@ def _blank(chars: list[str], start: int, end: int) -> None:
             chars[k] = " "
 
 
-_KEPT_DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|else|endif|define|undef|include)\b.*(?:\\\n.*)*",
+_KEPT_DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|else|endif|define|undef|include|pragma[ \t]+once)\b.*(?:\\\n.*)*",
                              re.M)
 
 
 def _keep_directives(text: str, out: list[str]) -> str:
-    """The blanked text with its conditional, #define and #include lines put back: a blanked span
+    """The blanked text with its conditional, #define, #include and #pragma once lines put back: a blanked span
     may hold some (between two functions), and the views must stay well-formed for the preprocessor."""
     for m in _KEPT_DIRECTIVE.finditer(text):
         out[m.start():m.end()] = text[m.start():m.end()]

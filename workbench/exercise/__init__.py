@@ -2,10 +2,12 @@
 
     registration.py  exercises/NN_name/exercise.toml: what an exercise asks (and its validation)
     sizes.py         the sizes a check draws from its seed, for any op (an elementwise, reduction or tiled draw)
-    checks.py        the judge's hold on a submission (Submission: its hashed copy, its sandboxed runner),
-                     build, load, declared dtypes, correctness, gradcheck
+    submission.py    the student's file built (the build check) and the judge's hold on it (Submission: its
+                     hashed copy, its sandboxed runner), the reference variant's runner
+    checks.py        the checks that run it: load, declared dtypes, correctness, gradcheck
     sass.py          the SASS rules, on the kernels that ran (observed by Nsight Compute) or, without a GPU,
                      on the machine code as built
+    observed.py      what ran during the checked calls, observed by Nsight Compute (the student's, the starter's)
     global_loads.py  the optional counter rule: bytes of global loads of the kernels that ran
     speedcheck.py    speed against the reference variant, on the judge's clock (workbench/judge/clock.py)
     report.py        the report the checks fill, and how it prints
@@ -42,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ..model import registry
 from ..build import toolchain
 from ..judge import observe, sandbox
-from . import checks, global_loads, sass, speedcheck
+from . import checks, global_loads, observed, speedcheck, submission
 from .registration import (CHECKS, EXERCISES_DIR, Exercise, ExerciseConfigError, SassRule, Sizes, Speed, exercises, get, load_exercise, tomllib)
 from .report import LAYOUTS, NEEDS_GPU, Check, ExerciseReport
 from .sass import check_sass
@@ -85,7 +87,7 @@ def _prepare(exercise, path, seed):
     ex = get(exercise)
     source = _student_path(ex, path)
     seed = new_seed() if seed is None else int(seed)
-    shown = checks.shown(source)
+    shown = submission.shown(source)
     command = (f"python -m workbench exercise check {ex.number}"
                + (f" {shlex.quote(shown)}" if path is not None else "") + f" --seed {seed}")
     report = ExerciseReport(ex.slug, ex.title, shown, f"{ex.op}/{variant_name(ex, source)}", seed,
@@ -119,7 +121,7 @@ def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool
     # process's CUDA context and kernels warmed up (the checker owns the memory every check uses).
     warm = pool.submit(_warm_up, ex, report.seed)
     started = time.perf_counter()
-    built, check = checks.build(ex, source, variant_name(ex, source))
+    built, check = submission.build(ex, source, variant_name(ex, source))
     check.seconds = time.perf_counter() - started
     yield add(check)
     if built is None:
@@ -128,7 +130,7 @@ def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool
             yield add(Check(name, "skipped", why))
         pool.shutdown(wait=False, cancel_futures=True)
         return
-    sub = checks.Submission(ex, built, sandboxed)
+    sub = submission.Submission(ex, built, sandboxed)
     try:
         loaded = add(timed(checks.load, ex, sub))
         yield loaded
@@ -185,7 +187,7 @@ def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool
         elif correct.status != "ok" or grads.status != "ok":
             yield add(Check("speed", "skipped", "fix correctness first"))
         else:
-            reference = checks.reference(ex, python=built.style == "extension")
+            reference = submission.reference(ex, python=built.style == "extension")
             try:
                 yield add(timed(speedcheck.speed, ex, sub, reference))
             finally:
@@ -199,10 +201,10 @@ def _warm_up(ex: Exercise, seed: int) -> None:
     """The runner and the op's binding built (or found); on a GPU, this process's CUDA context, and
     the kernels its checks use (CUDA loads each on first use) loaded by a small check of the op's
     eager math on the smallest sizes the seed draws, in the exercise's dtypes and layouts."""
-    from ..judge.runner import runner_executable
+    from ..judge.start import runner_executable
 
     runner_executable()
-    checks.binding_library(ex.op)
+    submission.binding_library(ex.op)
     if not toolchain.gpu_available():
         return
     from ..measure import correctness
@@ -219,11 +221,11 @@ def _warm_up(ex: Exercise, seed: int) -> None:
         pass
 
 
-def _observe(ex: Exercise, sub: checks.Submission, seed: int):
+def _observe(ex: Exercise, sub: submission.Submission, seed: int):
     """(what ran in the student's runner, the starter's where a counting rule needs it)."""
     started = time.perf_counter()
-    seen = sass.observe_rules(ex, lambda prefix: sub.start(prefix=prefix, network=True), seed)
-    starter = sass.observe_starter(ex, seed) if any(r.kind == "fewer_than_starter" for r in ex.sass) else None
+    seen = observed.observe_rules(ex, lambda prefix: sub.start(prefix=prefix, network=True), seed)
+    starter = observed.observe_starter(ex, seed) if any(r.kind == "fewer_than_starter" for r in ex.sass) else None
     return seen, starter, time.perf_counter() - started
 
 

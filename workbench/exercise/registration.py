@@ -283,10 +283,8 @@ def _sizes(data, where: str) -> Sizes:
 
 def exercises() -> list[Exercise]:
     """Every exercise under exercises/, in number order."""
-    if not EXERCISES_DIR.is_dir():
-        return []
-    return [load_exercise(d) for d in sorted(EXERCISES_DIR.iterdir())
-            if d.is_dir() and _FOLDER.match(d.name) and (d / "exercise.toml").is_file()]
+    folders = sorted(EXERCISES_DIR.iterdir()) if EXERCISES_DIR.is_dir() else []
+    return [load_exercise(d) for d in folders if d.is_dir() and _FOLDER.match(d.name) and (d / "exercise.toml").is_file()]
 
 
 def get(exercise) -> Exercise:

@@ -11,7 +11,7 @@ from .. import config
 from ..judge import clock
 from ..measure import conditions, physics
 from ..model import registry
-from .checks import Submission, shown
+from .submission import Submission, shown
 from .registration import Exercise
 from .report import Check
 

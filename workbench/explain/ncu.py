@@ -1,7 +1,7 @@
 """Hardware counters for one call of a variant, from Nsight Compute (ncu).
 
 `measure(op, variant, size, dtype, direction, metrics)` serves the variant from a runner
-(judge.runner.isolated) started under ncu, and drives the call from here (profiled_call): warms it
+(judge.start.isolated) started under ncu, and drives the call from here (profiled_call): warms it
 up, then makes it once more inside the runner's NVTX range "wb_measure", checked at its shape. ncu
 profiles exactly the kernels launched in that range: not the warm-up, and nothing of torch's (the
 inputs, the copies, the reference run in this process, which ncu does not watch). Returns one dict
@@ -183,7 +183,8 @@ def _run(op: str, variant, call: dict, ncu_args: list[str], line_info: bool, tim
     ncu (ncu_args), all of it stopped after timeout_s: (its check, what the runner and ncu printed,
     the error that ended the runner where one did, whether the time ran out). A runner lost is not
     started again: ncu's report is the first one's."""
-    from ..judge.runner import TOOL_GRACE_S, isolated, time_limit
+    from ..judge.runner import TOOL_GRACE_S, time_limit
+    from ..judge.start import isolated
 
     kernel = isolated(op, variant, prefix=[*time_limit(timeout_s), *ncu_args], line_info=line_info)
     remote = kernel.module

@@ -409,13 +409,13 @@ def _own_variants(op: str, variants):
 
 
 def _preflight(op: str, spec, names, own: dict, dtypes, shapes, directions, attrs: dict, device) -> None:
-    """isolate=True: each variant called once in a runner of its own (judge.runner.isolated) at every
+    """isolate=True: each variant called once in a runner of its own (judge.start.isolated) at every
     dtype, size and direction the sweep will time, before it runs here; a call that ends the runner
     (an illegal address, a crash) raises IsolatedRunError naming the variant and the call. The
     timing stays here (a runner's copies would be in the numbers): a fault only a later call hits
     is not found."""
     from ..errors import IsolatedRunError
-    from ..judge.runner import isolated
+    from ..judge.start import isolated
 
     gen = torch.Generator(device=device).manual_seed(0)
     for name in names:

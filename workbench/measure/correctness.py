@@ -7,7 +7,6 @@ an element that sums n terms; NaN passes only where the reference has it.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
@@ -19,7 +18,8 @@ from .. import dtypes as dtypes_
 from ..run import loader
 from ..model import registry
 from ..build import toolchain
-from ..model.opspec import LAYOUTS, as_tuple
+from ..model.opspec import as_tuple
+from .verify import compare, poisoned_outputs, with_layout  # compare: correctness.compare, as before
 
 
 @dataclass
@@ -112,52 +112,6 @@ class Report:
         return cls(d["op"], d["variant"], d["device"], cases, list(d["skipped"]), d["method"])
 
 
-def compare(out: torch.Tensor, ref: torch.Tensor, dtype, *, terms: int = 1
-            ) -> tuple[bool, float, float, tuple | None, str]:
-    """(passed, relative norm error, max abs error, worst index, note) of out against a float64 ref.
-    `terms`: how many values each element sums (a sum's rounding error grows as sqrt(terms)).
-    Computed where the reference lives (the GPU for a CUDA variant), with one transfer of a few
-    numbers back: a check runs hundreds of these."""
-    rel_tol, atol, rtol = dtypes_.tolerance(dtype)
-    atol *= math.sqrt(max(terms, 1))
-    if out.shape != ref.shape:
-        return False, math.inf, math.inf, None, f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
-    if out.numel() == 0:
-        return True, 0.0, 0.0, None, "empty"
-    r = ref.detach().to(torch.float64)
-    o = out.detach().to(r.device, torch.float64)
-    nan_o, nan_r = torch.isnan(o), torch.isnan(r)
-    nan_mismatch = nan_o != nan_r
-    zero = torch.zeros((), dtype=torch.float64, device=r.device)
-    diff = torch.where(nan_r, zero, (o - r).abs())
-    diff = torch.where(torch.isinf(r) & (o == r), zero, diff)
-    finite_diff = torch.where(torch.isfinite(diff), diff, zero)
-    finite_r = torch.where(torch.isfinite(r), r, zero)
-    bound = atol + rtol * r.abs()
-    bad = (diff > torch.where(torch.isfinite(bound), bound, torch.full_like(bound, math.inf))) | torch.isnan(diff)
-    worst = torch.argmax(torch.nan_to_num(diff, nan=math.inf).reshape(-1))
-    first_nan = torch.argmax(nan_mismatch.reshape(-1).to(torch.uint8))
-    stats = torch.stack([nan_mismatch.any().double(), finite_r.norm(), finite_diff.norm(), bad.sum().double(),
-                         diff.max(), worst.double(), first_nan.double()]).tolist()  # the one sync
-    any_nan_mismatch, r_norm, diff_norm, n_bad, max_abs, worst_flat, nan_flat = stats
-    if any_nan_mismatch:
-        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(int(nan_flat)), o.shape))
-        return False, math.inf, math.inf, idx, "NaN where the reference has none (unwritten element?)" \
-            if bool(nan_o[idx]) else "reference is NaN here, output is not"
-    # Floor the norm at what the absolute tolerance allows, so a tensor of tiny values (GELU of a
-    # very negative input, which fp16 rounds to 0) is not judged by its relative error alone.
-    rel = diff_norm / max(r_norm, atol * math.sqrt(r.numel()))
-    where = tuple(int(i) for i in torch.unravel_index(torch.tensor(int(worst_flat)), o.shape))
-    # The norm criterion needs enough elements to mean something: over a handful, one element
-    # near a zero of the function (where any float32 formula cancels) decides it alone. Small
-    # tensors are held to the element-wise bound only.
-    norm_ok = rel <= rel_tol or r.numel() < 32
-    passed = norm_ok and n_bad == 0
-    note = "" if passed else (f"{int(n_bad)} elements beyond atol {atol:g} + rtol {rtol:g}" if n_bad
-                              else f"relative error above {rel_tol:g}")
-    return passed, rel, max_abs, where, note
-
-
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Bit-identical (NaN equal to the same NaN), the test for determinism."""
     if a.shape != b.shape or a.dtype != b.dtype:
@@ -190,13 +144,13 @@ def _first_line(e: BaseException) -> str:
 def _raised(what: str, e: Exception, size, dname: str, layout: str) -> Case:
     """A failed case for a kernel call that raised, naming the case and the likely cause of a CUDA
     error or of a runner's death (whether this process's context survived is _after_case's to say)."""
-    from ..run.cuda_errors import explained
+    from ..run.cuda_errors import error_name, explained
 
     msg = _first_line(e)
     if DTYPE_REFUSED in msg:
         note = f"declared {dname} but the launcher refused it: {msg}"
     else:
-        note = f"raised {type(e).__name__}: {explained(e)}"
+        note = f"raised {error_name(e)}: {explained(e)}"
     return Case(what, tuple(size), dname, layout, False, note=note)
 
 
@@ -243,55 +197,14 @@ def _generator(device: torch.device, seed: int) -> torch.Generator:
     return g
 
 
-def with_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
-    """The same values in another memory layout: a strided (non-contiguous) view, a contiguous view
-    whose data pointer is offset by one element (misaligned for 16-byte vector loads), or the
-    transpose of a contiguous tensor, transposed back (a column-major view; 1-D stays as it is)."""
-    if layout == "contiguous" or t.numel() == 0:
-        return t
-    if layout == "strided":
-        if t.dim() == 0:
-            return t
-        wide = torch.empty((*t.shape[:-1], 2 * t.shape[-1]), dtype=t.dtype, device=t.device)
-        view = wide[..., ::2]
-        view.copy_(t)
-        return view
-    if layout == "offset":
-        buf = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
-        view = buf[1:].view(t.shape)
-        view.copy_(t)
-        return view
-    if layout == "transposed":
-        return t if t.dim() < 2 else t.transpose(-1, -2).contiguous().transpose(-1, -2)
-    raise ValueError(f"layout must be one of {LAYOUTS}; got {layout!r}")
-
-
-@contextlib.contextmanager
-def _poisoned_outputs():
-    """Inside: every tensor the op allocates (its outputs too) starts as NaN, so an element the
-    kernel never writes fails the comparison. torch's deterministic mode fills uninitialised memory
-    from at::empty on CPU and CUDA alike; freeing a NaN block and hoping the allocator hands it
-    back works for CUDA's caching allocator but not for CPU malloc."""
-    was = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    fill = torch.utils.deterministic.fill_uninitialized_memory
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
-    try:
-        yield
-    finally:
-        torch.utils.deterministic.fill_uninitialized_memory = fill
-        torch.use_deterministic_algorithms(was, warn_only=warn_only)
-
-
 def _seed(seed: int | None) -> int:
     return int.from_bytes(os.urandom(4), "little") if seed is None else seed
 
 
 def _isolated(run, op: str, variant, kwargs: dict, note: str = "") -> Report:
     """run(op, kernel, **kwargs) (check, gradcheck) here, over the variant served from a runner
-    (judge.runner.isolated): a call that ends the runner fails its case, the next starts another."""
-    from ..judge.runner import isolated
+    (judge.start.isolated): a call that ends the runner fails its case, the next starts another."""
+    from ..judge.start import isolated
     from ..run import byo
 
     variant = byo.as_variant(op, variant)
@@ -414,7 +327,7 @@ def check(op: str, variant, *, dtypes=None, shapes=None, layouts=("contiguous", 
                     step = "forward"
                     if on_case:
                         on_case(f"forward {label}")
-                    with _poisoned_outputs():
+                    with poisoned_outputs():
                         out = kernel(*inputs, **attrs)
                     cases += _compare_all("forward " if out_names != [""] else "forward", out_names, out,
                                           spec.run_reference(inputs, attrs), out_terms, size, dname, layout)
@@ -425,7 +338,7 @@ def check(op: str, variant, *, dtypes=None, shapes=None, layouts=("contiguous", 
                                  for r in as_tuple(out)]
                         if on_case:
                             on_case(f"backward {label}")
-                        with _poisoned_outputs():
+                        with poisoned_outputs():
                             got = kernel.backward(*grads, *inputs, **attrs)
                         cases += _compare_all("backward d", grad_names, got,
                                               spec.run_reference_backward(grads, inputs, attrs), grad_terms,
@@ -435,7 +348,7 @@ def check(op: str, variant, *, dtypes=None, shapes=None, layouts=("contiguous", 
                         on_case(f"determinism {label}")
                     # Run again on the same inputs, poisoned alike (an unwritten element is the
                     # forward's failure, not this one's), and compare bits, NaN included.
-                    with _poisoned_outputs():
+                    with poisoned_outputs():
                         same = all(same_bits(a, b) for a, b in zip(as_tuple(out), as_tuple(kernel(*inputs, **attrs))))
                         if backward:
                             same = same and all(same_bits(a, b) for a, b in

@@ -19,12 +19,14 @@ error and where.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import asdict, dataclass
 
 import torch
 
-from ..model.opspec import as_tuple
+from .. import dtypes as dtypes_
+from ..model.opspec import LAYOUTS, as_tuple
 
 # Share of the device's free memory the float64 reference (inputs, outputs, autograd's
 # intermediates: about 3x the float64 tensors) may take; beyond it the eager baseline is trusted.
@@ -144,9 +146,6 @@ def judge(spec, size, dname: str, direction: str, got, refs, against: str, scale
     """Compare a step's results with the trusted ones; `when` names the check ("before timing",
     "the last timed call", "after timing"); floors: per output, an absolute error always allowed
     (eager_floors)."""
-    from .. import dtypes as dtypes_
-    from .correctness import compare
-
     got = as_tuple(got)
     names = names_of(spec, direction)
     label = spec.label(size)
@@ -215,10 +214,9 @@ class Probe:
         deterministic mode the poisoning uses), judged."""
         import contextlib
 
-        from .correctness import _poisoned_outputs
 
         try:
-            with _poisoned_outputs() if poison else contextlib.nullcontext():
+            with poisoned_outputs() if poison else contextlib.nullcontext():
                 got = run_step(call, self.spec, self.inputs, self.attrs, self.direction, self.grads)
         except Exception as e:  # noqa: BLE001 - a call that raises at the timed shape is a wrong row, named
             if "CUDA error" in str(e) or isinstance(e, torch.cuda.OutOfMemoryError):
@@ -232,7 +230,6 @@ def check_kernel_at(kernel, size, dtype: str, direction: str, *, seed: int = 0) 
     """A loaded variant checked at one size: the step wb.profile measures ("fwd", or "bwd": the
     variant's backward step alone), on fresh inputs with its outputs poisoned, against the float64
     reference (or eager where it does not fit)."""
-    from .correctness import _poisoned_outputs
 
     spec = kernel.spec
     device = torch.device(kernel.device if kernel.device != "cuda" else f"cuda:{torch.cuda.current_device()}")
@@ -241,6 +238,93 @@ def check_kernel_at(kernel, size, dtype: str, direction: str, *, seed: int = 0) 
     probe = Probe(spec, size, dtype, direction, spec.sample_attrs()[0], gen, device)
     if direction != "bwd":
         return probe.check(kernel, "the profiled call")
-    with _poisoned_outputs():
+    with poisoned_outputs():
         got = kernel.backward(*probe.grads, *probe.inputs, **probe.attrs)
     return probe.judge(got, "the profiled call")
+
+
+def with_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """The same values in another memory layout: a strided (non-contiguous) view, a contiguous view
+    whose data pointer is offset by one element (misaligned for 16-byte vector loads), or the
+    transpose of a contiguous tensor, transposed back (a column-major view; 1-D stays as it is)."""
+    if layout == "contiguous" or t.numel() == 0:
+        return t
+    if layout == "strided":
+        if t.dim() == 0:
+            return t
+        wide = torch.empty((*t.shape[:-1], 2 * t.shape[-1]), dtype=t.dtype, device=t.device)
+        view = wide[..., ::2]
+        view.copy_(t)
+        return view
+    if layout == "offset":
+        buf = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+        view = buf[1:].view(t.shape)
+        view.copy_(t)
+        return view
+    if layout == "transposed":
+        return t if t.dim() < 2 else t.transpose(-1, -2).contiguous().transpose(-1, -2)
+    raise ValueError(f"layout must be one of {LAYOUTS}; got {layout!r}")
+
+
+@contextlib.contextmanager
+def poisoned_outputs():
+    """Inside: every tensor the op allocates (its outputs too) starts as NaN, so an element the
+    kernel never writes fails the comparison. torch's deterministic mode fills uninitialised memory
+    from at::empty on CPU and CUDA alike; freeing a NaN block and hoping the allocator hands it
+    back works for CUDA's caching allocator but not for CPU malloc."""
+    was = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+        torch.use_deterministic_algorithms(was, warn_only=warn_only)
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, dtype, *, terms: int = 1
+            ) -> tuple[bool, float, float, tuple | None, str]:
+    """(passed, relative norm error, max abs error, worst index, note) of out against a float64 ref.
+    `terms`: how many values each element sums (a sum's rounding error grows as sqrt(terms)).
+    Computed where the reference lives (the GPU for a CUDA variant), with one transfer of a few
+    numbers back: a check runs hundreds of these."""
+    rel_tol, atol, rtol = dtypes_.tolerance(dtype)
+    atol *= math.sqrt(max(terms, 1))
+    if out.shape != ref.shape:
+        return False, math.inf, math.inf, None, f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
+    if out.numel() == 0:
+        return True, 0.0, 0.0, None, "empty"
+    r = ref.detach().to(torch.float64)
+    o = out.detach().to(r.device, torch.float64)
+    nan_o, nan_r = torch.isnan(o), torch.isnan(r)
+    nan_mismatch = nan_o != nan_r
+    zero = torch.zeros((), dtype=torch.float64, device=r.device)
+    diff = torch.where(nan_r, zero, (o - r).abs())
+    diff = torch.where(torch.isinf(r) & (o == r), zero, diff)
+    finite_diff = torch.where(torch.isfinite(diff), diff, zero)
+    finite_r = torch.where(torch.isfinite(r), r, zero)
+    bound = atol + rtol * r.abs()
+    bad = (diff > torch.where(torch.isfinite(bound), bound, torch.full_like(bound, math.inf))) | torch.isnan(diff)
+    worst = torch.argmax(torch.nan_to_num(diff, nan=math.inf).reshape(-1))
+    first_nan = torch.argmax(nan_mismatch.reshape(-1).to(torch.uint8))
+    stats = torch.stack([nan_mismatch.any().double(), finite_r.norm(), finite_diff.norm(), bad.sum().double(),
+                         diff.max(), worst.double(), first_nan.double()]).tolist()  # the one sync
+    any_nan_mismatch, r_norm, diff_norm, n_bad, max_abs, worst_flat, nan_flat = stats
+    if any_nan_mismatch:
+        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(int(nan_flat)), o.shape))
+        return False, math.inf, math.inf, idx, "NaN where the reference has none (unwritten element?)" \
+            if bool(nan_o[idx]) else "reference is NaN here, output is not"
+    # Floor the norm at what the absolute tolerance allows, so a tensor of tiny values (GELU of a
+    # very negative input, which fp16 rounds to 0) is not judged by its relative error alone.
+    rel = diff_norm / max(r_norm, atol * math.sqrt(r.numel()))
+    where = tuple(int(i) for i in torch.unravel_index(torch.tensor(int(worst_flat)), o.shape))
+    # The norm criterion needs enough elements to mean something: over a handful, one element
+    # near a zero of the function (where any float32 formula cancels) decides it alone. Small
+    # tensors are held to the element-wise bound only.
+    norm_ok = rel <= rel_tol or r.numel() < 32
+    passed = norm_ok and n_bad == 0
+    note = "" if passed else (f"{int(n_bad)} elements beyond atol {atol:g} + rtol {rtol:g}" if n_bad
+                              else f"relative error above {rel_tol:g}")
+    return passed, rel, max_abs, where, note

@@ -71,6 +71,11 @@ def explained(e: BaseException | str) -> str:
     return f"{line} (likely cause: {cause})" if cause else line
 
 
+def error_name(e: BaseException) -> str:
+    """What raised, by its type's name (a runner's refusal: the type the runner named)."""
+    return getattr(e, "error_name", type(e).__name__)
+
+
 def context_state(device) -> tuple[str, str]:
     """("ok", ""), ("cleared", the error that was pending and is now cleared) or ("lost", the error
     every call now meets) for the CUDA context of `device`, launching nothing where the runtime's

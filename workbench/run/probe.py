@@ -89,7 +89,7 @@ def probe(kernel, devices, dtypes) -> tuple[str | None, tuple, list[str], bool |
     whether autograd flows through it: None where not asked)."""
     import torch
 
-    from .cuda_errors import context_state, explained
+    from .cuda_errors import context_state, error_name, explained
 
     spec = kernel.spec
     size = probe_size(spec)
@@ -105,7 +105,7 @@ def probe(kernel, devices, dtypes) -> tuple[str | None, tuple, list[str], bool |
                 check_outputs(spec, f"{kernel.op}/{kernel.name}", "fwd", kernel.call_fn(inputs, values), inputs, values)
                 ok.append(dname)
             except Exception as e:  # noqa: BLE001 - what raised is what the probe reports
-                bad.append((dname, explained(e)[:300]))
+                bad.append((dname, f"{error_name(e)}: {explained(e)}"[:300]))
             if device == "cuda":  # an error its launch left pending is its failure, not the next dtype's
                 state, err = context_state(torch.device("cuda"))
                 if state != "ok" and dname in ok:

@@ -1,7 +1,7 @@
 """`python -m workbench sanitize <op> <variant>`: compute-sanitizer over a small check run.
 
 For each tool (memcheck, racecheck, initcheck, synccheck) the variant is served from a runner
-(judge.runner.isolated) behind compute-sanitizer, on memory of its own (one allocation per tensor,
+(judge.start.isolated) behind compute-sanitizer, on memory of its own (one allocation per tensor,
 PyTorch's caching allocator off), so an access past a tensor's end is one past an allocation's end;
 the small check runs here. The tool's report is its log, written as the runner ends.
 """
@@ -91,7 +91,8 @@ def run(op: str, variant, tools=TOOLS, *, timeout_s: float = 900) -> list[ToolRe
 
 
 def _run_tool(op: str, variant, exe: str, tool: str, timeout_s: float) -> ToolResult:
-    from ..judge.runner import isolated, time_limit
+    from ..judge.runner import time_limit
+    from ..judge.start import isolated
     from ..measure.correctness import check
 
     with tempfile.TemporaryDirectory(prefix="wb-sanitize-") as tmp:

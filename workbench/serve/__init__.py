@@ -6,6 +6,8 @@ downloads grades and re-judges. Needs the serve extra (pip install "kernel-workb
     store.py      the SQLite store: the class (tokens hashed), submissions, judgments, the queue's claims
     judging.py    the judges (one per local GPU, or one per Ray worker) working on the queue
     app.py        the pages and the HTTP API (Starlette; templates/ rendered by Jinja2)
+
+May import: exercise, judge, cluster (and what they import).
 """
 from __future__ import annotations
 

@@ -197,7 +197,7 @@ def prebuild(op: str, variant, lines: bool = True) -> None:
     """The builds profile() makes of `variant` (a name, a Kernel, a callable), made now: its build
     here, the runner, and the runner's build of it (with -lineinfo where `lines`). A profile timed
     after this times no build."""
-    from ...judge.runner import isolated, runner_executable
+    from ...judge.start import isolated, runner_executable
     from ...run import byo, loader
 
     v = byo.as_variant(op, variant)
