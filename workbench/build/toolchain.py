@@ -141,7 +141,7 @@ def abi() -> dict:
     no nvcc may exist (prebuilt.py). Attribute reads, so not cached: current() caches its copy."""
     import torch
     return {"torch": str(torch.__version__), "torch_cuda": torch.version.cuda,
-            "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI), "python": sys.implementation.cache_tag,
+            "cxx11_abi": torch.compiled_with_cxx11_abi(), "python": sys.implementation.cache_tag,
             "platform": sys.platform}
 
 

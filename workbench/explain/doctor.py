@@ -50,7 +50,7 @@ def report() -> tuple[list[tuple[str, str]], list[str]]:
     rows, problems = [], []
     rows.append(("python", f"{platform.python_version()} ({sys.executable})"))
     rows.append(("torch", f"{torch.__version__} (CUDA {torch.version.cuda or 'none'}, "
-                          f"C++11 ABI {int(torch._C._GLIBCXX_USE_CXX11_ABI)})"))
+                          f"C++11 ABI {int(torch.compiled_with_cxx11_abi())})"))
     home = toolchain.cuda_home()
     nvcc = toolchain.nvcc_version() if home else None
     rows.append(("CUDA_HOME", home or "not found"))

@@ -53,7 +53,7 @@ class _Compiled:
         self.fn = fn
 
     def fresh(self):
-        torch._dynamo.reset()
+        torch.compiler.reset()
         return torch.compile(self.fn, dynamic=False, fullgraph=True)
 
 
