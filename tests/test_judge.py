@@ -37,6 +37,19 @@ def _line(stdout: str, check: str) -> str:
     return m.group(1)
 
 
+def test_a_refusal_is_named_by_the_type_the_runner_named():
+    """The Python runner sends "RuntimeError: ..." for a call its variant refused: a report names
+    that type (run/cuda_errors.error_name), not CallRefused; the C++ runner's plain words are the
+    harness's RuntimeError, as the torch harness raises them."""
+    from workbench.run.cuda_errors import error_name
+
+    told = CallRefused("RuntimeError: expected scalar type Float but found Double")
+    assert (error_name(told), str(told)) == ("RuntimeError", "expected scalar type Float but found Double")
+    plain = CallRefused("bias_gelu/scalar refused: cols must be > 0")
+    assert (error_name(plain), str(plain)) == ("RuntimeError", "bias_gelu/scalar refused: cols must be > 0")
+    assert error_name(ValueError("x")) == "ValueError"
+
+
 # ----------------------------------------------------------------------------- what a library does at load
 
 @pytest.mark.parametrize("name, said", [
