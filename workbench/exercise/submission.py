@@ -194,7 +194,6 @@ def build(ex: Exercise, source: pathlib.Path, name: str):
     if extension:
         how += (" as a torch extension (cpp_extension compiles the torch headers: tens of seconds cold; the "
                 "workbench's variant ABI builds in a few)")
-        return built, Check("build", "ok", f"{how}; {_resources(built.build_log)}" if built.device == "cuda" else how)
     return built, Check("build", "ok", f"{how}; {_resources(built.build_log)}" if built.device == "cuda" else how)
 
 
@@ -204,9 +203,5 @@ def _build_variant(op: str, source: pathlib.Path, name: str) -> Built:
 
     info = registry.static_variant(op, source, name)
     include = [config.COMMON_DIR, registry.sources(op).kernel_dir, source.parent]
-    if source.suffix == ".cu":
-        lib, bdir, built, key = ndarray_build.build_cuda_library(f"exercise-{op}/{name}", source, include, arch_list())
-    else:
-        lib, bdir, built, key = ndarray_build.build_host_library(f"exercise-{op}/{name}", "ndarray-variant", source,
-                                                                 include)
+    lib, bdir, built, key = ndarray_build.build_variant(f"exercise-{op}/{name}", source, include, arch_list)
     return Built(op, name, source, lib, bdir / "build.log", built, 0.0, key, info.device, info.dtypes)

@@ -11,6 +11,7 @@ import sys
 import torch
 
 from .. import config, dtypes as dtypes_
+from ..build.arch import arch_list
 from ..model import registry
 from .runner import START_TIMEOUT_S, CallRefused, Remote, Runner, hex_text, kernel
 from .sandbox import Sandbox
@@ -31,7 +32,6 @@ def read_variant_reply(rest: str) -> dict:
 
 def runner_executable() -> pathlib.Path:
     """The C++ runner, built once per toolchain (torch-free, like the NumPy front end's builds)."""
-    from ..build.arch import arch_list
     from ..ship import ndarray_build
 
     return ndarray_build.build_runner(arch_list())[0]
@@ -41,9 +41,7 @@ def binding_library(op: str) -> pathlib.Path:
     """The op's binding for the C++ runner, built torch-free (the NumPy front end's build)."""
     from ..ship import ndarray_build
 
-    src = registry.sources(op)
-    return ndarray_build.build_host_library(f"ndarray-binding/{op}", "ndarray-binding", src.binding,
-                                            [config.BINDINGS_DIR, config.COMMON_DIR, src.kernel_dir])[0]
+    return ndarray_build.build_binding(op)[0]
 
 
 def start_cxx(op: str, variant_library, binding_library, label: str, *, executable=None,
@@ -96,15 +94,9 @@ def isolated(op: str, variant, *, sandbox: Sandbox | None = None, prefix=(), lin
     if source is not None and (source.suffix == ".cpp" or source.suffix == ".cu" and ndarray_build.can_build_cuda()):
         name = v if isinstance(v, str) and not pathlib.Path(v).is_file() else getattr(v, "name", source.stem)
         info = registry.static_variant(op, source, name)
-        src = registry.sources(op)
-        include = [config.COMMON_DIR, src.kernel_dir, source.parent]
-        flags = ["-lineinfo"] if line_info else []
-        if source.suffix == ".cu":
-            from ..build.arch import arch_list
-            library = ndarray_build.build_cuda_library(f"runner-{op}/{name}", source, include, arch_list(),
-                                                       extra_flags=flags)[0]
-        else:
-            library = ndarray_build.build_host_library(f"runner-{op}/{name}", "ndarray-variant", source, include)[0]
+        include = [config.COMMON_DIR, registry.sources(op).kernel_dir, source.parent]
+        library = ndarray_build.build_variant(f"runner-{op}/{name}", source, include, arch_list,
+                                              extra_flags=["-lineinfo"] if line_info else [])[0]
         binding = binding_library(op)
         remote = Remote(op, info.device, lambda: start_cxx(op, library, binding, name, sandbox=sandbox, prefix=prefix),
                         own_memory=own_memory)

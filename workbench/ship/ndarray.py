@@ -315,9 +315,7 @@ def _check_layout(prefix: str, name: str, a: np.ndarray) -> None:
 
 def _binding(op: str) -> tuple[int, object, bool]:
     """(WbOpBinding*, library, built now) of the op's binding, rebuilt when edited."""
-    src = registry.sources(op)
-    lib, bdir, built, key = ndarray_build.build_host_library(
-        f"ndarray-binding/{op}", "ndarray-binding", src.binding, [config.BINDINGS_DIR, config.COMMON_DIR, src.kernel_dir])
+    lib, bdir, built, key = ndarray_build.build_binding(op)
     with _lock:
         if _bindings.get(op, ("",))[0] != key:
             info = extension().open_binding(str(lib))
@@ -344,10 +342,7 @@ def load(op: str, variant: str) -> NdKernel:
     include = [config.COMMON_DIR, src.kernel_dir]
     label = f"ndarray-{op}/{variant}"
     extension()
-    if static.source.suffix == ".cu":
-        lib, bdir, built, _ = ndarray_build.build_cuda_library(label, static.source, include, arch_list())
-    else:
-        lib, bdir, built, _ = ndarray_build.build_host_library(label, "ndarray-variant", static.source, include)
+    lib, bdir, built, _ = ndarray_build.build_variant(label, static.source, include, arch_list)
     binding, binding_lib, _ = _binding(op)
     info = extension().open_variant(str(lib))
     if info["abi_version"] != extension().abi_version or info.get("op") != op:

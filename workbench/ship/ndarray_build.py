@@ -140,6 +140,23 @@ def build_cuda_library(label: str, source: pathlib.Path, include_dirs: list[path
         link=["-Xlinker", f"-rpath={cuda_lib_dir()}"], toolchain=_toolchain(True, False), arch_list=arch_list))
 
 
+def build_variant(label: str, source: pathlib.Path, include_dirs: list[pathlib.Path], arch_list, extra_flags=()):
+    """A variant library of the workbench's ABI by its file's kind: nvcc for a .cu (arch_list() is
+    asked only then), the host compiler for a .cpp."""
+    if pathlib.Path(source).suffix == ".cu":
+        return build_cuda_library(label, source, include_dirs, arch_list(), extra_flags=extra_flags)
+    return build_host_library(label, "ndarray-variant", source, include_dirs)
+
+
+def build_binding(op: str):
+    """An op's binding (bindings/<op>.cpp): what the NumPy front end and the C++ runner open."""
+    from ..model import registry
+
+    src = registry.sources(op)
+    return build_host_library(f"ndarray-binding/{op}", "ndarray-binding", src.binding,
+                              [config.BINDINGS_DIR, config.COMMON_DIR, src.kernel_dir])
+
+
 RUNNER_SOURCE = config.BINDINGS_DIR / "runner" / "wb_runner.cu"
 
 
