@@ -18,6 +18,7 @@
 #   [ray44.log cluster.json cluster_table.txt cluster_rows.jsonl.gz: Ray sweeps and grading on several GPUs (issue 44)]
 # Usage (device tool):  bash scripts/gpu_run.sh            # everything but the notebooks
 #                       STEPS="tests" CHUNK=1 bash scripts/gpu_run.sh    # chunk 1 of 4 (CHUNKS=4); then 2, 3, 4
+#                       STEPS=tests CHUNKS=6 GPUS=3 bash scripts/gpu_run.sh   # every chunk in one call, 3 GPUs
 #                       python3 scripts/gpu_summary.py OUT1 OUT2 ...     # adds up the chunks of several calls
 #                       STEPS="notebooks exercises" bash scripts/gpu_run.sh   # carry nbclient & co. as wheels in .whl/
 #                       OPS="scale_bias_relu" SHAPES="16384x16384" STEPS=bench bash scripts/gpu_run.sh
@@ -60,12 +61,24 @@ for step in $STEPS; do
       timeout 300 python3 scripts/build_timings.py bias_gelu scalar 2>&1 | tee "$OUT/build_timings.json" ;;
     tests)  # chunk $CHUNK of $CHUNKS (every CHUNKS-th GPU test, tests/conftest.py --chunk): one call each, well
       # under the device's 10 minutes; CHUNK=all runs every chunk in turn (a machine without that limit).
-      # Each writes gpu_tests_chunk<K>of<N>.log; the summary adds up every chunk log it is given.
-      for k in $( [ "${CHUNK:-all}" = all ] && seq 1 "${CHUNKS:-4}" || echo "$CHUNK" ); do
-        echo "--- GPU tests, chunk $k of ${CHUNKS:-4}"
+      # GPUS=G (CHUNK=all) spreads the chunks over the first G GPUs, chunk k on GPU (k-1) mod G, so a
+      # machine of several GPUs runs the suite in one call. Each writes gpu_tests_chunk<K>of<N>.log; the
+      # summary adds up every chunk log it is given.
+      test_chunk() {  # test_chunk K
         WORKBENCH_TEST_CACHE="$WORKBENCH_CACHE" timeout 500 python3 -m pytest -q -m gpu -rfEs --durations=15 \
-          -p no:logging --chunk "$k/${CHUNKS:-4}" ${TESTS:-tests} 2>&1 | tee "$OUT/gpu_tests_chunk${k}of${CHUNKS:-4}.log"
-      done ;;
+          -p no:logging --chunk "$1/${CHUNKS:-4}" ${TESTS:-tests} > "$OUT/gpu_tests_chunk${1}of${CHUNKS:-4}.log" 2>&1
+      }
+      chunks=$( [ "${CHUNK:-all}" = all ] && seq 1 "${CHUNKS:-4}" || echo "$CHUNK" )
+      for g in $(seq 0 $(( ${GPUS:-1} - 1 ))); do
+        ( for k in $chunks; do
+            if [ $(( (k - 1) % ${GPUS:-1} )) -eq "$g" ]; then
+              echo "--- GPU tests, chunk $k of ${CHUNKS:-4}${GPUS:+ on GPU $g}"
+              if [ -n "${GPUS:-}" ]; then CUDA_VISIBLE_DEVICES=$g test_chunk "$k"; else test_chunk "$k"; fi
+              tail -3 "$OUT/gpu_tests_chunk${k}of${CHUNKS:-4}.log"
+            fi
+          done ) &
+      done
+      wait ;;
     bench|bench_repeat)  # bench_repeat: the same sweep again, to see run-to-run spread
       bench "$step" ;;
     notebooks)  # notebooks/*.ipynb top to bottom; the executed copies go to $OUT, nothing else is written there
