@@ -64,9 +64,10 @@ for step in $STEPS; do
       # GPUS=G (CHUNK=all) spreads the chunks over the first G GPUs, chunk k on GPU (k-1) mod G, so a
       # machine of several GPUs runs the suite in one call. Each writes gpu_tests_chunk<K>of<N>.log; the
       # summary adds up every chunk log it is given.
-      test_chunk() {  # test_chunk K
-        WORKBENCH_TEST_CACHE="$WORKBENCH_CACHE" timeout 500 python3 -m pytest -q -m gpu -rfEs --durations=15 \
-          -p no:logging --chunk "$1/${CHUNKS:-4}" ${TESTS:-tests} > "$OUT/gpu_tests_chunk${1}of${CHUNKS:-4}.log" 2>&1
+      test_chunk() {  # test_chunk K (-v names each test as it starts, and a test past 200 s dumps its stacks:
+        # a hang shows where it is)
+        WORKBENCH_TEST_CACHE="$WORKBENCH_CACHE" timeout 500 python3 -m pytest -v -m gpu -rfEs --durations=15 \
+          -o faulthandler_timeout=200 -p no:logging --chunk "$1/${CHUNKS:-4}" ${TESTS:-tests} > "$OUT/gpu_tests_chunk${1}of${CHUNKS:-4}.log" 2>&1
       }
       chunks=$( [ "${CHUNK:-all}" = all ] && seq 1 "${CHUNKS:-4}" || echo "$CHUNK" )
       for g in $(seq 0 $(( ${GPUS:-1} - 1 ))); do

@@ -40,6 +40,12 @@ def _check(status: int, what: str) -> None:
         raise WorkbenchError(f"{what} failed: {(text.value or b'?').decode()} (CUresult {status})")
 
 
+class _IpcMemHandle(ctypes.Structure):
+    """CUipcMemHandle: 64 opaque bytes that cuIpcOpenMemHandle takes by value (a bare ctypes array
+    would be passed as a pointer to them, which the driver refuses as an invalid argument)."""
+    _fields_ = [("reserved", ctypes.c_char * 64)]
+
+
 class _DeviceArray:
     """A device allocation as torch reads it (__cuda_array_interface__), without a copy."""
 
@@ -95,8 +101,8 @@ class Arena:
     def lend(self, arena_id: int) -> tuple[str, int | None]:
         """(the runner's "arena" message, the descriptor to send with it or None)."""
         if self.device == "cuda":
-            handle = (ctypes.c_char * 64)()
-            _check(_driver().cuIpcGetMemHandle(handle, ctypes.c_uint64(self._ptr)), "cuIpcGetMemHandle")
+            handle = _IpcMemHandle()
+            _check(_driver().cuIpcGetMemHandle(ctypes.byref(handle), ctypes.c_uint64(self._ptr)), "cuIpcGetMemHandle")
             return f"arena {arena_id} cuda {bytes(handle).hex()} {self.nbytes}", None
         return f"arena {arena_id} host {self.nbytes}", self._fd
 

@@ -26,7 +26,7 @@ import torch  # noqa: E402
 
 from .. import dtypes as dtypes_  # noqa: E402
 from ..run.cuda_errors import context_state  # noqa: E402
-from .memory import _DeviceArray, _check, _driver  # noqa: E402
+from .memory import _DeviceArray, _IpcMemHandle, _check, _driver  # noqa: E402
 
 
 
@@ -137,7 +137,7 @@ class PyRunner:
         arena_id, kind = int(words[0]), words[1]
         if kind == "cuda":
             ptr = ctypes.c_uint64()
-            handle = (ctypes.c_char * 64).from_buffer_copy(bytes.fromhex(words[2]))
+            handle = _IpcMemHandle.from_buffer_copy(bytes.fromhex(words[2]))
             fn = getattr(_driver(), "cuIpcOpenMemHandle_v2", None) or _driver().cuIpcOpenMemHandle
             torch.zeros(1, device="cuda")  # the primary context, current on this thread
             _check(fn(ctypes.byref(ptr), handle, ctypes.c_uint(1)), "cuIpcOpenMemHandle")
