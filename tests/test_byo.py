@@ -160,6 +160,18 @@ def test_isolate_imports_the_callable_by_module_path_or_refuses_with_why():
         wb.check("bias_gelu", local, isolate=True)
 
 
+def test_an_autograd_functions_apply_is_sent_as_its_own_class():
+    """Function.apply is a classmethod: its __qualname__ names torch's Function, where it was
+    defined. A runner must import the subclass it is bound to (a local one cannot be sent)."""
+    spec = byo.child_address("bias_gelu", wb.variant(byo_impls.BiasGeluFunction.apply, op="bias_gelu"))
+    assert spec["callable"]["fn"] == {**spec["callable"]["fn"], "module": "byo_impls", "qualname": "BiasGeluFunction.apply"}
+
+    class Local(byo_impls.BiasGeluFunction):
+        pass
+
+    assert byo.origin_of(Local.apply) is None
+
+
 def test_the_profiled_runner_remakes_a_callable_and_its_call_is_checked():
     """wb.profile serves the variant from a runner under ncu and drives the call from here
     (ncu.profiled_call): the Python runner re-makes the callable from its module path, and the

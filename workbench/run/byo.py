@@ -326,14 +326,23 @@ def as_variant(op: str, v):
 def origin_of(fn) -> dict | None:
     """{"module": ..., "qualname": ..., "path": a folder to put on sys.path} for a callable a child
     can import and find the same object in; None where it cannot."""
-    module, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, type):  # a classmethod bound to its class (an autograd.Function's apply): found
+        # through that class, since its own __qualname__ may name the base that defined it
+        module, qual = owner.__module__, f"{owner.__qualname__}.{fn.__name__}"
+    else:
+        module, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
     if not module or not qual or module == "__main__" or "<" in qual:
         return None
     mod = sys.modules.get(module)
     obj = mod
     for part in qual.split("."):
         obj = getattr(obj, part, None)
-    if obj is not fn and getattr(obj, "__func__", None) is not getattr(fn, "__func__", object()):
+    if isinstance(owner, type):
+        found = getattr(obj, "__self__", None) is owner and getattr(obj, "__name__", None) == fn.__name__
+    else:
+        found = obj is fn or getattr(obj, "__func__", None) is getattr(fn, "__func__", object())
+    if not found:
         return None
     path = getattr(mod, "__file__", None)
     root = None
