@@ -74,7 +74,7 @@ def steps(op: str, size, direction: str, gen: torch.Generator):
     attrs = spec.attr_dict(values)
     inputs = spec.new_inputs(size, "float32", "cpu", gen)
     kernel = wb.load(op, "cpu")
-    torch._dynamo.reset()  # a fresh compile per group: one function over many shapes hits the recompile limit
+    torch.compiler.reset()  # a fresh compile per group: one function over many shapes hits the recompile limit
     fns = {"cpu": kernel, "eager": spec.eager, "compile": torch.compile(spec.eager, dynamic=False, fullgraph=True)}
     out_terms, grad_terms = spec.terms(size)
     calls = {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import sys
+import types
 
 import pytest
 from conftest import REPO_ROOT
@@ -315,6 +316,47 @@ def test_the_triton_switch_is_torchs_thread_local():
     assert pyvariant._wrap_triton_switch() is switch
     assert getattr(switch.wrap_triton_enabled, "value", switch.wrap_triton_enabled_default) == \
         switch.is_wrap_triton_enabled()
+
+
+def test_the_direct_path_sees_modes_transforms_and_subclasses():
+    """A kind triton forward skips its custom op only with nothing for the dispatcher to do: a
+    TorchFunctionMode, a TorchDispatchMode, a functorch transform, a tensor subclass, a tensor
+    requiring grad or dynamo's tracing each send it through the op (here on CPU, with the checks
+    alone: no triton kernel runs)."""
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from workbench.run import pyvariant
+
+    class Passing(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    class Dispatching(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    class Sub(torch.Tensor):
+        pass
+
+    build = pyvariant.Build.__new__(pyvariant.Build)
+    build.info = types.SimpleNamespace(kind="triton")
+    x, w = torch.randn(4, 8), torch.randn(8)
+    assert build.runs_direct((x, w))
+    with Passing():
+        assert not build.runs_direct((x, w))
+    with Dispatching():
+        assert not build.runs_direct((x, w))
+    seen = []
+    torch.func.vmap(lambda r: (seen.append(build.runs_direct((r, w))), r)[1])(x)
+    assert seen == [False]
+    assert not build.runs_direct((x.as_subclass(Sub), w))
+    assert not build.runs_direct((x, w.requires_grad_()))
+    with torch.no_grad():
+        assert build.runs_direct((x, w))
+    assert torch.compile(lambda a: a + build.runs_direct((x, w.detach())), backend="eager")(x).eq(x).all()
+    build.info = types.SimpleNamespace(kind="cuda")
+    assert not build.runs_direct((x, w.detach()))
 
 
 @pytest.mark.gpu

@@ -121,6 +121,7 @@ def test_every_op_exports_a_package(wb, tmp_path, op):
     assert "CppExtension" in (out / "setup.py").read_text()  # CPU variants only: no nvcc needed
     op_cpp = (out / "csrc/harness/op.cpp").read_text()
     assert f"TORCH_LIBRARY(wb_{op}, m)" in op_cpp and "TORCH_LIBRARY_IMPL(wb_{}, CUDA".format(op) not in op_cpp
+    assert op_cpp.count("OpDecl::parse(") == 1  # the declaration's text is parsed once, then shared
 
 
 def test_the_package_carries_the_one_call_check_and_the_math(wb, tmp_path):

@@ -233,6 +233,18 @@ def test_bad_input_from_the_spec_of_other_ops(cpu):
     assert np.allclose(f(x, np.ones(7, np.float32), 2.0), 3.0)   # an attribute by position
 
 
+def test_the_module_takes_the_declaration_as_data():
+    """declare() is handed spec.fields() (a list per column, no text to parse): the same fields give
+    the same handle, another op's another, and a bad column is refused with what is wrong."""
+    ext = wbn.extension()
+    fields = registry.spec("rmsnorm").fields()
+    assert ext.declare(*fields) == ext.declare(*fields) != ext.declare(*registry.spec("bias_gelu").fields())
+    bad = list(fields)
+    bad[10] = ["complex"]  # the attributes' kinds
+    with pytest.raises(ValueError, match="malformed op declaration \\(attribute kind\\)"):
+        ext.declare(*bad)
+
+
 def test_unknown_op_and_variant_list_what_exists():
     with pytest.raises(ValueError, match=r"op must be one of \[.*'vector_add'.*\]; got 'vector_sub'"):
         wbn.load("vector_sub", "cpu")
@@ -504,7 +516,7 @@ def test_the_contracts_message_reaches_a_numpy_caller_verbatim(wb, what, op, arr
     import torch
 
     ext, spec = wbn.extension(), registry.spec(op)
-    decl = ext.declare(spec.declaration())
+    decl = ext.declare(*spec.fields())
     xs = arrays()
     with pytest.raises((ValueError, TypeError, RuntimeError)) as numpy_side:
         ext.check(decl, 0, "PREFIX: ", [a.shape for a in xs], [a.dtype.name for a in xs], list(attrs))

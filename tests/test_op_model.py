@@ -325,7 +325,7 @@ out = {}
 for op in registry.ops():
     spec = registry.spec(op)
     size = spec.check_sizes[0] if spec.check_sizes else spec.sample_size()
-    out[op] = {"declaration": spec.declaration(), "shapes": [list(s) for s in spec.input_shapes(size)],
+    out[op] = {"declaration": spec.declaration(), "fields": spec.fields(), "shapes": [list(s) for s in spec.input_shapes(size)],
                "ladder": list(spec.ladder), "variants": [v.name for v in registry.variants(op)]}
 print("RESULT " + json.dumps(out))
 '''
@@ -341,8 +341,27 @@ def test_every_declaration_reads_without_torch(run_python):
     for op, got in out.items():
         spec = registry.spec(op)
         assert got["declaration"] == spec.declaration() and got["ladder"] == list(spec.ladder), op
+        assert got["fields"] == json.loads(json.dumps(spec.fields())), op
         tree = registry.variant_sources(op)  # this process may hold variants built from strings too
         assert got["variants"] == [v.name for v in registry.variants(op) if v.name in tree], op
+
+
+def test_the_harness_takes_the_declaration_as_data(wb, cpu_kernel):
+    """torch's harness is handed spec.fields(), typed lists through the dispatcher (no text to
+    parse): the same fields again declare nothing, other fields for a declared op are refused with
+    its schema named, and columns of different lengths are refused before anything is declared."""
+    fields = list(registry.spec("bias_gelu").fields())
+    define = torch.ops.workbench_harness.define_op
+    assert define(*fields) is False
+    other = list(fields)
+    other[4] = ["... m", "m"]  # the inputs' dims
+    with pytest.raises(ValueError, match=r"already declared in this process with other inputs.*bias_gelu\(Tensor x"):
+        define(*other)
+    short = ["wb_never_declared", *fields[1:]]
+    short[5] = [True]  # one differentiable flag for two inputs
+    with pytest.raises(ValueError, match="malformed op declaration \\(columns of different lengths\\)"):
+        define(*short)
+    assert not hasattr(torch.ops.workbench, "wb_never_declared")
 
 
 def test_the_math_is_named_and_resolves(wb):

@@ -69,44 +69,81 @@ DimPattern DimPattern::parse(const std::string& text) {
 
 std::string DimPattern::display() const { return "[" + join(tokens, ", ") + "]"; }
 
-OpDecl OpDecl::parse(const std::string& text) {
+bool OpFields::operator==(const OpFields& o) const {
+  return op == o.op && forward_schema == o.forward_schema && backward_schema == o.backward_schema &&
+         inputs == o.inputs && input_dims == o.input_dims && differentiable == o.differentiable &&
+         read_by_backward == o.read_by_backward && outputs == o.outputs && output_dims == o.output_dims &&
+         attrs == o.attrs && attr_kinds == o.attr_kinds && attr_min == o.attr_min && attr_max == o.attr_max &&
+         attr_finite == o.attr_finite;
+}
+
+OpDecl OpDecl::of(const OpFields& f) {
+  const size_t n_in = f.inputs.size(), n_out = f.outputs.size(), n_attr = f.attrs.size();
+  if (f.input_dims.size() != n_in || f.differentiable.size() != n_in || f.read_by_backward.size() != n_in ||
+      f.output_dims.size() != n_out || f.attr_kinds.size() != n_attr || f.attr_min.size() != n_attr ||
+      f.attr_max.size() != n_attr || f.attr_finite.size() != n_attr)
+    bad_decl("columns of different lengths", f.op);
+  if (f.op.empty() || f.forward_schema.empty() || n_in == 0 || n_out == 0)
+    bad_decl("needs op, schema, an input and an output", f.op);
+  if (n_in + n_out > 8 || n_attr > 8) bad_decl("more than 8 tensors or attributes", f.op);
   OpDecl d;
-  d.text = text;
+  d.op = f.op;
+  d.fields = f;
+  d.forward_schema = f.forward_schema;
+  d.backward_schema = f.backward_schema;
+  for (size_t i = 0; i < n_in; ++i) {
+    if (f.differentiable[i]) d.differentiable.push_back(static_cast<int>(i));
+    d.inputs.push_back(TensorDecl{f.inputs[i], DimPattern::parse(f.input_dims[i]), f.differentiable[i],
+                                  f.read_by_backward[i]});
+  }
+  for (size_t i = 0; i < n_out; ++i)
+    d.outputs.push_back(TensorDecl{f.outputs[i], DimPattern::parse(f.output_dims[i]), false, false});
+  for (size_t i = 0; i < n_attr; ++i) {
+    AttrDecl a;
+    a.name = f.attrs[i];
+    a.kind = f.attr_kinds[i];
+    if (a.kind != "float" && a.kind != "int" && a.kind != "bool") bad_decl("attribute kind", a.name + " " + a.kind);
+    a.has_min = f.attr_min[i].has_value();
+    a.has_max = f.attr_max[i].has_value();
+    a.min = f.attr_min[i].value_or(0);
+    a.max = f.attr_max[i].value_or(0);
+    a.finite = f.attr_finite[i];
+    d.attrs.push_back(a);
+  }
+  return d;
+}
+
+OpDecl OpDecl::parse(const std::string& text) {
+  OpFields f;
+  auto bound = [](const std::string& v) { return v == "-" ? std::nullopt : std::optional<double>(std::stod(v)); };
   for (const std::string& line : split(text, '\n')) {
     if (line.empty()) continue;
-    const auto f = split(line, '\t');
-    if (f[0] == "op" && f.size() == 2) {
-      d.op = f[1];
-    } else if (f[0] == "schema" && f.size() == 2) {
-      d.forward_schema = f[1];
-    } else if (f[0] == "backward_schema" && f.size() == 2) {
-      d.backward_schema = f[1];
-    } else if (f[0] == "input" && f.size() == 5) {
-      TensorDecl t{f[1], DimPattern::parse(f[2]), f[3] == "1", f[4] == "1"};
-      if (t.differentiable) d.differentiable.push_back(static_cast<int>(d.inputs.size()));
-      d.inputs.push_back(t);
-    } else if (f[0] == "output" && f.size() == 3) {
-      d.outputs.push_back(TensorDecl{f[1], DimPattern::parse(f[2]), false, false});
-    } else if (f[0] == "attr" && f.size() == 6) {
-      AttrDecl a;
-      a.name = f[1];
-      a.kind = f[2];
-      if (a.kind != "float" && a.kind != "int" && a.kind != "bool") bad_decl("attribute kind", line);
-      a.has_min = f[3] != "-";
-      a.has_max = f[4] != "-";
-      if (a.has_min) a.min = std::stod(f[3]);
-      if (a.has_max) a.max = std::stod(f[4]);
-      a.finite = f[5] == "1";
-      d.attrs.push_back(a);
+    const auto c = split(line, '\t');
+    if (c[0] == "op" && c.size() == 2) {
+      f.op = c[1];
+    } else if (c[0] == "schema" && c.size() == 2) {
+      f.forward_schema = c[1];
+    } else if (c[0] == "backward_schema" && c.size() == 2) {
+      f.backward_schema = c[1];
+    } else if (c[0] == "input" && c.size() == 5) {
+      f.inputs.push_back(c[1]);
+      f.input_dims.push_back(c[2]);
+      f.differentiable.push_back(c[3] == "1");
+      f.read_by_backward.push_back(c[4] == "1");
+    } else if (c[0] == "output" && c.size() == 3) {
+      f.outputs.push_back(c[1]);
+      f.output_dims.push_back(c[2]);
+    } else if (c[0] == "attr" && c.size() == 6) {
+      f.attrs.push_back(c[1]);
+      f.attr_kinds.push_back(c[2]);
+      f.attr_min.push_back(bound(c[3]));
+      f.attr_max.push_back(bound(c[4]));
+      f.attr_finite.push_back(c[5] == "1");
     } else {
       bad_decl("unknown line", line);
     }
   }
-  if (d.op.empty() || d.forward_schema.empty() || d.inputs.empty() || d.outputs.empty())
-    bad_decl("needs op, schema, an input and an output", text);
-  if (d.inputs.size() + d.outputs.size() > 8 || d.attrs.size() > 8)
-    bad_decl("more than 8 tensors or attributes", text);
-  return d;
+  return of(f);
 }
 
 const ShapeBinder::Bound* ShapeBinder::find(const std::string& name) const {

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,15 +42,31 @@ struct AttrDecl {
   bool finite = true;                // floats: NaN and inf are refused
 };
 
+// The declaration as data, a column per field (the order of spec.fields() in workbench/model/opspec.py):
+// what an in-process front end hands over (the torch harness, the NumPy module), and what parse()
+// reads the text form into. Every way in builds its OpDecl through OpDecl::of.
+struct OpFields {
+  std::string op, forward_schema, backward_schema;  // backward_schema empty: nothing differentiable
+  std::vector<std::string> inputs, input_dims;
+  std::vector<bool> differentiable, read_by_backward;
+  std::vector<std::string> outputs, output_dims;
+  std::vector<std::string> attrs, attr_kinds;
+  std::vector<std::optional<double>> attr_min, attr_max;
+  std::vector<bool> attr_finite;
+  bool operator==(const OpFields& o) const;
+};
+
 struct OpDecl {
   std::string op;
-  std::string text;                  // the declaration as received (to compare redefinitions)
+  OpFields fields;                   // as received (to compare redefinitions)
   std::string forward_schema, backward_schema;  // backward_schema empty: nothing differentiable
   std::vector<TensorDecl> inputs, outputs;
   std::vector<AttrDecl> attrs;
   std::vector<int> differentiable;   // indices into inputs
 
-  // Lines of tab-separated fields:
+  static OpDecl of(const OpFields& fields);  // checked: invalid_argument names what is wrong
+  // The text form, for a byte protocol (the runner's pipe, an exported package's literal): lines
+  // of tab-separated fields, read into OpFields:
   //   op NAME | schema FORWARD | backward_schema BACKWARD
   //   input NAME DIMS DIFFERENTIABLE(0/1) READ_BY_BACKWARD(0/1) | output NAME DIMS
   //   attr NAME KIND MIN|- MAX|- FINITE(0/1)

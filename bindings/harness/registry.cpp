@@ -1,6 +1,7 @@
-// The registries (op declarations, op bindings, variant libraries) and the plain-C control plane
-// through which Python fills them. Libraries are dlopen-ed and never closed: a handle to an older
-// build, or an autograd graph recorded with it, must stay valid.
+// The registries (op declarations, op bindings, variant libraries) and the control plane through
+// which Python fills them: plain-C entry points, and the declaration's typed op (define_op).
+// Libraries are dlopen-ed and never closed: a handle to an older build, or an autograd graph
+// recorded with it, must stay valid.
 #include "harness.h"
 
 #include <ATen/Parallel.h>
@@ -128,11 +129,11 @@ std::string register_binding(const std::string& op, const std::string& path, con
 }
 
 // Declares an op: its schemas and the generic kernel for CPU and CUDA. Declaring it again with the
-// same text is a no-op; with another text it is refused (the dispatcher cannot change a schema).
-std::string define_op(const std::string& text) {
+// same fields is a no-op (false); with others it is refused (the dispatcher cannot change a schema).
+bool define_op(const OpFields& fields) {
   OpDecl parsed;
   try {
-    parsed = OpDecl::parse(text);
+    parsed = OpDecl::of(fields);
   } catch (const std::exception& e) {
     TORCH_CHECK_VALUE(false, e.what());
   }
@@ -141,16 +142,28 @@ std::string define_op(const std::string& text) {
     std::lock_guard<std::mutex> lock(registry_mutex);
     auto it = decls.find(decl->op);
     if (it != decls.end()) {
-      TORCH_CHECK_VALUE(it->second->text == text, "workbench: op '", decl->op,
-                        "' is already declared in this process with other inputs, attributes or outputs:\n",
-                        it->second->text, "\nthe dispatcher cannot change a schema; restart the process to "
-                        "declare it anew");
-      return "{\"defined\": false}";
+      TORCH_CHECK_VALUE(it->second->fields == fields, "workbench: op '", decl->op,
+                        "' is already declared in this process with other inputs, attributes or outputs (",
+                        it->second->forward_schema, "); the dispatcher cannot change a schema; restart the "
+                        "process to declare it anew");
+      return false;
     }
     decls[decl->op] = decl;
   }
   register_op_kernels(*decl);
-  return "{\"defined\": true}";
+  return true;
+}
+
+// torch.ops.workbench_harness.define_op(*spec.fields()): the declaration as data, a list per column.
+bool define_op_columns(std::string op, std::string schema, std::string backward_schema, c10::List<std::string> inputs,
+                       c10::List<std::string> input_dims, c10::List<bool> differentiable,
+                       c10::List<bool> read_by_backward, c10::List<std::string> outputs,
+                       c10::List<std::string> output_dims, c10::List<std::string> attrs,
+                       c10::List<std::string> attr_kinds, c10::List<std::optional<double>> attr_min,
+                       c10::List<std::optional<double>> attr_max, c10::List<bool> attr_finite) {
+  return define_op(OpFields{op, schema, backward_schema, inputs.vec(), input_dims.vec(), differentiable.vec(),
+                            read_by_backward.vec(), outputs.vec(), output_dims.vec(), attrs.vec(), attr_kinds.vec(),
+                            attr_min.vec(), attr_max.vec(), attr_finite.vec()});
 }
 
 std::vector<std::string> loaded_variants(const std::string& op) {
@@ -274,10 +287,6 @@ WB_CONTROL workbench_register_binding(const char* op, const char* path, const ch
   return guarded(out, out_len, [&] { return workbench::register_binding(op, path, contract); });
 }
 
-WB_CONTROL workbench_define_op(const char* declaration, char* out, size_t out_len) {
-  return guarded(out, out_len, [&] { return workbench::define_op(declaration); });
-}
-
 // 0 and a JSON list of the op's loaded variants in `out`.
 WB_CONTROL workbench_loaded_variants(const char* op, char* out, size_t out_len) {
   return guarded(out, out_len, [&] {
@@ -293,3 +302,11 @@ WB_CONTROL workbench_harness_info(char* out, size_t out_len) {
 
 // The namespace, claimed once; each op's schemas are added at its declaration (define_op).
 TORCH_LIBRARY(workbench, m) {}
+
+// The declaration's way in: typed lists through the dispatcher (no text to parse).
+TORCH_LIBRARY(workbench_harness, m) {
+  m.def("define_op(str op, str schema, str backward_schema, str[] inputs, str[] input_dims, bool[] differentiable, "
+        "bool[] read_by_backward, str[] outputs, str[] output_dims, str[] attrs, str[] attr_kinds, "
+        "float?[] attr_min, float?[] attr_max, bool[] attr_finite) -> bool",
+        &workbench::define_op_columns);
+}

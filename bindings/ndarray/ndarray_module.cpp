@@ -200,15 +200,24 @@ int64_t product(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// The op's declaration (spec.declaration()'s lines), parsed once per text and kept for the
-// process: a handle for check() and run().
-uintptr_t declare(const std::string& text) {
+// The op's declaration (spec.fields(), op_decl.h's OpFields, a list per column), checked once per
+// distinct declaration and kept for the process: a handle for check() and run().
+uintptr_t declare(std::string op, std::string schema, std::string backward_schema, std::vector<std::string> inputs,
+                  std::vector<std::string> input_dims, std::vector<bool> differentiable,
+                  std::vector<bool> read_by_backward, std::vector<std::string> outputs,
+                  std::vector<std::string> output_dims, std::vector<std::string> attrs,
+                  std::vector<std::string> attr_kinds, std::vector<std::optional<double>> attr_min,
+                  std::vector<std::optional<double>> attr_max, std::vector<bool> attr_finite) {
+  const workbench::OpFields fields{op, schema, backward_schema, inputs, input_dims, differentiable,
+                                   read_by_backward, outputs, output_dims, attrs, attr_kinds, attr_min,
+                                   attr_max, attr_finite};
   static std::mutex mutex;
-  static std::map<std::string, std::unique_ptr<const OpDecl>> parsed;
+  static std::vector<std::unique_ptr<const OpDecl>> declared;
   std::lock_guard<std::mutex> lock(mutex);
-  auto it = parsed.find(text);
-  if (it == parsed.end()) it = parsed.emplace(text, std::make_unique<const OpDecl>(OpDecl::parse(text))).first;
-  return reinterpret_cast<uintptr_t>(it->second.get());
+  for (const auto& d : declared)
+    if (d->fields == fields) return reinterpret_cast<uintptr_t>(d.get());
+  declared.push_back(std::make_unique<const OpDecl>(OpDecl::of(fields)));
+  return reinterpret_cast<uintptr_t>(declared.back().get());
 }
 
 // The attribute values as the binding takes them: float ones in .f, int and bool ones in .i (by
@@ -473,7 +482,10 @@ PYBIND11_MODULE(wb_ndarray_ext, m) {
 #ifdef WB_NDARRAY_WITH_CUDA
   m.def("copy_ms", &copy_ms, py::arg("bytes"), py::arg("repeat") = 10, py::arg("device") = 0);
 #endif
-  m.def("declare", &declare, py::arg("declaration"));
+  m.def("declare", &declare, py::arg("op"), py::arg("schema"), py::arg("backward_schema"), py::arg("inputs"),
+        py::arg("input_dims"), py::arg("differentiable"), py::arg("read_by_backward"), py::arg("outputs"),
+        py::arg("output_dims"), py::arg("attrs"), py::arg("attr_kinds"), py::arg("attr_min"), py::arg("attr_max"),
+        py::arg("attr_finite"));
   m.def("check", &check, py::arg("op"), py::arg("step"), py::arg("prefix"), py::arg("shapes"), py::arg("dtypes"),
         py::arg("attrs"));
   m.def("run", &run, py::arg("op"), py::arg("binding"), py::arg("variant"), py::arg("step"), py::arg("dtype"),

@@ -102,7 +102,12 @@ def ensure_op(op: str | ResolvedOp, *, python: bool = True) -> ResolvedOp:
         # Built before the op is declared: a binding that does not build leaves no schema behind.
         lib, bdir, built, key, _ = get_or_build(binding_piece(r))
         if r.op not in STATE.declared:
-            _call_harness("workbench_define_op", r.spec.declaration())
+            import torch
+
+            try:  # the declaration as data (op_decl.h's OpFields): the harness parses no text
+                torch.ops.workbench_harness.define_op(*r.spec.fields())
+            except (ValueError, RuntimeError) as e:
+                raise WorkbenchError(str(e)) from None
             STATE.declared.add(r.op)
         if python:
             torchops.register(r.spec)  # the current spec: an edited one (same schema) takes over

@@ -154,8 +154,8 @@ class Build:
             import torch
 
             # Triton launches on the current device: make it the tensors' (the harness's DeviceScope).
-            # torch._C's look-up, not torch.cuda.current_device(): a CUDA tensor means CUDA is
-            # initialised, and that function's lazy-init check cost a microsecond or two a call.
+            # torch.accelerator's look-up, not torch.cuda.current_device(): a CUDA tensor means CUDA
+            # is initialised, and that function's lazy-init check cost a microsecond or two a call.
             if tensors[0].get_device() != _torch_state().cuda_device():
                 with torch.cuda.device(tensors[0].device):
                     return _one_or_tuple(fn(*tensors, *attrs))
@@ -169,8 +169,8 @@ class Build:
         other tracers (make_fx, non-strict export) work through a mode or with tensor subclasses,
         which the rest refuses."""
         c = _torch_state() if c is None else c
-        if self.info.kind != "triton" or c.dynamo_compiling() or c.dispatch_modes() or c.function_mode() \
-                or c.functorch():
+        if self.info.kind != "triton" or c.dynamo_compiling() or c.dispatch_modes() or c.functorch() \
+                or c.torch_function(tensors):  # a TorchFunctionMode, or a tensor overriding torch functions
             return False
         grad, plain = c.grad_enabled(), c.Tensor
         for t in tensors:  # a loop, not all(<generator>): the generator cost ~0.3 us a call
@@ -378,6 +378,6 @@ def _torch_state() -> types.SimpleNamespace:
     return types.SimpleNamespace(
         dynamo_compiling=torch.compiler.is_dynamo_compiling, dispatch_modes=torch._C._len_torch_dispatch_stack,
         wrap_triton_switch=_wrap_triton_switch(),
-        function_mode=torch._C._is_torch_function_mode_enabled, functorch=torch._C._are_functorch_transforms_active,
+        torch_function=torch.overrides.has_torch_function, functorch=torch._C._are_functorch_transforms_active,
         grad_enabled=torch.is_grad_enabled, Tensor=torch.Tensor,
-        cuda_device=getattr(torch._C, "_cuda_getDevice", lambda: -1))  # -1: a torch without CUDA
+        cuda_device=torch.accelerator.current_device_index)  # asked only with a CUDA tensor in hand

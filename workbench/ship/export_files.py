@@ -196,15 +196,16 @@ namespace {{
 // The spec's declaration: inputs (dims, differentiable, read by the backward), outputs, attributes.
 const char kDeclaration[] = R"wb({decl})wb";
 
-const wb_export::Op& op() {{
-  static const wb_export::Op instance("{namespace}", kDeclaration, {namespace}_op_binding(), {{
-{table}}});
-  return instance;
-}}
-
+// Parsed once: the schemas' registration, the autograd kernels and op() share it.
 const workbench::OpDecl& declaration() {{
   static const workbench::OpDecl parsed = workbench::OpDecl::parse(kDeclaration);
   return parsed;
+}}
+
+const wb_export::Op& op() {{
+  static const wb_export::Op instance("{namespace}", declaration(), {namespace}_op_binding(), {{
+{table}}});
+  return instance;
 }}
 
 {chr(10).join(entries)}

@@ -353,7 +353,7 @@ def load(op: str, variant: str) -> NdKernel:
     return NdKernel(op=op, name=variant, device=info["device"], dtypes=names, description=info["description"],
                     steps=tuple(info["steps"]), library=lib, binding_library=binding_lib, built=built,
                     seconds=time.perf_counter() - start, spec=spec,
-                    _handles=(extension().declare(spec.declaration()), binding, info["handle"]))
+                    _handles=(extension().declare(*spec.fields()), binding, info["handle"]))
 
 
 __all__ = ["NdKernel", "Timing", "arch_list", "copy_bandwidth_gbps", "device_count", "devices", "extension", "load", "ops", "variants"]

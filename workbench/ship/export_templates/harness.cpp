@@ -45,8 +45,8 @@ int sm_count(int device) {
 
 }  // namespace
 
-Op::Op(const char* ns, const char* declaration, const WbOpBinding* binding, std::vector<VariantEntry> variants)
-    : decl_(workbench::OpDecl::parse(declaration)), binding_(binding) {
+Op::Op(const char* ns, const workbench::OpDecl& decl, const WbOpBinding* binding, std::vector<VariantEntry> variants)
+    : decl_(decl), binding_(binding) {
   prefix_ = std::string(ns) + "::" + decl_.op + ": ";
   TORCH_CHECK(binding_ && binding_->abi_version == WB_BINDING_ABI_VERSION && binding_->run, prefix_,
               "the op's binding does not match wb_op.h");

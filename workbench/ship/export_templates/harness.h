@@ -37,8 +37,8 @@ struct VariantEntry {
 
 class Op {
  public:
-  // `declaration`: the spec's declaration lines (op_decl.h); `variants` in order of preference.
-  Op(const char* ns, const char* declaration, const WbOpBinding* binding, std::vector<VariantEntry> variants);
+  // `decl`: the spec's declaration (op_decl.h), parsed once by the caller; `variants` in order of preference.
+  Op(const char* ns, const workbench::OpDecl& decl, const WbOpBinding* binding, std::vector<VariantEntry> variants);
 
   // Runs `step` (WB_STEP_FORWARD or WB_STEP_BACKWARD) on tensors in schema order, the attributes
   // in declaration order (float ones in .f, int and bool ones in .i). An empty `variant` picks the
