@@ -1,8 +1,7 @@
 """Benchmarks: every requested variant against PyTorch eager and torch.compile, in one run.
 
-The op's spec supplies inputs and byte/flop counts; timing lives in workbench.measure.timing; rows carry
-provenance and go to results/ (workbench.measure.results); the table and the speedups are bench_rows'; plots
-come from workbench.explain.plot.
+The op's spec supplies inputs and byte/flop counts; timing lives in workbench.measure.timing; the rows,
+their speedups, physics guard, table and results file are bench_rows'; plots come from workbench.explain.plot.
 """
 from __future__ import annotations
 
@@ -15,13 +14,13 @@ import time
 import torch
 
 from .. import __version__, config
-from . import ceilings, conditions, physics, results, timing, verify
+from . import ceilings, conditions, timing, verify
 from ..run import loaded, loader
 from ..model import registry
 from ..build import toolchain
 from .. import dtypes as dtypes_
-from .bench_result import BenchResult
-from .bench_rows import add_speedups, baselines_of, host_bound, verdict_notes
+from ..explain.plot import BenchResult
+from .bench_rows import Limits, add_speedups, baselines_of, host_bound, provenance, verdict_notes
 from ..model.opspec import DIRECTIONS, as_tuple
 
 
@@ -314,10 +313,10 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     if compute:
         result.notes.append("compute-bound: TFLOP/s against cuBLAS's own rate at 8192^3 per dtype (%peak); "
                             "float32 with TF32 off (allow_tf32 = False)")
-    limits = physics.Limits(device, config.cache_dir(), dtypes, gemm_tflops=peaks) if device.type == "cuda" else None
+    limits = Limits(device, config.cache_dir(), dtypes, gemm_tflops=peaks) if device.type == "cuda" else None
     if device.type == "cuda" and conditions.unavailable():
         result.notes.append(f"clocks not recorded: {conditions.unavailable()}")
-    prov = results.provenance(config.REPO_ROOT, __version__)
+    prov = provenance(config.REPO_ROOT, __version__)
     gen = torch.Generator(device=device)
     gen.manual_seed(0)
     # At least 30 samples: with fewer, a 15 us op's median moved by up to 8% between runs.

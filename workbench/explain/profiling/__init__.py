@@ -224,7 +224,7 @@ def roofline(ops, variants="all", shape=None, dtype: str = "float32", direction:
     op is timed (wb.bench, no baselines) at `shape` (one op; default and for several ops:
     default_shape), every variant of one op (or `variants`), every variant of several. Returns the
     Figure; path: also a PNG there."""
-    from ...measure import results
+    from ...measure import bench_rows
 
     ops = [ops] if isinstance(ops, str) else list(ops)
     if rows is None:
@@ -237,7 +237,7 @@ def roofline(ops, variants="all", shape=None, dtype: str = "float32", direction:
             rows += bench(op, variants=variants if len(ops) == 1 else "all", dtypes=[dtype], shapes=[size],
                           baselines=[], directions=[direction], budget_s=budget_s).rows
     elif isinstance(rows, (str, pathlib.Path)):
-        rows = results.read_rows(rows)
+        rows = bench_rows.read_rows(rows)
     fig = roofline_.figure(list(rows), ops=ops, direction=direction, every=True)
     if path is not None:
         path = pathlib.Path(path)
