@@ -189,11 +189,6 @@ _NOT_TIMED = dict(median_ms=math.nan, p20_ms=math.nan, p80_ms=math.nan, n_sample
                   method="not timed", peak_mem_bytes=-1, unseen_ms=math.nan, synced_ms=math.nan, host_ms=math.nan)
 
 
-def _verdict_fields(v: verify.Verdict) -> dict:
-    return dict(verified=v.status, verify_detail=v.detail, verify_max_abs_err=v.max_abs_err,
-                verify_where=list(v.where) if v.where is not None else None, verify_against=v.against)
-
-
 def _measure_provider(kind_fn, group: _Group, attrs: dict, device: torch.device, stop: dict) -> dict:
     """One provider of a group: checked on fresh inputs, timed over the rotating sets (with the
     GPU's clocks sampled meanwhile), the last timed call's output checked, then checked once more
@@ -212,7 +207,7 @@ def _measure_provider(kind_fn, group: _Group, attrs: dict, device: torch.device,
     started = time.perf_counter()
     verdict = group.before.check(fn, "before timing", poison=poison)
     if not verdict.ok:
-        return dict(_NOT_TIMED, **_verdict_fields(verdict), clocks={}, clock_warning="",
+        return dict(_NOT_TIMED, **verdict.fields(), clocks={}, clock_warning="",
                     check_seconds=time.perf_counter() - started)
     check_s = time.perf_counter() - started
     timed = group.timed(fn, attrs)
@@ -234,7 +229,7 @@ def _measure_provider(kind_fn, group: _Group, attrs: dict, device: torch.device,
                rel_std_err=m.rel_std_err, method=m.method, unseen_ms=m.unseen_ms, synced_ms=m.synced_ms,
                host_ms=m.host_ms,
                peak_mem_bytes=timing.peak_memory_bytes(timed, device) if device.type == "cuda" else -1,
-               **_verdict_fields(verdict), clocks=clocks, clock_warning=conditions.warning(clocks),
+               **verdict.fields(), clocks=clocks, clock_warning=conditions.warning(clocks),
                check_seconds=check_s)
     if m.unseen_ms > 0:
         out["impossible_reason"] = (

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
@@ -52,10 +52,10 @@ class Verdict:
     def ok(self) -> bool:
         return self.status == CHECKED
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["where"] = list(self.where) if self.where is not None else None
-        return d
+    def fields(self) -> dict:
+        """The verdict as a row's (or a profiled call's) verify columns."""
+        return dict(verified=self.status, verify_detail=self.detail, verify_max_abs_err=self.max_abs_err,
+                    verify_where=list(self.where) if self.where is not None else None, verify_against=self.against)
 
 
 def _free_bytes(device: torch.device) -> int:

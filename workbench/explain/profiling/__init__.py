@@ -238,12 +238,7 @@ def roofline(ops, variants="all", shape=None, dtype: str = "float32", direction:
                           baselines=[], directions=[direction], budget_s=budget_s).rows
     elif isinstance(rows, (str, pathlib.Path)):
         rows = bench_rows.read_rows(rows)
-    fig = roofline_.figure(list(rows), ops=ops, direction=direction, every=True)
-    if path is not None:
-        path = pathlib.Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120, format="png")
-    return fig
+    return roofline_.figure(list(rows), path, ops=ops, direction=direction, every=True)
 
 
 # wb.profile(...) is this function; wb.profile.roofline(...) draws every variant from timing alone.

@@ -308,12 +308,7 @@ class Profile:
 
     def roofline(self, path=None):
         """The profiled variants on the roofline (a Figure; also a PNG at `path`)."""
-        fig = roofline_.figure(self.rows(), direction=self.direction, every=True)
-        if path is not None:
-            path = pathlib.Path(path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(path, dpi=120, format="png")
-        return fig
+        return roofline_.figure(self.rows(), path, direction=self.direction, every=True)
 
 
 def _change(a, b, *, rel: float = 0.1) -> bool:
