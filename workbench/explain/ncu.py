@@ -99,7 +99,7 @@ def parse_csv(text: str) -> list[dict]:
     if start < 0:
         return []
     rows = list(csv.reader(io.StringIO(text[start:])))
-    return [{k: _number(v, v) for k, v in zip(rows[0], r)} for r in rows[2:] if len(r) == len(rows[0])]
+    return [{k: number(v, v) for k, v in zip(rows[0], r)} for r in rows[2:] if len(r) == len(rows[0])]
 
 
 def parse_source_csv(text: str) -> list[dict]:
@@ -122,17 +122,17 @@ def parse_source_csv(text: str) -> list[dict]:
             header = row
         elif header is not None and row[0].strip().isdigit() and len(row) == len(header):
             cells = dict(zip(header[2:], row[2:]))  # "Source" twice: the line's text is row[1]
-            samples = _number(cells.get("Warp Stall Sampling (All Samples)"))
+            samples = number(cells.get("Warp Stall Sampling (All Samples)"))
             if not samples:
                 continue
             stalls = {h[len("stall_"):]: n for h, v in cells.items()
-                      if h.startswith("stall_") and "(" not in h and (n := _number(v))}
+                      if h.startswith("stall_") and "(" not in h and (n := number(v))}
             out.append({"function": function, "file": file, "line": int(row[0]), "text": row[1].strip(),
                         "samples": samples, "stalls": stalls})
     return out
 
 
-def _number(v, default=0.0):
+def number(v, default=0.0):
     """ncu's number (thousands separators dropped), or `default` where it is not one."""
     try:
         return float(str(v).replace(",", ""))

@@ -229,6 +229,7 @@ TABLE_COLUMNS = ("direction", "dtype", "shape", "variant", "median_ms", "p20_ms"
                  "pct_of_ceiling", "speedup_vs_eager", "speedup_vs_compile", "host_ms", "host_bound", "verified",
                  "impossible", "clock_warning")
 
+
 @dataclass
 class BenchResult:
     """A benchmark's rows and notes: .table() .frame() .save() .plot() .figure() .ladder_figure()."""
