@@ -76,10 +76,6 @@ def parse_resources(text: str) -> list[KernelResources]:
     return out
 
 
-def nvcc_flags(source: pathlib.Path, arch: str) -> list[str]:
-    return ["-std=c++17", "-O3", f"-arch={arch}", "-Xptxas", "-v", f"-I{config.COMMON_DIR}", f"-I{source.parent}"]
-
-
 def compile_report(source: pathlib.Path, arch: str = "sm_90", *, cubin: pathlib.Path | None = None) -> Report:
     """Compile one variant source with nvcc for `arch`, returning ptxas's report, parsed."""
     if source.suffix != ".cu":  # a Python variant's Triton kernels are compiled by Triton, not nvcc
@@ -89,8 +85,9 @@ def compile_report(source: pathlib.Path, arch: str = "sm_90", *, cubin: pathlib.
         raise RuntimeError("nvcc not found (set CUDA_HOME)")
     with tempfile.TemporaryDirectory() as tmp:
         out = cubin or pathlib.Path(tmp) / "out.cubin"
-        proc = subprocess.run([nvcc, *nvcc_flags(source, arch), "-cubin", "-o", str(out), str(source)],
-                              capture_output=True, text=True, timeout=600)
+        flags = ["-std=c++17", "-O3", f"-arch={arch}", "-Xptxas", "-v", f"-I{config.COMMON_DIR}", f"-I{source.parent}"]
+        proc = subprocess.run([nvcc, *flags, "-cubin", "-o", str(out), str(source)], capture_output=True, text=True,
+                              timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"nvcc failed on {source} for {arch}:\n{proc.stderr}")
     text = proc.stderr + proc.stdout
