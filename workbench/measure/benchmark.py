@@ -24,12 +24,6 @@ from .bench_rows import Limits, add_speedups, baselines_of, host_bound, provenan
 from ..model.opspec import DIRECTIONS, as_tuple
 
 
-def _redraws_lines() -> bool:
-    """True where a carriage return redraws the line: a terminal, or a Jupyter cell (whose stderr
-    is ipykernel's stream; saved notebooks keep only the last state when streams are coalesced)."""
-    return sys.stderr.isatty() or type(sys.stderr).__module__.startswith("ipykernel")
-
-
 def _progress(i: int, n: int, what: str) -> None:
     """A one-line progress bar on a terminal or in a notebook, one line per step elsewhere (logs)."""
     if config.quiet():
@@ -37,7 +31,9 @@ def _progress(i: int, n: int, what: str) -> None:
     width = 24
     bar = "#" * (width * i // max(n, 1)) + "." * (width - width * i // max(n, 1))
     line = f"[bench] [{bar}] {i}/{n} {what}"
-    if _redraws_lines():
+    # A carriage return redraws the line on a terminal and in a Jupyter cell (whose stderr is
+    # ipykernel's stream; saved notebooks keep only the last state when streams are coalesced).
+    if sys.stderr.isatty() or type(sys.stderr).__module__.startswith("ipykernel"):
         print("\r" + line.ljust(110), end="\n" if i >= n else "", file=sys.stderr, flush=True)
     else:
         print(line, file=sys.stderr, flush=True)
@@ -266,7 +262,9 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
         baselines = baselines_of(registry.spec(op))
     if isinstance(variants, loader.Kernel) or (isinstance(variants, (list, tuple)) and variants
                                                 and all(isinstance(v, loader.Kernel) for v in variants)):
-        variants = [v if _brought(v) else v.name
+        from ..run import byo
+
+        variants = [v if isinstance(v, byo.CallableKernel) else v.name
                     for v in ([variants] if isinstance(variants, loader.Kernel) else variants)]
     variants, own, unusable = _own_variants(op, variants)
     spec = registry.spec(op)
@@ -367,12 +365,6 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     if save:
         result.save(results_path)
     return result
-
-
-def _brought(v) -> bool:
-    from ..run import byo
-
-    return isinstance(v, byo.CallableKernel)
 
 
 def _own_variants(op: str, variants):
