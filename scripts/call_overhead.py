@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import workbench as wb  # noqa: E402
-from workbench.measure import results  # noqa: E402
+from workbench.measure import bench_rows  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CUDA_VARIANTS = {"elementwise_mul": "vec4", "vector_add": "vec4", "reduce_sum": "warp_shuffle",
@@ -184,7 +184,7 @@ def main() -> int:
     if args.kinds == ["triton"] and args.device != "cuda":
         parser.error("--kinds triton times a Triton variant: it needs --device cuda")
     torch.set_num_threads(args.threads)
-    commit = args.commit or results.commit(ROOT)  # a copy with edits since its HEAD says so
+    commit = args.commit or bench_rows.commit(ROOT)  # a copy with edits since its HEAD says so
     machine = torch.cuda.get_device_name() if args.device == "cuda" else f"{platform.processor() or platform.machine()}"
     rows = measure(args.device, args.calls, args.repeats, tuple(args.kinds))
     checked = verdicts(rows)

@@ -55,7 +55,7 @@ sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 import judge_cases  # noqa: E402
 from workbench.cluster import grading, plan as plan_, pool as pool_, sweep, worker  # noqa: E402
 from workbench.exercise import grade  # noqa: E402
-from workbench.measure import results  # noqa: E402
+from workbench.measure import bench_rows  # noqa: E402
 from workbench.measure.bench_rows import baselines_of  # noqa: E402
 from workbench.model import registry  # noqa: E402
 
@@ -211,7 +211,7 @@ def one_process(spec: dict) -> None:
         started = time.perf_counter()
         r = bench(op, device=spec["device"], budget_s=spec["budget"], **kw)
         per_op[op] = time.perf_counter() - started
-        results.append_rows(pathlib.Path(spec["rows"]), [dict(row, worker=worker.name(info)) for row in r.rows])
+        bench_rows.append_rows(pathlib.Path(spec["rows"]), [dict(row, worker=worker.name(info)) for row in r.rows])
     print(json.dumps({"sweep_s": sum(per_op.values()), "per_op_s": per_op}))
 
 
@@ -303,7 +303,7 @@ def cold_unit(state: State, a, ray, device, n, ops, plans, kill: bool, k: int) -
     rows_path.unlink(missing_ok=True)
     killer = Killer(ray, max(n + 1, len(groups) // 2 + 1), a.kill_delay, seasoned=True) if kill else None
     got = ray_sweep(ray, groups, a, device, n, rows_path, killer)
-    rows = results.read_rows(rows_path)
+    rows = bench_rows.read_rows(rows_path)
     unit = dict(ops=ops, machine=machine(), groups=len(groups), **got, file_rows=len(rows),
                 duplicates=len(rows) - len(set(cells(rows))))
     if killer and killer.victim:
@@ -332,11 +332,11 @@ def pair_unit(state: State, a, ray, device, n, ops, kw, plans, k: int) -> dict:
         raise SystemExit(f"the one-process sweep of {ops} failed (status {proc.returncode})")
     one = json.loads(proc.stdout.strip().splitlines()[-1])
     got = ray_sweep(ray, [g for op in ops for g in plans[op]], a, device, n, ray_path)
-    one_rows = results.read_rows(one_path)
-    cold = [r for f in (state.folder / "rows").glob("cold-*.jsonl") for r in results.read_rows(f) if r["op"] in ops]
+    one_rows = bench_rows.read_rows(one_path)
+    cold = [r for f in (state.folder / "rows").glob("cold-*.jsonl") for r in bench_rows.read_rows(f) if r["op"] in ops]
     return dict(ops=ops, machine=machine(), one_s=one["sweep_s"], one_child_s=child_s, one_per_op_s=one["per_op_s"],
                 ray_s=got["seconds"], ray_lost=got["lost"], cold_same_cells=cells(cold) == cells(one_rows),
-                compare=compare(one_rows, results.read_rows(ray_path), device))
+                compare=compare(one_rows, bench_rows.read_rows(ray_path), device))
 
 
 # ---------------------------------------------------------------------------------------------- grade
@@ -521,7 +521,7 @@ def write_out(state: State, out: pathlib.Path, f: dict) -> None:
     (out / "cluster_table.txt").write_text(table(state.data, f) + "\n")
     with gzip.open(out / "cluster_rows.jsonl.gz", "wt") as z:
         for path in sorted((state.folder / "rows").glob("*.jsonl")):
-            for row in results.read_rows(path):
+            for row in bench_rows.read_rows(path):
                 z.write(json.dumps(dict(row, run=path.stem.split("-")[0], unit=path.stem)) + "\n")
 
 
@@ -529,7 +529,7 @@ def provenance(ray, device: str) -> dict:
     import torch
 
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if device == "cuda" else []
-    return dict(results.provenance(REPO), gpus=gpus, host_cpus=os.cpu_count(), ray=ray.__version__)
+    return dict(bench_rows.provenance(REPO), gpus=gpus, host_cpus=os.cpu_count(), ray=ray.__version__)
 
 
 def main(argv=None) -> int:

@@ -36,7 +36,7 @@ import torch  # noqa: E402
 
 import workbench as wb  # noqa: E402
 from workbench import config  # noqa: E402
-from workbench.measure import results  # noqa: E402
+from workbench.measure import bench_rows  # noqa: E402
 from workbench.measure.benchmark import _no_donated_buffers  # noqa: E402
 from workbench.measure.correctness import compare  # noqa: E402
 from workbench.model import registry  # noqa: E402
@@ -223,7 +223,7 @@ def main() -> int:
     if any(n < 1 for n in args.torch_threads):
         p.error(f"--torch-threads must be at least 1; got {args.torch_threads}")
     model, isa = cpu_model()
-    prov = dict(results.provenance(config.REPO_ROOT, wb.__version__), cpu=model, cpu_isa=isa, cores=os.cpu_count(),
+    prov = dict(bench_rows.provenance(config.REPO_ROOT, wb.__version__), cpu=model, cpu_isa=isa, cores=os.cpu_count(),
                 torch_cpu_capability=torch.backends.cpu.get_cpu_capability())
     out = args.out or config.RESULTS_DIR / "cpu" / prov["commit"]
     title = (f"cpu variants vs eager and torch.compile, float32, interleaved ({args.rounds} rounds, medians; "

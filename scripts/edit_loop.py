@@ -239,9 +239,9 @@ def main() -> int:
     if args.rounds < 1:
         ap.error(f"--rounds must be at least 1; got {args.rounds}")
     from workbench.build import toolchain
-    from workbench.measure import results
+    from workbench.measure import bench_rows
 
-    commit = results.commit(ROOT)  # the code that runs: taken before it does
+    commit = bench_rows.commit(ROOT)  # the code that runs: taken before it does
     gpu = toolchain.gpu_available()
     if gpu:
         import torch
@@ -267,7 +267,7 @@ def main() -> int:
         f"{machine}; torch {__import__('torch').__version__}, nvcc {toolchain.nvcc_version()}.\n\n"
         f"Made by `{command}`; each row of edit_loop.jsonl is one timed edit, to {measured}.\n"
         f"The table (edit_loop.txt):\n\n```\n" + "\n".join(lines) + "\n```\n")
-    results.write_report(out, "edit_loop", [dict(r, commit=commit, machine=machine, measured=measured) for r in rows],
+    bench_rows.write_report(out, "edit_loop", [dict(r, commit=commit, machine=machine, measured=measured) for r in rows],
                          lines)
     return 0
 

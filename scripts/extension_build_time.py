@@ -69,7 +69,7 @@ def run(what: str, paths: list[str], cache: pathlib.Path, pch: bool) -> dict:
 def main() -> None:
     from workbench.build import toolchain
     from workbench import __version__
-    from workbench.measure import results
+    from workbench.measure import bench_rows
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="JSON file (default results/cpu/<commit>/extension_builds.json)")
@@ -93,7 +93,7 @@ def main() -> None:
             rows.append(run("warm headers: Day 10 binding + kernels (.cu)",
                             edited_copy([day10 / "fused_bias_gelu.cpp", day10 / "fused_bias_gelu_cuda.cu"], tmp / "d",
                                         "warm"), warm, pch=True))
-    prov = results.provenance(REPO, __version__)
+    prov = bench_rows.provenance(REPO, __version__)
     out = pathlib.Path(args.out) if args.out else REPO / "results" / "cpu" / prov["commit"] / "extension_builds.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"provenance": prov, "cpus": os.cpu_count(), "machine": platform.processor() or

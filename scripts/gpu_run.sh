@@ -222,9 +222,9 @@ PY
       python3 - "$OUT" <<'PY' 2>&1 | tee -a "$OUT/hopper_ladder.log"
 import pathlib, sys
 from workbench.explain import plot
-from workbench.measure import results
+from workbench.measure import bench_rows
 out = pathlib.Path(sys.argv[1])
-rows = results.read_rows(out / "hopper_ladder.jsonl")
+rows = bench_rows.read_rows(out / "hopper_ladder.jsonl")
 for dtype in ("bfloat16", "float16"):
     print(plot.plot_ladder(rows, out / f"matmul_ladder_{dtype}_8192.png", op="matmul", dtype=dtype, direction="fwd",
                            shape="8192x8192x8192"))
@@ -251,7 +251,7 @@ for op in registry.ops():
             timeout 300 python3 - "$OUT" <<'PY' 2>&1 | grep -v "^\[bench\]" | tee "$OUT/small_sizes.log"
 import pathlib, sys
 import workbench as wb
-from workbench.measure import results
+from workbench.measure import bench_rows
 
 out = pathlib.Path(sys.argv[1])
 r = wb.bench("reduce_sum", variants=["fast", "vec_grid_stride"], dtypes=["float32"],
@@ -259,7 +259,7 @@ r = wb.bench("reduce_sum", variants=["fast", "vec_grid_stride"], dtypes=["float3
 r.save(out / "small_sizes.jsonl")
 print(r.table() + "\n")
 now = {(x["variant"], x["shape"]): x for x in r.rows}
-committed = [x for x in results.read_rows(pathlib.Path("results/bench.jsonl"))
+committed = [x for x in bench_rows.read_rows(pathlib.Path("results/bench.jsonl"))
              if x.get("op") == "reduce_sum" and x.get("dtype") == "float32" and x.get("direction") == "fwd"
              and str(x.get("gpu", "")).startswith("NVIDIA H100")]
 for shape in ("1048576", "16384x16384", "268435456"):
@@ -311,7 +311,7 @@ for op in ('softmax', 'l2_normalize', 'rmsnorm'):
             timeout 400 python3 - "$OUT" "$BUDGET" <<'PY' 2>&1 | grep -v "^\[bench\]" | tee "$OUT/rows.log"
 import pathlib, sys
 import workbench as wb
-from workbench.measure import results
+from workbench.measure import bench_rows
 
 out = pathlib.Path(sys.argv[1])
 verdicts = []
@@ -337,7 +337,7 @@ for op, directions in (("softmax", ["fwd", "bwd", "fwd+bwd"]), ("l2_normalize", 
 r = wb.bench("rmsnorm", variants=["vectorized"], dtypes=["bfloat16"], shapes=[(8, 4096, 4096)],
              baselines=["F.rms_norm"], directions=["fwd", "bwd"], budget_s=budget)
 r.save(out / "rows.jsonl")
-committed = [x for x in results.read_rows(pathlib.Path("results/bench.jsonl"))
+committed = [x for x in bench_rows.read_rows(pathlib.Path("results/bench.jsonl"))
              if x.get("op") == "rmsnorm" and x.get("dtype") == "bfloat16" and x.get("shape") == "8x4096x4096"
              and str(x.get("gpu", "")).startswith("NVIDIA H100")]
 for direction in ("fwd", "bwd"):

@@ -19,7 +19,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from workbench.build import toolchain  # noqa: E402
 from workbench.exercise import exercises, grade  # noqa: E402
-from workbench.measure import results  # noqa: E402
+from workbench.measure import bench_rows  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # (exercise, file, the class of failure expected on a GPU: "" for PASS), the planted cheats first.
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
               flush=True)
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
-        prov = results.provenance()
+        prov = bench_rows.provenance()
         with open(a.out / "judge_cases.jsonl", "w") as f:
             for r in rows:
                 f.write(json.dumps({**prov, **r}) + "\n")

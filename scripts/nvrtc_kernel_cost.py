@@ -95,9 +95,9 @@ def main() -> int:
                      "machine": machine, "arch": args.arch})
         lines.append(f"{qualified:20s} {'all ' + str(len(expressions)) + ' kernels, one program':58s} {'tier':9s} "
                      f"{r['wall_s']:6.3f} {r['user_s']:6.3f} {r['sys_s']:6.3f}")
-    from workbench.measure import results
+    from workbench.measure import bench_rows
 
-    results.write_report(args.out, "kernel_cost", rows, lines)
+    bench_rows.write_report(args.out, "kernel_cost", rows, lines)
     return 0
 
 

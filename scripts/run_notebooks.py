@@ -44,7 +44,7 @@ def execute(path: pathlib.Path, *, timeout: int, kernel: str):
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    from workbench.measure import results
+    from workbench.measure import bench_rows
 
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name=kernel, allow_errors=False,
@@ -58,7 +58,7 @@ def execute(path: pathlib.Path, *, timeout: int, kernel: str):
         error = e
     which, label = _path_label(nb)
     nb.metadata["workbench"] = {"execution": {
-        "ok": error is None, "path": which, "label": label, "commit": results.commit(REPO_ROOT),
+        "ok": error is None, "path": which, "label": label, "commit": bench_rows.commit(REPO_ROOT),
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "seconds": round(time.monotonic() - start, 1)}}
     return nb, error

@@ -10,8 +10,8 @@ import pathlib
 
 import pytest
 
-from workbench.measure import bench_rows, benchmark, conditions, physics, timing, verify
-from workbench.measure.bench_result import BenchResult
+from workbench.measure import bench_rows, benchmark, conditions, timing, verify
+from workbench.explain.plot import BenchResult
 from workbench.measure.bench_rows import add_speedups
 
 FAULTY = pathlib.Path(__file__).parent / "faulty"
@@ -126,22 +126,22 @@ def test_speedups_leave_out_wrong_and_impossible_rows():
 
 
 def test_physics_refuses_a_rate_beyond_the_device():
-    limit = 3000 * (1 + physics.BANDWIDTH_MARGIN)
+    limit = 3000 * (1 + bench_rows.BANDWIDTH_MARGIN)
     big = dict(GBps=12000.0, bytes=512 * 2**20, dtype="float32")
-    why = physics.judge(big, bandwidth_limit_GBps=limit, l2_bytes=50 * 2**20, flops_limit_TFLOPs=None)
+    why = bench_rows.judge(big, bandwidth_limit_GBps=limit, l2_bytes=50 * 2**20, flops_limit_TFLOPs=None)
     assert "4.00x the device's memory bandwidth (3000 GB/s measured)" in why
-    assert physics.judge(dict(big, GBps=3100.0), bandwidth_limit_GBps=limit, l2_bytes=50 * 2**20,
+    assert bench_rows.judge(dict(big, GBps=3100.0), bandwidth_limit_GBps=limit, l2_bytes=50 * 2**20,
                          flops_limit_TFLOPs=None) == ""     # within the margin: a read-mostly op may beat a copy
-    assert physics.judge(big, bandwidth_limit_GBps=limit, l2_bytes=50 * 2**20, flops_limit_TFLOPs=None,
+    assert bench_rows.judge(big, bandwidth_limit_GBps=limit, l2_bytes=50 * 2**20, flops_limit_TFLOPs=None,
                          bytes_floor=False) == ""            # a baseline: its saved tensors are its own
     small = dict(big, bytes=16 * 2**20)                      # its data can stay in L2: not held to DRAM
-    assert physics.judge(small, bandwidth_limit_GBps=limit, l2_bytes=50 * 2**20, flops_limit_TFLOPs=None) == ""
+    assert bench_rows.judge(small, bandwidth_limit_GBps=limit, l2_bytes=50 * 2**20, flops_limit_TFLOPs=None) == ""
     gemm = dict(GBps=10.0, bytes=1, TFLOPs=1200.0, flops=2 * 8192**3, dtype="bfloat16")
-    peak = physics.peak_tflops((9, 0), 132, 1980, "bfloat16")
+    peak = bench_rows.peak_tflops((9, 0), 132, 1980, "bfloat16")
     assert 1000 < peak < 1100
-    assert "above the chip's peak for bfloat16" in physics.judge(
-        gemm, bandwidth_limit_GBps=limit, l2_bytes=50 * 2**20, flops_limit_TFLOPs=peak * (1 + physics.FLOP_MARGIN))
-    assert physics.peak_tflops((7, 5), 40, 1500, "float16") is None  # unknown chip: the caller falls back
+    assert "above the chip's peak for bfloat16" in bench_rows.judge(
+        gemm, bandwidth_limit_GBps=limit, l2_bytes=50 * 2**20, flops_limit_TFLOPs=peak * (1 + bench_rows.FLOP_MARGIN))
+    assert bench_rows.peak_tflops((7, 5), 40, 1500, "float16") is None  # unknown chip: the caller falls back
 
 
 def test_work_outside_the_timed_stream_is_counted():

@@ -26,7 +26,7 @@ import workbench as wb
 from workbench import cli
 from workbench.cluster import grading, plan, pool, sweep
 from workbench.exercise import grade
-from workbench.measure import results, verify
+from workbench.measure import bench_rows, verify
 
 FAULTY = pathlib.Path(__file__).parent / "faulty"
 EXERCISE = REPO_ROOT / "exercises" / "02_vec4_loads"
@@ -61,7 +61,7 @@ def test_a_sweep_on_two_workers_gives_the_rows_and_notes_of_a_one_process_run(ra
     on_ray = wb.bench("rmsnorm", cluster="local", save=True, results_path=path, **SWEEP)
     assert _cells(on_ray.rows) == _cells(one_process.rows)          # same cells, same order, same verdicts
     assert {r["verified"] for r in on_ray.rows} == {verify.CHECKED}
-    assert sorted(_cells(results.read_rows(path))) == sorted(_cells(on_ray.rows))  # every row in the file (as it came), once
+    assert sorted(_cells(bench_rows.read_rows(path))) == sorted(_cells(on_ray.rows))  # every row in the file (as it came), once
     assert len({r["run_id"] for r in on_ray.rows}) == 1               # one sweep, one run id
     assert len({r["worker"] for r in on_ray.rows}) == 2 and all(r["host"] for r in on_ray.rows)  # both workers timed
     # The speedups are over the baselines timed on the same worker, within the same group.
@@ -93,7 +93,7 @@ def test_a_worker_killed_mid_sweep_loses_nothing(ray, one_process, tmp_path):
     from workbench.measure.benchmark import bench
     out = sweep.bench(bench, "rmsnorm", cluster="local", save=True, results_path=path, on_submit=kill_second,
                       **{k: v for k, v in SWEEP.items()})
-    assert sorted(_cells(results.read_rows(path))) == sorted(_cells(one_process.rows))
+    assert sorted(_cells(bench_rows.read_rows(path))) == sorted(_cells(one_process.rows))
     assert _cells(out.rows) == _cells(one_process.rows)
     retried = [n for n in out.notes if "retried after a worker died" in n]
     assert retried and taken[2] in retried[0], out.notes

@@ -602,7 +602,7 @@ def pretend_gpu(monkeypatch, cuda_buildable):
     monkeypatch.setattr(gradients, "gradcheck", lambda op, kernel, **k: fakes.gradcheck(op, kernel, **k))
     monkeypatch.setattr(clock, "race", lambda *a, **k: fakes.race(*a, **k))
     monkeypatch.setattr(wbex.submission, "reference", lambda ex, python=False: _Named(ex.reference))
-    monkeypatch.setattr(wbex.speedcheck, "physics", _NoLimits)
+    monkeypatch.setattr(wbex.speedcheck, "bench_rows", _NoLimits)
     monkeypatch.setattr(wbex.speedcheck.conditions, "unavailable", lambda: "pretending")
     import torch
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
@@ -623,7 +623,7 @@ class _Named:
 
 
 class _NoLimits:
-    """physics with a device that can do anything, except where a test says otherwise."""
+    """bench_rows with a device that can do anything, except where a test says otherwise."""
     reason = ""
 
     class Limits:

@@ -206,7 +206,7 @@ def test_bench_small_sweep(tmp_path, op):
     """A real sweep on the GPU: every provider times, GB/s and the ceiling are filled, results
     round-trip through the JSONL file and the plots are drawn."""
     from workbench.explain import plot
-    from workbench.measure import results
+    from workbench.measure import bench_rows
 
     spec = registry.spec(op)
     shapes = [_spec_size(spec, 1024, 1024), _spec_size(spec, 4096, 1024)]
@@ -224,6 +224,6 @@ def test_bench_small_sweep(tmp_path, op):
         if row["variant"] == "eager":
             assert row["speedup_vs_eager"] == 1.0
     path = r.save(tmp_path / "rows.jsonl")
-    assert len(results.read_rows(path)) == len(r.rows)
+    assert len(bench_rows.read_rows(path)) == len(r.rows)
     # per dtype and direction: speedup over eager, over compile, and bandwidth (or throughput); the roofline
-    assert len(plot.plot_all(results.read_rows(path), tmp_path / "plots")) >= 2 * len(spec.benched_directions) * 3 + 1
+    assert len(plot.plot_all(bench_rows.read_rows(path), tmp_path / "plots")) >= 2 * len(spec.benched_directions) * 3 + 1

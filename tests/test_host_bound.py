@@ -11,8 +11,8 @@ import math
 import pytest
 
 from workbench.explain import plot_axes
-from workbench.measure import bench_rows, results, timing
-from workbench.measure.bench_result import BenchResult
+from workbench.measure import bench_rows, timing
+from workbench.explain.plot import BenchResult
 
 
 def _row(variant, median_ms, host_ms=None, shape="1048576", numel=1 << 20, **kw):
@@ -78,16 +78,16 @@ def test_the_notes_name_host_bound_rows_only_when_there_are_some():
 
 
 def test_rows_keep_host_fields_through_the_results_file_and_older_rows_read(tmp_path):
-    prov = {k: "x" for k in results.PROVENANCE_KEYS}
-    full = {k: 0 for k in results.SCHEMA} | prov | {"attrs": {}}
+    prov = {k: "x" for k in bench_rows.PROVENANCE_KEYS}
+    full = {k: 0 for k in bench_rows.SCHEMA} | prov | {"attrs": {}}
     path = tmp_path / "rows.jsonl"
-    results.append_rows(path, [dict(full, host_ms=0.03, host_bound=True), dict(full, host_ms=math.nan, host_bound=None),
+    bench_rows.append_rows(path, [dict(full, host_ms=0.03, host_bound=True), dict(full, host_ms=math.nan, host_bound=None),
                                full])  # the last one written as before the columns existed
-    a, b, c = results.read_rows(path)
+    a, b, c = bench_rows.read_rows(path)
     assert a["host_ms"] == 0.03 and a["host_bound"] is True
     assert b["host_ms"] is None and b["host_bound"] is None and bench_rows.host_bound(b) is None
     assert "host_ms" not in c and bench_rows.host_bound(c) is None
-    assert set(results.LATER_COLUMNS) == {"host_ms", "host_bound"}
+    assert set(bench_rows.LATER_COLUMNS) == {"host_ms", "host_bound"}
 
 
 def _axes():

@@ -166,8 +166,7 @@ def test_rows_without_a_ceiling_draw_no_ceiling_line() -> None:
 
 def test_bench_result_figure_and_frame() -> None:
     pytest.importorskip("pandas")
-    from workbench.measure.bench_result import BenchResult
-    from workbench.measure.bench_rows import TABLE_COLUMNS
+    from workbench.explain.plot import TABLE_COLUMNS, BenchResult
 
     r = BenchResult(rows=synthetic_rows())
     assert len(r.figure().axes) == 3
@@ -309,7 +308,7 @@ def test_plot_all_writes_ladders_for_ops_that_declare_one(tmp_path: pathlib.Path
 
 def test_ladder_figure_one_panel_per_dtype_and_direction(tmp_path: pathlib.Path, ladders, monkeypatch) -> None:
     pytest.importorskip("pandas")
-    from workbench.measure.bench_result import BenchResult
+    from workbench.explain.plot import BenchResult
 
     monkeypatch.chdir(tmp_path)
     rows = (ladder_rows() + ladder_rows(dtype="float16") + ladder_rows(direction="fwd+bwd")

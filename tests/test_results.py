@@ -1,4 +1,4 @@
-"""Tests for workbench.measure.results: schema round trip, validation, truncated files, provenance."""
+"""Tests for workbench.measure.bench_rows (the results file): schema round trip, validation, truncated files, provenance."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from workbench.measure.results import (
+from workbench.measure.bench_rows import (
     PROVENANCE_KEYS,
     SCHEMA,
     append_rows,

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from workbench.explain import roofline
-from workbench.measure.bench_result import BenchResult
+from workbench.explain.plot import BenchResult
 
 
 def _row(op, variant, ms, *, flops, nbytes, dtype="float32", shape="1x1", kind="variant", ts="2026-01-01", **kw):

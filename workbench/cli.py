@@ -200,10 +200,10 @@ def cmd_profile(args) -> int:
 
 def cmd_plot(args) -> int:
     from .explain import plot
-    from .measure import results
+    from .measure import bench_rows
 
     path = args.results or config.output_dir() / "bench.jsonl"
-    rows = [r for r in results.read_rows(path) if args.op in (None, r.get("op"))]
+    rows = [r for r in bench_rows.read_rows(path) if args.op in (None, r.get("op"))]
     if not rows:
         print(f"no rows{' for ' + args.op if args.op else ''} in {path}: run `python -m workbench bench "
               f"{args.op or 'OP'}` first, or name a file with --results (the committed H100 rows: "

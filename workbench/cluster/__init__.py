@@ -11,7 +11,7 @@
 Ray is optional (pip install "kernel-workbench[ray]"): it is imported in pool.py alone, on these
 paths alone; without it, require_ray() says how to install it.
 
-May import: model, build, run, measure, exercise (the rooms it spreads over workers); Ray.
+May import: model, build, run, measure, exercise (the rooms it spreads over workers), explain (BenchResult); Ray.
 """
 from __future__ import annotations
 

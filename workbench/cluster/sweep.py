@@ -10,8 +10,8 @@ import time
 import uuid
 
 from .. import config
-from ..measure import results
-from ..measure.bench_result import BenchResult
+from ..measure import bench_rows
+from ..explain.plot import BenchResult
 from . import plan as plan_
 from . import worker
 from .pool import Job, Pool, connect
@@ -79,7 +79,7 @@ def run(bench_fn, groups: list, *, cluster: str, device: str, attrs=None, budget
             for row in value["rows"]:  # one run: the sweep's id; each row keeps its own worker's provenance
                 row.update(run_id=run_id, worker=worker.name(value["worker"]))
             if path is not None:
-                results.append_rows(path, value["rows"])
+                bench_rows.append_rows(path, value["rows"])
             got[group.index] = value
             progress(sum(len(groups[i].cells) for i in got), total, group.label())
 

@@ -9,7 +9,7 @@ import time
 
 from .. import config
 from ..judge import clock
-from ..measure import conditions, physics
+from ..measure import bench_rows, conditions
 from ..model import registry
 from .submission import Submission, shown
 from .registration import Exercise
@@ -23,7 +23,7 @@ def speed(ex: Exercise, sub: Submission, reference) -> Check:
     s, spec = ex.speed, registry.spec(ex.op)
     shape = "x".join(map(str, s.shape))
     mine = sub.kernel(sub.built.dtypes).module
-    limits = physics.Limits(torch.device("cuda", torch.cuda.current_device()), config.cache_dir(), list(s.dtypes))
+    limits = bench_rows.Limits(torch.device("cuda", torch.cuda.current_device()), config.cache_dir(), list(s.dtypes))
     lines, worst, problems, overheads = [], None, [], []
     reading = conditions.read(torch.cuda.current_device()) if not conditions.unavailable() else {}
     for d in s.directions:

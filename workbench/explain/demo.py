@@ -6,7 +6,7 @@ from __future__ import annotations
 import pathlib
 
 from ..build import toolchain
-from ..measure.bench_result import BenchResult
+from .plot import BenchResult
 from ..measure.benchmark import bench
 from ..measure.correctness import check
 from ..measure.gradients import gradcheck

@@ -99,17 +99,7 @@ def parse_csv(text: str) -> list[dict]:
     if start < 0:
         return []
     rows = list(csv.reader(io.StringIO(text[start:])))
-    header, body = rows[0], [r for r in rows[2:] if len(r) == len(rows[0])]
-    out = []
-    for r in body:
-        d = {}
-        for k, v in zip(header, r):
-            try:
-                d[k] = float(v.replace(",", ""))
-            except ValueError:
-                d[k] = v
-        out.append(d)
-    return out
+    return [{k: number(v, v) for k, v in zip(rows[0], r)} for r in rows[2:] if len(r) == len(rows[0])]
 
 
 def parse_source_csv(text: str) -> list[dict]:
@@ -132,21 +122,22 @@ def parse_source_csv(text: str) -> list[dict]:
             header = row
         elif header is not None and row[0].strip().isdigit() and len(row) == len(header):
             cells = dict(zip(header[2:], row[2:]))  # "Source" twice: the line's text is row[1]
-            samples = _count(cells.get("Warp Stall Sampling (All Samples)"))
+            samples = number(cells.get("Warp Stall Sampling (All Samples)"))
             if not samples:
                 continue
             stalls = {h[len("stall_"):]: n for h, v in cells.items()
-                      if h.startswith("stall_") and "(" not in h and (n := _count(v))}
+                      if h.startswith("stall_") and "(" not in h and (n := number(v))}
             out.append({"function": function, "file": file, "line": int(row[0]), "text": row[1].strip(),
                         "samples": samples, "stalls": stalls})
     return out
 
 
-def _count(v) -> float:
+def number(v, default=0.0):
+    """ncu's number (thousands separators dropped), or `default` where it is not one."""
     try:
         return float(str(v).replace(",", ""))
     except (TypeError, ValueError):
-        return 0.0
+        return default
 
 
 def _source_page(exe: str, report: pathlib.Path, timeout_s: float) -> str:
@@ -308,7 +299,4 @@ def profiled_call(op: str, kernel, size, dtype: str, direction: str) -> dict:
     verdict = next((v for v in (before, last) if not v.ok), last)
     if verdict.ok and before.ok:
         verdict.max_abs_err = max((e for e in (before.max_abs_err, last.max_abs_err) if e == e), default=verdict.max_abs_err)
-    return {"size": list(size), "dtype": dtype, "direction": direction, "verified": verdict.status,
-            "verify_detail": verdict.detail, "verify_max_abs_err": verdict.max_abs_err,
-            "verify_where": list(verdict.where) if verdict.where is not None else None,
-            "verify_against": verdict.against}
+    return {"size": list(size), "dtype": dtype, "direction": direction, **verdict.fields()}

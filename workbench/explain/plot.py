@@ -1,5 +1,6 @@
 """Plots of benchmark rows: speedup over a baseline and achieved bandwidth, against size; and an
 op's ladder (its spec's variants in teaching order: GB/s per rung at one size, each step's speedup).
+BenchResult, what wb.bench returns, is a run's rows with their table, frame, saved file and plots.
 
 Figures are built with matplotlib's object API (``matplotlib.figure.Figure``) and saved through
 the Agg renderer. That never touches pyplot's global state or backend, so it works headless
@@ -12,19 +13,22 @@ from __future__ import annotations
 
 import functools
 import io
+import math
 import pathlib
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..measure.bench_rows import BASELINES
+from .. import config
+from ..measure.bench_rows import BASELINES, append_rows, clock_text, host_bound, row_status, to_dataframe
 from .plot_axes import (Row, compute_bound, draw_bandwidth, draw_ladder, draw_speedup, draw_throughput, gbps, ladder_at, newest_run, rows_by_shape)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["figure", "ladder_figure", "plot_all", "plot_bandwidth", "plot_ladder", "plot_speedup"]
+__all__ = ["BenchResult", "figure", "ladder_figure", "plot_all", "plot_bandwidth", "plot_ladder", "plot_speedup"]
 
 _DPI = 120
 
@@ -218,3 +222,79 @@ def ladder_figure(rows: Iterable[Row], *, op: str, dtype: str | None = None, dir
     for ax, (d, di) in zip(fig.subplots(len(combos), 1, squeeze=False)[:, 0], combos):
         draw_ladder(ax, rows, op=op, dtype=d, direction=di, shape=shape, ladder=ladder)
     return fig
+
+
+# The columns of BenchResult.table(), as BenchResult.frame() returns them.
+TABLE_COLUMNS = ("direction", "dtype", "shape", "variant", "median_ms", "p20_ms", "p80_ms", "GBps",
+                 "pct_of_ceiling", "speedup_vs_eager", "speedup_vs_compile", "host_ms", "host_bound", "verified",
+                 "impossible", "clock_warning")
+
+
+@dataclass
+class BenchResult:
+    """A benchmark's rows and notes: .table() .frame() .save() .plot() .figure() .ladder_figure()."""
+    rows: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def table(self) -> str:
+        """Medians, spread, GB/s, % of the copy ceiling and speedups, one line per row; then the host's
+        time to issue a call and what bounds the row ("host" where that exceeds the GPU time, "gpu",
+        "-" where not measured: CPU rows), what the output checks found ("check": ok, WRONG,
+        IMPOSSIBLE) and the SM clock during the row (MHz, min-max; "!" where the clocks moved or
+        throttled); the notes say why."""
+        w = max([10] + [len(str(r["variant"])) for r in self.rows])  # ladder rungs have long names
+        # Compute-bound rows (matmul) show TFLOP/s and % of the matmul ceiling in those columns.
+        compute = any("pct_of_matmul_ceiling" in r for r in self.rows)
+        rate, pct = ("TFLOPs", "pct_of_matmul_ceiling") if compute else ("GBps", "pct_of_ceiling")
+        head = (f"{'direction':9s} {'dtype':9s} {'shape':>12s} {'provider':{w}s} {'median ms':>10s} "
+                f"{'p20-p80 ms':>17s} {'TFLOP/s' if compute else 'GB/s':>8s} {'%peak' if compute else '%ceil':>6s} "
+                f"{'x eager':>8s} {'x compile':>9s} {'host ms':>9s} {'bound':5s} {'check':10s} {'SM MHz':>10s}")
+        lines = [head, "-" * len(head)]
+        for r in self.rows:
+            def f(v, spec):  # "-" in the column's width where nothing was measured (None: rows saved before the column)
+                if isinstance(v, (int, float)) and not math.isnan(v):
+                    return format(v, spec)
+                return format("-", spec.split(".")[0] if spec[0] in "<>" else ">" + spec.split(".")[0])
+            bound = {None: "-", True: "host", False: "gpu"}[host_bound(r)]
+            lines.append(
+                f"{r['direction']:9s} {r['dtype']:9s} {r['shape']:>12s} {r['variant']:{w}s} "
+                f"{f(r['median_ms'], '10.4f')} "
+                f"{f(r['p20_ms'], '8.4f') + '-' + f(r['p80_ms'], '<8.4f') if r['median_ms'] == r['median_ms'] else f(math.nan, '17')} "
+                f"{f(r.get(rate, math.nan), '8.1f')} {f(r.get(pct, math.nan), '6.1f')} "
+                f"{f(r['speedup_vs_eager'], '8.2f')} {f(r['speedup_vs_compile'], '9.2f')} "
+                f"{f(r.get('host_ms'), '9.4f')} {bound:5s} {row_status(r):10s} {clock_text(r):>10s}")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def save(self, path=None):
+        """Append the rows to `path` (default workbench-results/bench.jsonl); returns the path."""
+        path = path or config.output_dir() / "bench.jsonl"
+        append_rows(path, self.rows)
+        return path
+
+    def plot(self, out_dir=None):
+        """Save every plot as a PNG under out_dir (default workbench-results/plots); returns the paths."""
+        return plot_all(self.rows, out_dir or config.output_dir() / "plots")
+
+    def figure(self):
+        """The same plots in one matplotlib Figure, returned and not saved (a notebook shows it)."""
+        return figure(self.rows)
+
+    def ladder_figure(self, op=None, **kw):
+        """The op's ladder (its spec's variants in teaching order) as one Figure, returned and not
+        saved (plot.ladder_figure; kw: dtype, direction, shape). op defaults to the rows' only op."""
+        if op is None:
+            ops = sorted({r["op"] for r in self.rows})
+            if len(ops) != 1:
+                raise ValueError(f"ladder_figure: the rows hold ops {ops}; name one with op=")
+            op = ops[0]
+        return ladder_figure(self.rows, op=op, **kw)
+
+    def frame(self, all_columns: bool = False):
+        """The rows as a pandas DataFrame (needs pandas): the table's columns, or every column
+        (provenance included) with all_columns=True."""
+        df = to_dataframe(self.rows)
+        return df if all_columns else df.reindex(columns=list(TABLE_COLUMNS))  # rows saved before a column existed
+
+    def __repr__(self) -> str:
+        return self.table()

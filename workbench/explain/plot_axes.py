@@ -146,12 +146,10 @@ def gbps(r: Row) -> float | None:
     return None
 
 
-def _ceiling(rows: list[Row]) -> float | None:
-    """The rows' copy ceiling in GB/s, or None where there is none (CPU rows carry NaN)."""
-    ceilings = [float(r["ceiling_GBps"]) for r in rows
-                if r.get("ceiling_GBps") and math.isfinite(float(r["ceiling_GBps"]))]
-    # One GPU per run, so the rows agree; max() only guards against a stray value.
-    return max(ceilings) if ceilings else None
+def _ceiling(rows: list[Row], key: str = "ceiling_GBps") -> float | None:
+    """The rows' ceiling (copy GB/s, or matmul_ceiling_TFLOPs), or None where there is none (CPU
+    rows carry NaN). One GPU per run, so the rows agree; max() only guards against a stray value."""
+    return max((float(r[key]) for r in rows if r.get(key) and math.isfinite(float(r[key]))), default=None)
 
 
 def compute_bound(rows: list[Row]) -> bool:
@@ -169,9 +167,7 @@ def _rate(rows: list[Row]) -> tuple[Any, Any, str, float | None, str]:
     or None, the ceiling's legend). TFLOP/s against cuBLAS's rate for a compute-bound op's rows,
     achieved GB/s against the copy rate otherwise."""
     if compute_bound(rows):
-        peaks = [float(r["matmul_ceiling_TFLOPs"]) for r in rows
-                 if r.get("matmul_ceiling_TFLOPs") is not None and math.isfinite(float(r["matmul_ceiling_TFLOPs"]))]
-        c = max(peaks) if peaks else None
+        c = _ceiling(rows, "matmul_ceiling_TFLOPs")
         return (_tflops, lambda t: f"{t:.1f} TFLOP/s" if t >= 1 else f"{t:.2g} TFLOP/s", "achieved TFLOP/s", c,
                 f"compute ceiling: cuBLAS at 8192^3, {c:.0f} TFLOP/s" if c else "")
     c = _ceiling(rows)

@@ -21,7 +21,7 @@ _USED = re.compile(r"Used (\d+) registers")
 # A SASS instruction line: "/*0070*/   @!P0 LDG.E.128 R4, desc[UR4][R2.64] ;" -> 0x70, "LDG.E.128",
 # its operands. A branch's operands end with its target's address: "@P0 BRA 0x5d0 ;", "BRA.U !UP0, 0x1d0 ;".
 _SASS_OP = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)([^;]*)")
-_BRANCH_TARGET = re.compile(r"\b0x([0-9a-f]+)\s*$")
+BRANCH_TARGET = re.compile(r"\b0x([0-9a-f]+)\s*$")
 
 
 @dataclass
@@ -76,10 +76,6 @@ def parse_resources(text: str) -> list[KernelResources]:
     return out
 
 
-def nvcc_flags(source: pathlib.Path, arch: str) -> list[str]:
-    return ["-std=c++17", "-O3", f"-arch={arch}", "-Xptxas", "-v", f"-I{config.COMMON_DIR}", f"-I{source.parent}"]
-
-
 def compile_report(source: pathlib.Path, arch: str = "sm_90", *, cubin: pathlib.Path | None = None) -> Report:
     """Compile one variant source with nvcc for `arch`, returning ptxas's report, parsed."""
     if source.suffix != ".cu":  # a Python variant's Triton kernels are compiled by Triton, not nvcc
@@ -89,8 +85,9 @@ def compile_report(source: pathlib.Path, arch: str = "sm_90", *, cubin: pathlib.
         raise RuntimeError("nvcc not found (set CUDA_HOME)")
     with tempfile.TemporaryDirectory() as tmp:
         out = cubin or pathlib.Path(tmp) / "out.cubin"
-        proc = subprocess.run([nvcc, *nvcc_flags(source, arch), "-cubin", "-o", str(out), str(source)],
-                              capture_output=True, text=True, timeout=600)
+        flags = ["-std=c++17", "-O3", f"-arch={arch}", "-Xptxas", "-v", f"-I{config.COMMON_DIR}", f"-I{source.parent}"]
+        proc = subprocess.run([nvcc, *flags, "-cubin", "-o", str(out), str(source)], capture_output=True, text=True,
+                              timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"nvcc failed on {source} for {arch}:\n{proc.stderr}")
     text = proc.stderr + proc.stdout
@@ -109,12 +106,13 @@ def cuobjdump() -> str | None:
     return next((c for c in candidates if c and pathlib.Path(c).is_file()), None)
 
 
-def sass(binary: pathlib.Path) -> str:
-    """cuobjdump -sass of a cubin, or of a shared library with device code (a built variant)."""
+def sass(binary: pathlib.Path, what: str = "-sass") -> str:
+    """cuobjdump -sass (or `what`: -res-usage) of a cubin, or of a shared library with device code
+    (a built variant)."""
     tool = cuobjdump()
     if tool is None:
         raise RuntimeError("cuobjdump not found (CUDA toolkit or the triton package carries it)")
-    return subprocess.run([tool, "-sass", str(binary)], capture_output=True, text=True, timeout=300, check=True).stdout
+    return subprocess.run([tool, what, str(binary)], capture_output=True, text=True, timeout=300, check=True).stdout
 
 
 def sass_opcodes(text: str) -> dict[tuple[str, str], set[str]]:
@@ -153,7 +151,7 @@ def sass_instructions(text: str) -> dict[tuple[str, str], list[Instruction]]:
             continue
         m = _SASS_OP.search(line)
         if m and key:
-            target = _BRANCH_TARGET.search(m.group(3)) if re.match(r"BRA\b", m.group(2)) else None
+            target = BRANCH_TARGET.search(m.group(3)) if re.match(r"BRA\b", m.group(2)) else None
             code[key].append(Instruction(int(m.group(1), 16), m.group(2), int(target.group(1), 16) if target else None))
     return code
 

@@ -7,7 +7,7 @@ ridge is limited by arithmetic.
 
     points(rows)             each op's best variant per dtype (at the size where it does best)
     points(rows, every=True) every variant, for comparing an op's variants
-    figure(rows, ...)        a matplotlib Figure (inline in a notebook); plot(rows, path) a PNG
+    figure(rows, path=...)   a matplotlib Figure (inline in a notebook), and a PNG where path is given
 """
 from __future__ import annotations
 
@@ -88,19 +88,14 @@ def draw(ax, rows: list[Row], *, ops=None, direction: str = "fwd", every: bool =
     return pts
 
 
-def figure(rows: list[Row], **kw):
-    """The roofline as a Figure (displayed inline by a notebook cell that ends with it)."""
+def figure(rows: list[Row], path=None, **kw):
+    """The roofline as a Figure (displayed inline by a notebook cell that ends with it); also a PNG
+    at `path` where given."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(12, 6), layout="constrained")
     draw(fig.add_subplot(), rows, **kw)
+    if path is not None:
+        pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120, format="png")
     return fig
-
-
-def plot(rows: list[Row], out_path, **kw) -> pathlib.Path:
-    """Save the roofline as a PNG."""
-    out_path = pathlib.Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fig = figure(rows, **kw)
-    fig.savefig(out_path, dpi=120, format="png")
-    return out_path

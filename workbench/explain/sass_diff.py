@@ -33,7 +33,6 @@ import dataclasses
 import difflib
 import pathlib
 import re
-import subprocess
 import sys
 
 from . import ptxas
@@ -46,7 +45,6 @@ IDENTICAL, RENAMED, OPERANDS, DIFFERS, NVCC_ONLY, NVRTC_ONLY = (
     "identical", "same instructions, other registers", "same opcodes, operands differ", "differs", "nvcc only", "nvrtc only")
 # Opcodes whose last operand is an address in the kernel's own code.
 _CODE_ADDRESS_OPS = {"BRA", "BRX", "JMP", "JMX", "CALL", "BSSY", "SSY", "PBK", "PCNT"}  # not RET: its 0x0 is an offset
-_TARGET = re.compile(r"\b0x([0-9a-f]+)\s*$")
 # A register operand: general (R5), uniform (UR4), predicate (P0, UP1), convergence barrier (B0); not
 # the zero and true registers (RZ, URZ, PT, UPT), whose names are fixed.
 _REGISTER = re.compile(r"\b(U?R|U?P|B)\d+\b")
@@ -82,6 +80,10 @@ class Comparison:
     kernels: list[KernelDiff]
     fallback: str | None = None  # why the NVRTC tier built it with nvcc (then nothing is compared)
 
+    def tally(self) -> str:
+        """How many kernels have each status: "3 identical, 1 differs"."""
+        return ", ".join(f"{n} {s}" for s, n in collections.Counter(k.status for k in self.kernels).most_common())
+
     @property
     def identical(self) -> bool:
         return self.fallback is None and all(k.status == IDENTICAL for k in self.kernels)
@@ -92,9 +94,8 @@ class Comparison:
                f"for {self.nvrtc_arch} ({' '.join(self.nvrtc_options)})"]
         if self.fallback:
             return "\n".join(out + [f"  nothing to compare: the NVRTC tier built it with nvcc ({self.fallback})"])
-        tally = collections.Counter(k.status for k in self.kernels)
-        out.append(f"  {len(self.kernels)} kernels: " + ", ".join(f"{n} {status}" for status, n in tally.most_common())
-                   + " (instruction addresses, encodings and code addresses left out)")
+        out.append(f"  {len(self.kernels)} kernels: {self.tally()} (instruction addresses, encodings and code "
+                   "addresses left out)")
         for k in self.kernels:
             regs = f", {k.registers[0]} / {k.registers[1]} registers" if k.registers != (None, None) else ""
             out.append(f"  {k.label}: {k.status} ({k.nvcc_count} / {k.nvrtc_count} instructions{regs}, nvcc / nvrtc)"
@@ -140,11 +141,11 @@ def normalize(code: list[str]) -> list[str]:
         if m:
             parsed.append(" ".join(m.group(2).split()))
     targets = {int(m.group(1), 16) for text in parsed
-               if (m := _TARGET.search(text)) and _opcode_base(text) in _CODE_ADDRESS_OPS}
+               if (m := ptxas.BRANCH_TARGET.search(text)) and _opcode_base(text) in _CODE_ADDRESS_OPS}
     labels = {address: f"L{k}" for k, address in enumerate(sorted(targets))}
     out = []
     for text in parsed:
-        m = _TARGET.search(text)
+        m = ptxas.BRANCH_TARGET.search(text)
         if m and _opcode_base(text) in _CODE_ADDRESS_OPS:
             text = text[:m.start()] + labels[int(m.group(1), 16)]
         out.append(text)
@@ -204,13 +205,8 @@ def innermost_loops(listing: str, arch: str) -> dict[str, list[collections.Count
 def kernel_resources(binary: pathlib.Path, arch: str) -> dict[str, dict[str, int]]:
     """Canonical kernel name -> its resources as cuobjdump -res-usage reports them (REG, STACK,
     SHARED, LOCAL, CONSTANT[0] ... in bytes but REG), the ELF for `arch` alone (a lone cubin: all)."""
-    tool = ptxas.cuobjdump()
-    if tool is None:
-        raise RuntimeError("cuobjdump not found (the CUDA toolkit or the triton package carries it)")
-    text = subprocess.run([tool, "-res-usage", str(binary)], capture_output=True, text=True, timeout=300,
-                          check=True).stdout
     found: dict[str, dict[str, int]] = {}
-    for name, line in _kernel_lines(text, arch, r"^\s*Function (\S+):"):
+    for name, line in _kernel_lines(ptxas.sass(binary, "-res-usage"), arch, r"^\s*Function (\S+):"):
         if line is not None and "REG:" in line and name not in found:
             found[name] = {k: int(v) for k, v in re.findall(r"(\S+?):(\d+)", line)}
     return found
@@ -245,8 +241,7 @@ def diff_kernel(name: str, nvcc: list[str] | None, nvrtc: list[str] | None) -> K
     result = KernelDiff(name, IDENTICAL, len(nvcc), len(nvrtc))
     if nvcc == nvrtc:
         return result
-    a, b = collections.Counter(map(_opcode, nvcc)), collections.Counter(map(_opcode, nvrtc))
-    result.opcodes = {op: (a[op], b[op]) for op in a.keys() | b.keys() if a[op] != b[op]}
+    result.opcodes = _counts_that_differ(collections.Counter(map(_opcode, nvcc)), collections.Counter(map(_opcode, nvrtc)))
     same_opcodes = [_opcode(t) for t in nvcc] == [_opcode(t) for t in nvrtc]
     result.status = (RENAMED if renamed(nvcc, nvrtc) else OPERANDS) if same_opcodes else DIFFERS
     result.diff = list(difflib.unified_diff(nvcc, nvrtc, "nvcc", "nvrtc", n=2, lineterm=""))
@@ -367,14 +362,6 @@ def tree_cuda_variants() -> list[str]:
             if source.suffix == ".cu"]
 
 
-def summary_line(c: Comparison) -> str:
-    """One line for a comparison: the variant and how many kernels have each status."""
-    if c.fallback:
-        return f"{c.label:36s} not compared: the NVRTC tier falls back to nvcc ({c.fallback})"
-    tally = collections.Counter(k.status for k in c.kernels)
-    return f"{c.label:36s} {len(c.kernels):3d} kernels: " + ", ".join(f"{n} {s}" for s, n in tally.most_common())
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m workbench.explain.sass_diff", description=__doc__.split("\n\n")[0])
     p.add_argument("variants", nargs="*", metavar="OP/VARIANT", help="a CUDA variant, as `python -m workbench list` names them")
@@ -395,7 +382,8 @@ def main(argv=None) -> int:
             summary.append(f"{qualified:36s} not compared: {type(e).__name__}")
             continue
         print(c.text(args.diff_lines), flush=True)
-        summary.append(summary_line(c))
+        summary.append(f"{c.label:36s} not compared: the NVRTC tier falls back to nvcc ({c.fallback})" if c.fallback
+                       else f"{c.label:36s} {len(c.kernels):3d} kernels: {c.tally()}")
     if len(summary) > 1:
         print("\nper variant, nvcc vs NVRTC:\n" + "\n".join(summary))
     return 1 if failed else 0

@@ -1,8 +1,7 @@
 """Benchmarks: every requested variant against PyTorch eager and torch.compile, in one run.
 
-The op's spec supplies inputs and byte/flop counts; timing lives in workbench.measure.timing; rows carry
-provenance and go to results/ (workbench.measure.results); the table and the speedups are bench_rows'; plots
-come from workbench.explain.plot.
+The op's spec supplies inputs and byte/flop counts; timing lives in workbench.measure.timing; the rows,
+their speedups, physics guard, table and results file are bench_rows'; plots come from workbench.explain.plot.
 """
 from __future__ import annotations
 
@@ -15,20 +14,14 @@ import time
 import torch
 
 from .. import __version__, config
-from . import ceilings, conditions, physics, results, timing, verify
+from . import ceilings, conditions, timing, verify
 from ..run import loaded, loader
 from ..model import registry
 from ..build import toolchain
 from .. import dtypes as dtypes_
-from .bench_result import BenchResult
-from .bench_rows import add_speedups, baselines_of, host_bound, verdict_notes
+from ..explain.plot import BenchResult
+from .bench_rows import Limits, add_speedups, baselines_of, host_bound, provenance, verdict_notes
 from ..model.opspec import DIRECTIONS, as_tuple
-
-
-def _redraws_lines() -> bool:
-    """True where a carriage return redraws the line: a terminal, or a Jupyter cell (whose stderr
-    is ipykernel's stream; saved notebooks keep only the last state when streams are coalesced)."""
-    return sys.stderr.isatty() or type(sys.stderr).__module__.startswith("ipykernel")
 
 
 def _progress(i: int, n: int, what: str) -> None:
@@ -38,7 +31,9 @@ def _progress(i: int, n: int, what: str) -> None:
     width = 24
     bar = "#" * (width * i // max(n, 1)) + "." * (width - width * i // max(n, 1))
     line = f"[bench] [{bar}] {i}/{n} {what}"
-    if _redraws_lines():
+    # A carriage return redraws the line on a terminal and in a Jupyter cell (whose stderr is
+    # ipykernel's stream; saved notebooks keep only the last state when streams are coalesced).
+    if sys.stderr.isatty() or type(sys.stderr).__module__.startswith("ipykernel"):
         print("\r" + line.ljust(110), end="\n" if i >= n else "", file=sys.stderr, flush=True)
     else:
         print(line, file=sys.stderr, flush=True)
@@ -190,11 +185,6 @@ _NOT_TIMED = dict(median_ms=math.nan, p20_ms=math.nan, p80_ms=math.nan, n_sample
                   method="not timed", peak_mem_bytes=-1, unseen_ms=math.nan, synced_ms=math.nan, host_ms=math.nan)
 
 
-def _verdict_fields(v: verify.Verdict) -> dict:
-    return dict(verified=v.status, verify_detail=v.detail, verify_max_abs_err=v.max_abs_err,
-                verify_where=list(v.where) if v.where is not None else None, verify_against=v.against)
-
-
 def _measure_provider(kind_fn, group: _Group, attrs: dict, device: torch.device, stop: dict) -> dict:
     """One provider of a group: checked on fresh inputs, timed over the rotating sets (with the
     GPU's clocks sampled meanwhile), the last timed call's output checked, then checked once more
@@ -213,7 +203,7 @@ def _measure_provider(kind_fn, group: _Group, attrs: dict, device: torch.device,
     started = time.perf_counter()
     verdict = group.before.check(fn, "before timing", poison=poison)
     if not verdict.ok:
-        return dict(_NOT_TIMED, **_verdict_fields(verdict), clocks={}, clock_warning="",
+        return dict(_NOT_TIMED, **verdict.fields(), clocks={}, clock_warning="",
                     check_seconds=time.perf_counter() - started)
     check_s = time.perf_counter() - started
     timed = group.timed(fn, attrs)
@@ -235,7 +225,7 @@ def _measure_provider(kind_fn, group: _Group, attrs: dict, device: torch.device,
                rel_std_err=m.rel_std_err, method=m.method, unseen_ms=m.unseen_ms, synced_ms=m.synced_ms,
                host_ms=m.host_ms,
                peak_mem_bytes=timing.peak_memory_bytes(timed, device) if device.type == "cuda" else -1,
-               **_verdict_fields(verdict), clocks=clocks, clock_warning=conditions.warning(clocks),
+               **verdict.fields(), clocks=clocks, clock_warning=conditions.warning(clocks),
                check_seconds=check_s)
     if m.unseen_ms > 0:
         out["impossible_reason"] = (
@@ -272,7 +262,9 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
         baselines = baselines_of(registry.spec(op))
     if isinstance(variants, loader.Kernel) or (isinstance(variants, (list, tuple)) and variants
                                                 and all(isinstance(v, loader.Kernel) for v in variants)):
-        variants = [v if _brought(v) else v.name
+        from ..run import byo
+
+        variants = [v if isinstance(v, byo.CallableKernel) else v.name
                     for v in ([variants] if isinstance(variants, loader.Kernel) else variants)]
     variants, own, unusable = _own_variants(op, variants)
     spec = registry.spec(op)
@@ -314,10 +306,10 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     if compute:
         result.notes.append("compute-bound: TFLOP/s against cuBLAS's own rate at 8192^3 per dtype (%peak); "
                             "float32 with TF32 off (allow_tf32 = False)")
-    limits = physics.Limits(device, config.cache_dir(), dtypes, gemm_tflops=peaks) if device.type == "cuda" else None
+    limits = Limits(device, config.cache_dir(), dtypes, gemm_tflops=peaks) if device.type == "cuda" else None
     if device.type == "cuda" and conditions.unavailable():
         result.notes.append(f"clocks not recorded: {conditions.unavailable()}")
-    prov = results.provenance(config.REPO_ROOT, __version__)
+    prov = provenance(config.REPO_ROOT, __version__)
     gen = torch.Generator(device=device)
     gen.manual_seed(0)
     # At least 30 samples: with fewer, a 15 us op's median moved by up to 8% between runs.
@@ -373,12 +365,6 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     if save:
         result.save(results_path)
     return result
-
-
-def _brought(v) -> bool:
-    from ..run import byo
-
-    return isinstance(v, byo.CallableKernel)
 
 
 def _own_variants(op: str, variants):

@@ -16,8 +16,6 @@ from typing import Any
 
 from .timing import _require_cuda, _resolve_cuda_device, time_cuda
 
-__all__ = ["copy_bandwidth_gbps", "read_bandwidth_gbps", "matmul_ceiling_tflops", "driver_version"]
-
 
 def driver_version() -> str:
     """NVIDIA driver version ("550.54.15"), or "" when it cannot be found.

@@ -11,6 +11,7 @@ it the rows say the conditions were not recorded and how to fix that.
 """
 from __future__ import annotations
 
+import functools
 import threading
 
 # NVML's clock-event reasons (nvmlClocksEventReason*, formerly ClocksThrottleReason*).
@@ -23,30 +24,22 @@ BENIGN = 0x1 | 0x2 | 0x100  # idle between launches; a fixed application clock a
 CLOCK_MOVE = 0.05  # an SM clock range wider than 5% of its maximum is worth a warning
 INSTALL_HINT = "pip install nvidia-ml-py"
 
-_nvml = None
-_nvml_error = ""
-
-
-def _load():
-    """pynvml, initialised once; None (with the reason kept) where it cannot be."""
-    global _nvml, _nvml_error
-    if _nvml is not None or _nvml_error:
-        return _nvml
+@functools.cache
+def _nvml() -> tuple:
+    """(pynvml, initialised, ""), once; (None, why) where it cannot be."""
     try:
         import pynvml
         pynvml.nvmlInit()
-        _nvml = pynvml
+        return pynvml, ""
     except ImportError:
-        _nvml_error = f"NVML not available: nvidia-ml-py is not installed ({INSTALL_HINT})"
+        return None, f"NVML not available: nvidia-ml-py is not installed ({INSTALL_HINT})"
     except Exception as e:  # noqa: BLE001 - no driver, no permission: say why and go on without
-        _nvml_error = f"NVML not available: {e}"
-    return _nvml
+        return None, f"NVML not available: {e}"
 
 
 def unavailable() -> str:
     """Why conditions cannot be recorded here ("" when they can)."""
-    _load()
-    return _nvml_error
+    return _nvml()[1]
 
 
 def _handle(device_index: int):
@@ -54,7 +47,7 @@ def _handle(device_index: int):
     devices differently, e.g. under CUDA_VISIBLE_DEVICES)."""
     import torch
 
-    nv = _load()
+    nv = _nvml()[0]
     uuid = str(getattr(torch.cuda.get_device_properties(device_index), "uuid", "") or "")
     if uuid:
         try:
@@ -71,7 +64,7 @@ def _reasons(nv, h) -> int:
 
 def read(device_index: int) -> dict:
     """One reading: SM and memory clocks (MHz), temperature (C), power (W), reasons (bit mask)."""
-    nv = _load()
+    nv = _nvml()[0]
     h = _handle(device_index)
     return {"sm_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
             "mem_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
@@ -82,7 +75,7 @@ def read(device_index: int) -> dict:
 
 def max_sm_mhz(device_index: int) -> float:
     """The highest SM clock the device may run at (MHz), or 0 where NVML cannot say."""
-    nv = _load()
+    nv = _nvml()[0]
     if nv is None:
         return 0.0
     try:
@@ -142,7 +135,7 @@ class Sampler:
                 return
 
     def __enter__(self) -> "Sampler":
-        if _load() is not None:
+        if _nvml()[0] is not None:
             self._thread = threading.Thread(target=self._loop, name="workbench-nvml", daemon=True)
             self._thread.start()
         return self

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from dataclasses import dataclass, field
 
 import torch
@@ -191,14 +190,14 @@ def _device_for(kernel) -> torch.device:
     return torch.device("cpu")
 
 
-def _generator(device: torch.device, seed: int) -> torch.Generator:
+def _generator(device: torch.device, seed: int | None) -> torch.Generator:
+    """A generator seeded with `seed`, or at random where it is None."""
     g = torch.Generator(device=device)
-    g.manual_seed(seed)
+    if seed is None:
+        g.seed()
+    else:
+        g.manual_seed(seed)
     return g
-
-
-def _seed(seed: int | None) -> int:
-    return int.from_bytes(os.urandom(4), "little") if seed is None else seed
 
 
 def _isolated(run, op: str, variant, kwargs: dict, note: str = "") -> Report:
@@ -246,21 +245,23 @@ def _in_a_runner(op: str, variant, isolate: bool | None) -> tuple[object, bool, 
                      "process; isolate=False: here)")
 
 
-def _kernel(op: str, variant):
+def _start(op: str, variant, note: str):
+    """(spec, kernel, device, an empty Report) for a check run here; the report's notes say what a
+    callable's or extension's probe found (what it ran on, whether autograd flows) and `note`."""
+    spec = registry.spec(op)
     if isinstance(variant, loader.Kernel):
-        return variant
-    if callable(variant) and not isinstance(variant, str):  # bring your own (byo.py): probed once
+        kernel = variant
+    elif callable(variant) and not isinstance(variant, str):  # bring your own (byo.py): probed once
         from ..run import byo
 
-        return byo.variant(variant, op=op)
-    return loader.get(op, variant)
-
-
-def _probe_note(kernel, report: Report) -> None:
-    """A callable's or extension's probe (what it ran on, whether autograd flows), as a note."""
+        kernel = byo.variant(variant, op=op)
+    else:
+        kernel = loader.get(op, variant)
+    device = _device_for(kernel)
+    report = Report(op, kernel.name, str(device))
     probe = getattr(kernel, "probe", "")
-    if probe:
-        report.skipped.append(f"note: {probe}")
+    report.skipped += ([f"note: {probe}"] if probe else []) + ([note] if note else [])
+    return spec, kernel, device, report
 
 
 def _wanted_dtypes(kernel, dtypes, report: Report) -> list[str]:
@@ -291,13 +292,7 @@ def check(op: str, variant, *, dtypes=None, shapes=None, layouts=("contiguous", 
     if isolate:
         return _isolated(check, op, variant, dict(dtypes=dtypes, shapes=shapes, layouts=layouts, seed=seed,
                                                   backward=backward, verbose=verbose, on_case=on_case), note)
-    spec = registry.spec(op)
-    kernel = _kernel(op, variant)
-    device = _device_for(kernel)
-    report = Report(op, kernel.name, str(device))
-    _probe_note(kernel, report)
-    if note:
-        report.skipped.append(note)
+    spec, kernel, device, report = _start(op, variant, note)
     wanted = _wanted_dtypes(kernel, dtypes, report)
     backward = backward and bool(spec.differentiable)
     if backward and "backward" not in kernel.steps:
@@ -306,7 +301,7 @@ def check(op: str, variant, *, dtypes=None, shapes=None, layouts=("contiguous", 
     out_names = [o.name for o in spec.outputs] if len(spec.outputs) > 1 else [""]
     grad_names = [t.name for t in spec.differentiable]
     settings = spec.sample_attrs()
-    gen = _generator(device, _seed(seed))
+    gen = _generator(device, seed)
     n = 0
     for dname in wanted:
         refused = False  # the launcher refused this declared dtype: one failed case says so, the rest skip

@@ -8,9 +8,8 @@ import math
 
 import torch
 
-from ..model import registry
-from .correctness import (DTYPE_REFUSED, Case, Report, _after_case, _compare_all, _context_lost, _device_for,
-                          _first_line, _generator, _in_a_runner, _isolated, _kernel, _probe_note, _raised, _seed)
+from .correctness import (DTYPE_REFUSED, Case, Report, _after_case, _compare_all, _context_lost, _first_line,
+                          _generator, _in_a_runner, _isolated, _raised, _start)
 from ..model.opspec import as_tuple
 
 
@@ -23,13 +22,7 @@ def gradcheck(op: str, variant, *, seed: int | None = None, shapes=None, isolate
     variant, isolate, note = _in_a_runner(op, variant, isolate)
     if isolate:
         return _isolated(gradcheck, op, variant, dict(seed=seed, shapes=shapes), note)
-    spec = registry.spec(op)
-    kernel = _kernel(op, variant)
-    device = _device_for(kernel)
-    report = Report(op, kernel.name, str(device))
-    _probe_note(kernel, report)
-    if note:
-        report.skipped.append(note)
+    spec, kernel, device, report = _start(op, variant, note)
     if not spec.differentiable:
         report.skipped.append(f"{op} has no differentiable inputs")
         return report
@@ -37,7 +30,7 @@ def gradcheck(op: str, variant, *, seed: int | None = None, shapes=None, isolate
         report.skipped.append(f"{op}/{kernel.name} has no backward (a forward-only variant)")
         return report
     sizes = [tuple(s) for s in shapes] if shapes else gradcheck_sizes(spec)
-    gen = _generator(device, _seed(seed))
+    gen = _generator(device, seed)
     attrs = spec.sample_attrs()[0]
     diff = [t.differentiable for t in spec.inputs]
     if "float64" in kernel.dtypes:

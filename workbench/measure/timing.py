@@ -21,15 +21,6 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-__all__ = [
-    "Measurement",
-    "peak_memory_bytes",
-    "sample_until_stable",
-    "summarize",
-    "time_cpu",
-    "time_cuda",
-]
-
 _log = logging.getLogger(__name__)
 
 # sqrt(pi/2): the asymptotic standard error of a sample median is sqrt(pi/2) * sigma / sqrt(n)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
@@ -52,10 +52,10 @@ class Verdict:
     def ok(self) -> bool:
         return self.status == CHECKED
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["where"] = list(self.where) if self.where is not None else None
-        return d
+    def fields(self) -> dict:
+        """The verdict as a row's (or a profiled call's) verify columns."""
+        return dict(verified=self.status, verify_detail=self.detail, verify_max_abs_err=self.max_abs_err,
+                    verify_where=list(self.where) if self.where is not None else None, verify_against=self.against)
 
 
 def _free_bytes(device: torch.device) -> int:
@@ -212,9 +212,6 @@ class Probe:
         """One step of `call` on the probe's inputs, its outputs poisoned (NaN) unless poison is
         False (PyTorch's own baselines: torch.compile's guards would recompile under the
         deterministic mode the poisoning uses), judged."""
-        import contextlib
-
-
         try:
             with poisoned_outputs() if poison else contextlib.nullcontext():
                 got = run_step(call, self.spec, self.inputs, self.attrs, self.direction, self.grads)
@@ -233,8 +230,7 @@ def check_kernel_at(kernel, size, dtype: str, direction: str, *, seed: int = 0) 
 
     spec = kernel.spec
     device = torch.device(kernel.device if kernel.device != "cuda" else f"cuda:{torch.cuda.current_device()}")
-    gen = torch.Generator(device=device)
-    gen.manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
     probe = Probe(spec, size, dtype, direction, spec.sample_attrs()[0], gen, device)
     if direction != "bwd":
         return probe.check(kernel, "the profiled call")

@@ -9,17 +9,12 @@ roofline.
 
     python -m workbench profile bias_gelu scalar vec4 --shape 8192x8192 --dtype float32 [--direction fwd]
 
-How: the variant is built here (a compile error is raised before anything is profiled), then ncu
-runs a runner that serves it (judge.runner); from here the call is warmed up and made once more
-inside the runner's NVTX range ncu.RANGE; only the kernels launched in that range are profiled (not
-the warm-up, nothing of torch's: inputs, copies and the check run in this process), with one
-set of metrics (METRICS, STALLS) that ncu collects by replaying each kernel a few times. GPU clocks
-are left as they are (--clock-control none), so durations compare with wb.bench's and with the
-measured ceilings. The run has a time limit; where ncu is missing or cannot read the counters,
-ncu.NcuUnavailable says so and how to go on without them (wb.bench, the ptxas report, roofline()).
-The same run samples warp stalls per instruction (ncu's SourceCounters section); with the
-runner's build made with nvcc -lineinfo (profile makes it, cached), each kernel's table ends with
-its source lines that collected the most stall samples, and why (lines=False leaves this out).
+How: the variant is built here (a compile error is raised before anything is profiled), then
+ncu.measure profiles one checked call of it in a runner (see ncu.py), with one set of metrics
+(METRICS, STALLS) and the GPU clocks left as they are (--clock-control none), so durations compare
+with wb.bench's and with the measured ceilings. With the runner's build made with nvcc -lineinfo
+(profile makes it, cached), each kernel's table ends with its source lines that collected the most
+stall samples, and why (lines=False leaves this out).
 
 The verdict's rules: profiling/rules.py. Its modules: metrics (what ncu is asked for and how a
 row is read), rules (the verdict), report (the tables), this one (the runs).
@@ -224,7 +219,7 @@ def roofline(ops, variants="all", shape=None, dtype: str = "float32", direction:
     op is timed (wb.bench, no baselines) at `shape` (one op; default and for several ops:
     default_shape), every variant of one op (or `variants`), every variant of several. Returns the
     Figure; path: also a PNG there."""
-    from ...measure import results
+    from ...measure import bench_rows
 
     ops = [ops] if isinstance(ops, str) else list(ops)
     if rows is None:
@@ -237,13 +232,8 @@ def roofline(ops, variants="all", shape=None, dtype: str = "float32", direction:
             rows += bench(op, variants=variants if len(ops) == 1 else "all", dtypes=[dtype], shapes=[size],
                           baselines=[], directions=[direction], budget_s=budget_s).rows
     elif isinstance(rows, (str, pathlib.Path)):
-        rows = results.read_rows(rows)
-    fig = roofline_.figure(list(rows), ops=ops, direction=direction, every=True)
-    if path is not None:
-        path = pathlib.Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120, format="png")
-    return fig
+        rows = bench_rows.read_rows(rows)
+    return roofline_.figure(list(rows), path, ops=ops, direction=direction, every=True)
 
 
 # wb.profile(...) is this function; wb.profile.roofline(...) draws every variant from timing alone.

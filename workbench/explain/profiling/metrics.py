@@ -88,17 +88,9 @@ def tensor_pipe(m: dict) -> float | None:
 
 
 def _num(v) -> float | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)):
-        return float(v) if math.isfinite(v) else None
-    if isinstance(v, str):
-        try:
-            x = float(v.replace(",", ""))
-        except ValueError:
-            return None  # "-", "n/a", "": not collected
-        return x if math.isfinite(x) else None
-    return None
+    """A finite number, or None ("-", "n/a", "": not collected)."""
+    x = None if isinstance(v, bool) else ncu.number(v, None)
+    return x if x is not None and math.isfinite(x) else None
 
 
 def short_name(name: str) -> str:

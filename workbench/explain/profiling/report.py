@@ -63,8 +63,10 @@ def _fmt(v, spec: str) -> str:
     return format(v, spec) if not isinstance(v, str) else v
 
 
-def _stall_text(m: dict) -> str:
-    return ", ".join(f"{r} {v:.1f}" for r, v in top_stalls(m)) or "-"
+def _ratio(vals: list, f: str) -> str:
+    """The ratio column's cell: the second variant's value over the first's."""
+    a, b = vals
+    return f"{b / a:.2f}x" if f != "s" and isinstance(a, (int, float)) and isinstance(b, (int, float)) and a else ""
 
 
 @dataclass
@@ -201,7 +203,7 @@ class Profile:
             ("tensor pipe (% of peak)", g("tensor_pipe"), ".0f"),
             ("issue slots busy (%)", g("issue_pct"), ".0f"),
             ("cycles per issued instruction", g("cycles_per_issue"), ".1f"),
-            ("top stalls (warps per instr.)", col(lambda k: _stall_text(k.metrics)), "s"),
+            ("top stalls (warps per instr.)", col(lambda k: ", ".join(f"{r} {v:.1f}" for r, v in top_stalls(k.metrics)) or "-"), "s"),
             ("registers per thread", g("registers"), ".0f"),
             ("shared memory per block (B)", col(lambda k: None if k.metrics.get("smem_static") is None
                                                 and k.metrics.get("smem_dynamic") is None else
@@ -239,9 +241,7 @@ class Profile:
         if ratio:
             heads.append((f"{self.variants[1]}/{self.variants[0]}", "ratio"))
             for c, (_, vals, f) in zip(cells, rows):
-                a, b = vals
-                c.append(f"{b / a:.2f}x" if f != "s" and isinstance(a, (int, float)) and isinstance(b, (int, float))
-                         and a else "")
+                c.append(_ratio(vals, f))
         lw = max(len(label) for label, _, _ in rows)
         widths = [max(len(h[0]), len(h[1]), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
         lines = [self.header(), *self._wrong_lines(), ""]
@@ -274,9 +274,7 @@ class Profile:
         for label, vals, f in rows:
             tds = "".join(f"<td style='text-align:right'>{e(_fmt(x, f))}</td>" for x in vals)
             if ratio:
-                a, b = vals
-                r = f"{b / a:.2f}x" if f != "s" and isinstance(a, (int, float)) and isinstance(b, (int, float)) and a else ""
-                tds += f"<td style='text-align:right'>{r}</td>"
+                tds += f"<td style='text-align:right'>{_ratio(vals, f)}</td>"
             body.append(f"<tr><th style='text-align:left'>{e(label)}</th>{tds}</tr>")
         verdicts = "".join(f"<li><b>{e(k.variant)}/{e(k.name)}</b>: {e(k.verdict.summary)}. <i>Try:</i> "
                            f"{e(k.verdict.advice)}</li>" for k in self.kernels if k.verdict)
@@ -308,12 +306,7 @@ class Profile:
 
     def roofline(self, path=None):
         """The profiled variants on the roofline (a Figure; also a PNG at `path`)."""
-        fig = roofline_.figure(self.rows(), direction=self.direction, every=True)
-        if path is not None:
-            path = pathlib.Path(path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(path, dpi=120, format="png")
-        return fig
+        return roofline_.figure(self.rows(), path, direction=self.direction, every=True)
 
 
 def _change(a, b, *, rel: float = 0.1) -> bool:
