@@ -35,7 +35,7 @@ from .kernel import Kernel, PythonKernel
 from .loaded import STATE
 from ..model import registry
 from ..model.registry import ResolvedOp
-from ..build import DEFAULT_OPTIONS, EDIT_LOOP_OPTIONS, BuildOptions, built_not_loaded, get_or_build, prebuilt
+from ..build import DEFAULT_OPTIONS, EDIT_LOOP_OPTIONS, BuildOptions, get_or_build, prebuilt
 from ..build.tree import binding_piece, harness_piece, variant_piece
 from ..errors import WorkbenchError
 
@@ -54,13 +54,12 @@ def ensure_harness() -> dict:
             with_cuda = toolchain.can_build_cuda()
         start = time.perf_counter()
         lib, bdir, built, key, _ = get_or_build(harness_piece(with_cuda))
-        if not built:
-            if _workbench_namespace_registered():
-                raise WorkbenchError(
-                    "torch.ops.workbench is already registered in this process by another build of the "
-                    "harness (its sources or the toolchain changed since it was loaded); restart the "
-                    "process to load the new one")
-            torch.ops.load_library(str(lib))
+        if _workbench_namespace_registered():
+            raise WorkbenchError(
+                "torch.ops.workbench is already registered in this process by another build of the "
+                "harness (its sources or the toolchain changed since it was loaded); restart the "
+                "process to load the new one")
+        torch.ops.load_library(str(lib))
         cache.mark_in_use(bdir)
         STATE.harness_lib = ctypes.CDLL(str(lib))  # the same handle torch.ops.load_library opened
         info = json.loads(_call_harness("workbench_harness_info"))
@@ -249,8 +248,7 @@ def build_source(op: str, path, name: str | None = None) -> BuiltVariant:
     start = time.perf_counter()
     static = registry.static_variant(op, path, name=name)  # not loaded: the source is all there is to read
     _check_can_build(r, name, path)
-    with built_not_loaded():
-        lib, bdir, built, key, _ = get_or_build(variant_piece(r, name, path))
+    lib, bdir, built, key, _ = get_or_build(variant_piece(r, name, path))  # a build loads nothing
     cache.mark_in_use(bdir)  # a shared lock that keeps `clean` away until this process ends, not a build lock
     return BuiltVariant(op=op, name=name, source=path, library=lib, build_dir=bdir, built=built,
                         seconds=time.perf_counter() - start, key=key, device=static.device, dtypes=static.dtypes,
