@@ -10,7 +10,7 @@
 Either way the compiler's output (ptxas's register and spill report included) is the build's
 build.log, and a failure is a BuildError naming the first compiler error's file and line.
 COMPILERS maps Piece.compiler to its function; the third kind, "nvrtc" (nvrtc_tier.py: device code by
-NVRTC, the host side by the host compiler, a raw piece), builds pieces of its own, so pipeline.py adds
+NVRTC, the host side by the host compiler, a raw piece), builds pieces of its own, so pipeline.py calls
 it with get_or_build at hand.
 """
 from __future__ import annotations
@@ -26,10 +26,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from . import toolchain
 from ..errors import BuildError, WorkbenchError
-from . import records
-from .arch import gencode_flags
+from . import records, toolchain
 from .guard import run_guarded
 from .piece import CPP_EXTENSION, RAW, Piece
 
@@ -106,7 +104,7 @@ def _ninja_file(piece: Piece, name: str) -> str:
              "rule link", "  command = $cxx $in $ldflags -o $out"]
     if piece.with_cuda:
         # The arch flags from the piece's arch list, unless its flags name an arch already (as torch does).
-        archs = [] if any("arch" in f for f in piece.cuda_cflags) else gencode_flags(piece.arch_list)
+        archs = [] if any("arch" in f for f in piece.cuda_cflags) else toolchain.gencode_flags(piece.arch_list)
         cuda_flags = [*common, *cpp_extension.COMMON_NVCC_FLAGS, *archs, "--compiler-options", "'-fPIC'",
                       *piece.cuda_cflags]
         if not any(f.startswith("-std=") for f in cuda_flags):
