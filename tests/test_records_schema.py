@@ -30,7 +30,7 @@ LIB = "wb_probe-0123abcd.so"
 
 
 def _elf(size: int = 256) -> bytes:
-    """A 64-bit ELF file with one loadable segment covering it: what records.elf_problem accepts."""
+    """A 64-bit ELF file with one loadable segment covering it: what build.elf_problem accepts."""
     head = bytearray(64)
     head[:7] = b"\x7fELF\x02\x01\x01"
     struct.pack_into("<HHIQQQIHHHHHH", head, 16, 3, 62, 1, 0, 64, 0, 0, 64, 56, 1, 64, 0, 0)

@@ -187,7 +187,7 @@ def launched_kernels(library: pathlib.Path, names) -> dict[str, str]:
 
 def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | None = None,
                   last_good: str | None = None, build) -> Compiled:
-    """The piece compiled into `staging` (see the module's docstring); `build` is pipeline.get_or_build,
+    """The piece compiled into `staging` (see the module's docstring); `build` is build.get_or_build,
     for the host library and the fallback, pieces of their own."""
     start = time.perf_counter()
     (source,) = p.sources

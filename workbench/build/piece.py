@@ -55,7 +55,7 @@ def tokens(text: str) -> str:
 
 # path -> [(mtime_ns, size, inode), sha256 of the content, its quoted includes, sha256 of its tokens
 # once asked for]: a file is read and scanned again only when its stat changes, so a warm load hashes
-# no header twice. (A stale entry could only name a folder: records.lookup checks what the compiler
+# no header twice. (A stale entry could only name a folder: build.lookup checks what the compiler
 # read, by content.)
 _scanned: dict[str, list] = {}
 

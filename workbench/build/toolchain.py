@@ -187,7 +187,7 @@ def can_build_cuda() -> bool:
 
 def can_build_cpp() -> bool:
     """A C++ compiler ($CXX, else c++) and ninja are on PATH: what a JIT build of a CPU library
-    needs (cpp_extension.load). Looked up, never run."""
+    needs (a build.ninja of its own: compilers.py). Looked up, never run."""
     cxx = shlex.split(os.environ.get("CXX") or "c++") or ["c++"]
     return shutil.which(cxx[0]) is not None and shutil.which("ninja") is not None
 

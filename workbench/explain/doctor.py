@@ -82,7 +82,7 @@ def report() -> tuple[list[tuple[str, str]], list[str]]:
                                                f"the lock)" for p, pid in held) or "none"))
 
     if ninja is None:
-        problems.append("ninja is missing: torch.utils.cpp_extension.load needs it (pip install ninja)")
+        problems.append("ninja is missing: a torch extension's build needs it (pip install ninja)")
     if gxx is None:
         problems.append("no C++ compiler found (c++ / $CXX): nothing can be built")
     if torch.version.cuda and not home:
