@@ -11,7 +11,7 @@ Environment knobs:
     WORKBENCH_WHEEL_DEVICES  which variants to prebuild: "cpu,cuda" (default where nvcc is found),
                              "cpu" (the harness, bindings and CPU variants: what CI builds), or
                              "none" (sources only: everything is JIT-built where installed)
-    TORCH_CUDA_ARCH_LIST     CUDA archs (default: workbench.build.arch.SHIPPED, sm_80 and sm_90 plus PTX)
+    TORCH_CUDA_ARCH_LIST     CUDA archs (default: workbench.build.toolchain.SHIPPED, sm_80 and sm_90 plus PTX)
     MAX_JOBS                 libraries compiled at once (default: the CPU count)
 An editable install (pip install -e .) prebuilds nothing: a checkout JIT-builds, edits included.
 """
@@ -82,8 +82,8 @@ def _prebuilt():
                          "sources-only wheel") from None
     sys.path.insert(0, str(ROOT))
     from workbench import __version__, config
-    from workbench.build import toolchain
-    from workbench.build import arch, prebuilt, tree
+    from workbench import build
+    from workbench.build import prebuilt, toolchain
 
     if config.INSTALLED or config.REPO_ROOT != ROOT:
         raise SystemExit(f"setup.py imported workbench from {config.PACKAGE_DIR}, not from {ROOT}")
@@ -94,10 +94,10 @@ def _prebuilt():
     devices = _devices(can_cuda)
     if not devices:
         return [], None
-    arch_list = os.environ["TORCH_CUDA_ARCH_LIST"] = arch.arch_list(shipped=True)  # cpp_extension reads it
+    arch_list = os.environ["TORCH_CUDA_ARCH_LIST"] = toolchain.arch_list(shipped=True)  # cpp_extension reads it
     abi = toolchain.abi()
     libstdcxx = toolchain.loaded_libstdcxx()
-    pieces = tree.tree_pieces(devices, harness_with_cuda=can_cuda)
+    pieces = build.tree_pieces(devices, harness_with_cuda=can_cuda)
     # Longest first, so that the parallel build ends together: the harness, then CUDA, then C++.
     pieces.sort(key=lambda p: (p.kind != "harness", not p.with_cuda))
     exts = []
@@ -155,7 +155,7 @@ def _prebuilt():
             shutil.rmtree(out, ignore_errors=True)  # libraries of an earlier build with other knobs
             start = time.perf_counter()
             super().run()
-            from workbench.build.keys import sha256_file
+            from workbench.build.piece import sha256_file
 
             libraries = {}
             for ext in self.extensions:

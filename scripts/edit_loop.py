@@ -144,7 +144,7 @@ def timed_edit(op: str, path: pathlib.Path, name: str, tier: str, gpu: bool, fir
 
 
 def run_file(key: str, rounds: int, kinds, gpu: bool, rows: list, tmp: pathlib.Path) -> None:
-    from workbench.build.tree import variant_piece
+    from workbench.build import variant_piece
     from workbench.model import registry
 
     op, source, first_kernel = FILES[key]

@@ -32,7 +32,7 @@ from workbench.build import torch_pch
 from workbench.run import extension
 start = time.perf_counter()  # the build's time, not the imports'
 if what == "pch":  # made where missing, for the flags an extension's C++ files are built with
-    from workbench.build.tree import CPU_FLAGS
+    from workbench.build import CPU_FLAGS
     built = torch_pch.folder(CPU_FLAGS) is not None
 else:
     built = extension.build_extension("bias_gelu", paths).built

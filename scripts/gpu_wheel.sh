@@ -21,8 +21,8 @@ PY=${PYTHON:-python3}
 WORK=${WHEEL_WORK:-$PWD/.wheel-work}
 STEPS=${STEPS:-"build install checks triton timing summary"}
 VPY="$WORK/venv/bin/python"
-# The wheel's default arch list (workbench/build/arch.py, SHIPPED), named here for the log's line below.
-export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-$($PY -c 'from workbench.build.arch import SHIPPED; print(SHIPPED)')}
+# The wheel's default arch list (workbench/build/toolchain.py, SHIPPED), named here for the log's line below.
+export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-$($PY -c 'from workbench.build.toolchain import SHIPPED; print(SHIPPED)')}
 export WORKBENCH_WHEEL_DEVICES=cpu,cuda
 unset PYTHONPATH
 has() { [[ " $STEPS " == *" $1 "* ]]; }

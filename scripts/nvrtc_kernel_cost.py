@@ -47,8 +47,7 @@ print(json.dumps({"wall_s": wall, "user_s": after.ru_utime - before.ru_utime, "s
 
 def unit_of(qualified: str, arch: str):
     from workbench.build import BuildOptions, nvrtc_kernels
-    from workbench.build.pipeline import get_or_build
-    from workbench.build.tree import variant_piece
+    from workbench.build import get_or_build, variant_piece
     from workbench.model import registry
 
     op, _, variant = qualified.partition("/")

@@ -213,7 +213,7 @@ def private_cache(dest: pathlib.Path, labels=("harness", "binding-bias_gelu", "b
     test can delete or corrupt its cache without costing other tests a rebuild. Content keys do
     not depend on where the cache lives, so the copies are warm hits."""
     import workbench  # noqa: F401  (builds the harness and cpu first, if needed)
-    from workbench.build import cache, locks
+    from workbench.build import cache
     from workbench.run import loader
 
     loader.ensure_harness()
@@ -221,7 +221,7 @@ def private_cache(dest: pathlib.Path, labels=("harness", "binding-bias_gelu", "b
     (dest / "builds").mkdir(parents=True, exist_ok=True)
     # Only the builds this process loaded (it holds them in use): the session cache may be shared by
     # several test workers and hold other builds of the same labels (another harness flavour).
-    loaded = {pathlib.Path(d).name for d in locks._in_use_fds}
+    loaded = {pathlib.Path(d).name for d in cache._in_use_fds}
     for d in cache.builds_root().iterdir():
         # The label exactly ("bias_gelu-cpu", not "bias_gelu-cpu_wrong_after_warmup" that another test
         # file loaded in this worker), then the key's 20 hex digits.

@@ -13,7 +13,7 @@ from workbench import build, config
 from workbench.build import cache, toolchain
 from workbench.run import loader
 from workbench.ship import ndarray_build
-from workbench.build import arch, pipeline, prebuilt, tree
+from workbench.build import pipeline, prebuilt
 from workbench.model import registry
 from workbench.build.piece import RAW
 
@@ -24,13 +24,13 @@ FIXED_TOOLCHAIN = {"fixed": "for keys compared within a test"}
 # ------------------------------------------------------------------ the arch list, written once
 
 def test_the_arch_list_is_written_once():
-    """The default arch lists appear as literals in build/arch.py alone; every consumer asks it."""
+    """The default arch lists appear as literals in build/toolchain.py alone; every consumer asks it."""
     literal = re.compile(r"""["']8\.0;9\.0(\+PTX)?["']""")
     files = [*PACKAGE.rglob("*.py"), *(PACKAGE / "ship" / "export_templates").iterdir(), REPO_ROOT / "setup.py",
              *(REPO_ROOT / "scripts").glob("*.sh"), *(REPO_ROOT / "scripts").glob("*.py")]
     spelled = sorted(str(p.relative_to(REPO_ROOT)) for p in files
                      if p.is_file() and literal.search(p.read_text(errors="replace")))
-    assert spelled == ["workbench/build/arch.py"], spelled
+    assert spelled == ["workbench/build/toolchain.py"], spelled
     assert not hasattr(toolchain, "default_arch_list")
 
 
@@ -38,29 +38,29 @@ def test_every_consumer_takes_the_one_arch_list(monkeypatch):
     from workbench.ship import export_files, ndarray
 
     monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
-    assert arch.arch_list(capabilities=lambda: []) == arch.JIT_FALLBACK == "8.0;9.0"
-    assert arch.arch_list(capabilities=lambda: [(9, 0), (8, 0), (9, 0)]) == "8.0;9.0"
-    assert arch.arch_list(shipped=True) == arch.SHIPPED == export_files.ARCH_LIST == "8.0;9.0+PTX"
+    assert toolchain.arch_list(capabilities=lambda: []) == toolchain.JIT_FALLBACK == "8.0;9.0"
+    assert toolchain.arch_list(capabilities=lambda: [(9, 0), (8, 0), (9, 0)]) == "8.0;9.0"
+    assert toolchain.arch_list(shipped=True) == toolchain.SHIPPED == export_files.ARCH_LIST == "8.0;9.0+PTX"
     monkeypatch.setattr(ndarray, "devices", lambda: [{"capability": [8, 6]}])
     assert ndarray.arch_list() == "8.6"          # the NumPy front end asks its own module, not torch
     monkeypatch.setattr(ndarray, "devices", lambda: [])
-    assert ndarray.arch_list() == arch.JIT_FALLBACK
+    assert ndarray.arch_list() == toolchain.JIT_FALLBACK
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0a")
-    assert arch.arch_list() == arch.arch_list(shipped=True) == ndarray.arch_list() == "9.0a"
-    assert arch.variant_arch_flags(config.KERNELS_DIR / "bias_gelu" / "scalar.cu") == []
+    assert toolchain.arch_list() == toolchain.arch_list(shipped=True) == ndarray.arch_list() == "9.0a"
+    assert toolchain.variant_arch_flags(config.KERNELS_DIR / "bias_gelu" / "scalar.cu") == []
 
 
 def test_gencode_flags():
-    assert arch.gencode_flags("8.0;9.0+PTX") == [
+    assert toolchain.gencode_flags("8.0;9.0+PTX") == [
         "-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90",
         "-gencode=arch=compute_90,code=compute_90"]
-    assert arch.gencode_flags("8.0;9.0", sm90a=True) == [
+    assert toolchain.gencode_flags("8.0;9.0", sm90a=True) == [
         "-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90a,code=sm_90a"]
-    assert arch.gencode_flags("Hopper;9.0", strict=False) == ["-gencode=arch=compute_90,code=sm_90"]
+    assert toolchain.gencode_flags("Hopper;9.0", strict=False) == ["-gencode=arch=compute_90,code=sm_90"]
     with pytest.raises(ValueError, match="'Hopper'"):
-        arch.gencode_flags("Hopper;9.0")
+        toolchain.gencode_flags("Hopper;9.0")
     with pytest.raises(ValueError, match="empty"):
-        arch.gencode_flags(" ; ")
+        toolchain.gencode_flags(" ; ")
 
 
 # ------------------------------------------------------------------ one piece type
@@ -76,20 +76,20 @@ def test_a_piece_refuses_what_it_cannot_build():
 def test_line_info_is_a_build_option_not_an_environment_variable(monkeypatch):
     monkeypatch.delenv("WORKBENCH_NVCC_FLAGS", raising=False)
     source = config.KERNELS_DIR / "bias_gelu" / "scalar.cu"
-    plain = tree.variant_piece(registry.resolve("bias_gelu"), "scalar", source)
-    lines = tree.variant_piece(registry.resolve("bias_gelu"), "scalar", source, build.BuildOptions(line_info=True))
+    plain = build.variant_piece(registry.resolve("bias_gelu"), "scalar", source)
+    lines = build.variant_piece(registry.resolve("bias_gelu"), "scalar", source, build.BuildOptions(line_info=True))
     assert "-lineinfo" not in plain.cuda_cflags and lines.cuda_cflags.count("-lineinfo") == 1
     assert plain.key(FIXED_TOOLCHAIN) != lines.key(FIXED_TOOLCHAIN)
     assert build.BuildOptions(line_info=True).as_dict() == {"line_info": True} and build.DEFAULT_OPTIONS.as_dict() == {}
     # The user's own flags (documented) still count, and -lineinfo from both is one flag, one build.
     monkeypatch.setenv("WORKBENCH_NVCC_FLAGS", "-lineinfo")
-    user = tree.variant_piece(registry.resolve("bias_gelu"), "scalar", source)
-    both = tree.variant_piece(registry.resolve("bias_gelu"), "scalar", source, build.BuildOptions(line_info=True))
+    user = build.variant_piece(registry.resolve("bias_gelu"), "scalar", source)
+    both = build.variant_piece(registry.resolve("bias_gelu"), "scalar", source, build.BuildOptions(line_info=True))
     assert user.key(FIXED_TOOLCHAIN) == both.key(FIXED_TOOLCHAIN) == lines.key(FIXED_TOOLCHAIN)
     # A C++ variant has no nvcc flags: the option leaves it as it is.
     cpu = config.KERNELS_DIR / "bias_gelu" / "cpu.cpp"
-    assert tree.variant_piece(registry.resolve("bias_gelu"), "cpu", cpu, build.BuildOptions(line_info=True)) == \
-        tree.variant_piece(registry.resolve("bias_gelu"), "cpu", cpu)
+    assert build.variant_piece(registry.resolve("bias_gelu"), "cpu", cpu, build.BuildOptions(line_info=True)) == \
+        build.variant_piece(registry.resolve("bias_gelu"), "cpu", cpu)
 
 
 def test_load_names_a_bad_options_argument():
@@ -109,16 +109,16 @@ def test_a_tier_in_front_of_the_cache_serves_a_piece(monkeypatch, tmp_path):
     def refuse(*args, **kwargs):
         raise AssertionError("a piece a tier serves never reaches the cache")
 
-    monkeypatch.setattr(pipeline, "TIERS", [*pipeline.TIERS, lambda p: served if p.label == "probe/tier" else None])
-    monkeypatch.setattr(pipeline, "cached_build", refuse)
+    monkeypatch.setattr(build, "TIERS", [*build.TIERS, lambda p: served if p.label == "probe/tier" else None])
+    monkeypatch.setattr(pipeline, "build", refuse)
     assert build.get_or_build(piece) is served
-    assert pipeline.TIERS[0] is pipeline.prebuilt_tier  # the wheel's libraries come first
-    assert pipeline.prebuilt_tier(piece) is None and prebuilt.manifest() is None  # a checkout has none
+    assert build.TIERS[0] is build.prebuilt_tier  # the wheel's libraries come first
+    assert build.prebuilt_tier(piece) is None and prebuilt.manifest() is None  # a checkout has none
 
 
 def test_torch_and_numpy_builds_share_one_get_or_build(cpu_kernel, monkeypatch, tmp_path):
     seen = []
-    monkeypatch.setattr(pipeline, "TIERS", [*pipeline.TIERS, lambda p: seen.append(p)])
+    monkeypatch.setattr(build, "TIERS", [*build.TIERS, lambda p: seen.append(p)])
     src = tmp_path / "probe.cpp"
     src.write_text('extern "C" int wb_probe() { return 7; }\n')
     lib, _, built, key = ndarray_build.build_host_library("ndarray-probe/shared", "ndarray-probe", src, [])

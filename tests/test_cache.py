@@ -22,8 +22,8 @@ from workbench.build import cache, toolchain
 from workbench import config
 from workbench.run import loader
 from workbench.run.loaded import STATE
-from workbench.build import keys
-from workbench.build import tree as build_tree
+from workbench import build
+from workbench.build import piece, records
 from workbench.specs.bias_gelu import SPEC as spec
 
 
@@ -78,6 +78,24 @@ def test_warm_load_in_fresh_process_never_builds(cpu_kernel, run_python, record_
     record_property("warm_load_s", res["load_s"])
     # Generous: a warm hit is a few file reads and two dlopens (~0.03 s here); a build takes > 0.5 s.
     assert res["load_s"] < 3.0, res
+
+
+WARM_LOAD_MODULES = r"""
+import json, sys
+import workbench as wb
+k = wb.load("bias_gelu", "cpu")
+print(json.dumps({"built": k.built, "modules": sorted(m for m in sys.modules if m.startswith("workbench.build"))}))
+"""
+
+
+def test_a_warm_load_imports_four_build_modules_at_most(cpu_kernel, run_python):
+    """A warm hit is a key, a look-up with the trust checks and a library path: the package and
+    piece, toolchain and cache. The compile machinery (pipeline, records, compilers, guard, the
+    NVRTC tier, clean ...) is imported on a miss only."""
+    res = _last_json(run_python(WARM_LOAD_MODULES))
+    assert res["built"] is False
+    assert len(res["modules"]) <= 4, res["modules"]
+    assert not {"workbench.build.pipeline", "workbench.build.compilers", "workbench.build.guard"} & set(res["modules"])
 
 
 def test_warm_load_check_is_not_vacuous(cpu_kernel, run_python):
@@ -140,7 +158,7 @@ def test_editing_one_kernel_rebuilds_only_that_variant(cuda_buildable, tmp_path,
 # --- what the key covers -----------------------------------------------------------------------
 
 def _key(sources, include_dirs=(), flags=("-O3",), arch="8.0;9.0", tc=None, kind="variant"):
-    return cache.content_key(kind=kind, sources=list(sources), include_dirs=list(include_dirs), flags=list(flags),
+    return piece.content_key(kind=kind, sources=list(sources), include_dirs=list(include_dirs), flags=list(flags),
                              arch_list=arch, toolchain=tc or toolchain.current().fields())
 
 
@@ -221,21 +239,21 @@ class _KeyComputed(Exception):
 def _loader_key(monkeypatch, wb, variant: str) -> dict:
     """The content key that wb.load(op, variant) computes, taken from the real loader path and then
     stopped before anything is looked up or built."""
-    real = keys.content_key
+    real = piece.content_key
     seen = {}
 
     def spy(**kwargs):
         seen.update(kwargs, key=real(**kwargs))
         raise _KeyComputed
 
-    monkeypatch.setattr(keys, "content_key", spy)
+    monkeypatch.setattr(piece, "content_key", spy)
     real_ensure_op = loader.ensure_op
     monkeypatch.setattr(loader, "ensure_op", lambda op, **kwargs: None)  # declared and bound already (cpu_kernel)
     try:
         with pytest.raises(_KeyComputed):
             wb.load("bias_gelu", variant)
     finally:
-        monkeypatch.setattr(keys, "content_key", real)
+        monkeypatch.setattr(piece, "content_key", real)
         monkeypatch.setattr(loader, "ensure_op", real_ensure_op)
     return seen
 
@@ -278,7 +296,7 @@ def test_loader_key_changes_with_torch_version_through_the_lru_cache(wb, cpu_ker
 
 def test_loader_key_changes_with_flags(wb, cpu_kernel, monkeypatch):
     base = _loader_key(monkeypatch, wb, "cpu")["key"]
-    monkeypatch.setattr(build_tree, "CPU_FLAGS", ("-O2",))
+    monkeypatch.setattr(build, "CPU_FLAGS", ("-O2",))
     seen = _loader_key(monkeypatch, wb, "cpu")
     assert seen["flags"] == ["-O2"] and seen["key"] != base
 
@@ -286,7 +304,7 @@ def test_loader_key_changes_with_flags(wb, cpu_kernel, monkeypatch):
 def test_loader_key_changes_with_cuda_flags_and_arch_list(wb, cpu_kernel, cuda_buildable, monkeypatch):
     base_scalar = _loader_key(monkeypatch, wb, "scalar")
     base_cpu = _loader_key(monkeypatch, wb, "cpu")["key"]
-    monkeypatch.setattr(build_tree, "CUDA_FLAGS", (*build_tree.CUDA_FLAGS, "-DWB_TEST_ONLY_FLAG"))
+    monkeypatch.setattr(build, "CUDA_FLAGS", (*build.CUDA_FLAGS, "-DWB_TEST_ONLY_FLAG"))
     assert _loader_key(monkeypatch, wb, "scalar")["key"] != base_scalar["key"]
     assert _loader_key(monkeypatch, wb, "cpu")["key"] == base_cpu  # CUDA flags do not touch a CPU build
     monkeypatch.undo()
@@ -350,9 +368,9 @@ def test_broken_cached_library_is_detected_and_rebuilt(cpu_kernel, cpu_source_te
 
     first = _last_json(run_python(INLINE_LOAD, args=[str(src), name]))
     build_dir = pathlib.Path(first["library"]).parent
-    assert cache.lookup(build_dir)[2] is None
+    assert build.lookup(build_dir)[2] is None
     expected = _corrupt(build_dir, how)
-    lib, _, problem = cache.lookup(build_dir)
+    lib, _, problem = build.lookup(build_dir)
     assert lib is None and problem and expected in problem, problem
 
     proc = run_python(INLINE_LOAD, args=[str(src), name], env_extra={"WORKBENCH_QUIET": "0"})
@@ -361,7 +379,7 @@ def test_broken_cached_library_is_detected_and_rebuilt(cpu_kernel, cpu_source_te
     assert second["err"] < 1e-5
     # republished in the same folder, under a file name of its own (never a path already loaded)
     assert pathlib.Path(second["library"]).parent == build_dir and second["library"] != first["library"]
-    assert cache.lookup(build_dir)[2] is None
+    assert build.lookup(build_dir)[2] is None
     assert "unusable" in proc.stderr and expected in proc.stderr, proc.stderr
 
     third = _last_json(run_python(INLINE_LOAD, args=[str(src), name]))
@@ -372,8 +390,8 @@ def test_broken_cached_library_is_detected_and_rebuilt(cpu_kernel, cpu_source_te
 
 HOLD_LOCK = r"""
 import pathlib, sys
-from workbench.build import cache
-with cache.file_lock(pathlib.Path({path!r}), what="test holder"):
+from workbench.build import records
+with records.file_lock(pathlib.Path({path!r}), what="test holder"):
     print("locked", flush=True)
     sys.stdin.readline()
 print("released", flush=True)
@@ -392,7 +410,7 @@ def test_lock_timeout_names_the_lock(wb, spawn_python, tmp_path):
     holder = _hold(spawn_python, path)
     start = time.monotonic()
     with pytest.raises(wb.LockTimeout) as e:
-        with cache.file_lock(path, what="bias_gelu/probe", timeout_s=0.3):
+        with records.file_lock(path, what="bias_gelu/probe", timeout_s=0.3):
             pytest.fail("acquired a lock another process holds")
     waited = time.monotonic() - start
     msg = str(e.value)
@@ -410,7 +428,7 @@ def test_lock_second_acquirer_waits_for_release(spawn_python, tmp_path):
 
     def acquire():
         try:
-            with cache.file_lock(path, what="waiter", timeout_s=60):
+            with records.file_lock(path, what="waiter", timeout_s=60):
                 acquired.set()
         except Exception as e:  # noqa: BLE001
             errors.append(e)
@@ -437,7 +455,7 @@ def test_lock_dies_with_killed_holder(spawn_python, tmp_path):
     holder.wait(30)
     assert path.exists()  # the file stays; the flock went with the process
     start = time.monotonic()
-    with cache.file_lock(path, what="after kill", timeout_s=5):
+    with records.file_lock(path, what="after kill", timeout_s=5):
         pass
     assert time.monotonic() - start < 1.0
 
@@ -597,7 +615,7 @@ def test_publication_is_atomic(wb, cpu_kernel):
         assert (d / meta["library"]).is_file(), d
         assert meta["key"][:20] in d.name
     for lib in (cpu_kernel.library, pathlib.Path(STATE.harness["library"])):
-        found, meta, problem = cache.lookup(lib.parent)
+        found, meta, problem = build.lookup(lib.parent)
         assert found == lib and problem is None
         assert meta["size"] == lib.stat().st_size and len(meta["sha256"]) == 64
         assert meta["toolchain"] == toolchain.current().fields()

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import private_cache, run_cli, wait_for_line
 
-from workbench.build import cache
+from workbench.build import cache, clean, records
 
 HOLDER = r"""
 import sys, workbench as wb
@@ -49,25 +49,25 @@ def test_clean_by_age_and_size_spares_builds_in_use(cpu_kernel, tmp_path, monkey
 
     for d in builds.values():
         _age(d, 3 * 86400)
-    res = cache.clean(older_than_s=2 * 86400)
+    res = clean.clean(older_than_s=2 * 86400)
     assert [os.path.basename(p) for p in res["removed"]] == [idle[0].name]
     assert len(res["in_use"]) == 3 and not idle[0].exists()
 
-    res = cache.clean(max_bytes=0)                                    # over any size: still spares in-use builds
+    res = clean.clean(max_bytes=0)                                    # over any size: still spares in-use builds
     assert res["removed"] == [] and len(res["in_use"]) == 3
     assert all(d.exists() for n, d in builds.items() if n != idle[0].name)
 
     holder.stdin.write("done\n")
     holder.stdin.flush()
     holder.wait(timeout=60)
-    res = cache.clean(max_bytes=0)                                    # idle now: removed, oldest first
+    res = clean.clean(max_bytes=0)                                    # idle now: removed, oldest first
     assert len(res["removed"]) == 3 and not any(cache.builds_root().iterdir())
 
 
 def test_clean_by_age_keeps_recent_builds(cpu_kernel, tmp_path, monkeypatch):
     root = private_cache(tmp_path / "cache")
     monkeypatch.setenv("WORKBENCH_CACHE", str(root))
-    res = cache.clean(older_than_s=86400)
+    res = clean.clean(older_than_s=86400)
     assert res["removed"] == [] and len(list(cache.builds_root().iterdir())) == 3
 
 
@@ -96,7 +96,7 @@ def test_clean_all_removes_only_builds_and_never_follows_links(cpu_kernel, tmp_p
     trashed = root / "trash" / "bias_gelu-cpu-old"
     shutil.copytree(root / "builds" / builds[0], trashed)
     (trashed / "meta.json").write_text("[]")
-    (trashed / cache.MARKER).write_text("bias_gelu/cpu\n")
+    (trashed / records.MARKER).write_text("bias_gelu/cpu\n")
 
     proc = run_cli("clean", "--all", env_extra={"WORKBENCH_CACHE": root})
     assert proc.returncode == 0, proc.stderr
@@ -137,7 +137,7 @@ def test_clean_refuses_another_users_home_as_cache(tmp_path, monkeypatch):
         pytest.skip("no other user with a home folder here")
     monkeypatch.setenv("WORKBENCH_CACHE", ([d for d in others if d.startswith("/home/")] or others)[0])
     with pytest.raises(cache.CacheError, match="is a home folder"):
-        cache.clean(everything=True)
+        clean.clean(everything=True)
 
 
 # --- issue 45: what is not its own stays, bad limits are named -----------------------------------
@@ -166,7 +166,7 @@ def test_clean_removes_only_nvrtc_units_of_its_own_and_names_each_file(tmp_path,
     old = time.time() - 7200
     for p in [*folder.iterdir()]:
         os.utime(p, (old, old))
-    res = cache.clean(everything=True)
+    res = clean.clean(everything=True)
     assert victim.read_text() == "not the cache's" and (folder / "my_notes.json").exists()
     assert sorted(res["removed"]) == sorted(map(str, ours)) and not any(p.exists() for p in ours)
 
@@ -181,4 +181,4 @@ def test_clean_refuses_a_negative_or_nan_limit_naming_the_option(cpu_kernel, tmp
         proc.stderr
     assert sorted((root / "builds").iterdir()) == builds
     with pytest.raises(ValueError, match=r"clean: older_than_s must be a finite number >= 0; got -1"):
-        cache.clean(older_than_s=-1)
+        clean.clean(older_than_s=-1)

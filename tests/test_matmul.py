@@ -247,14 +247,14 @@ def test_hopper_rungs_issue_hgmma_and_tma_loads(rung):
 
 
 def test_hopper_rungs_build_for_sm90a_where_the_arch_list_has_9_0():
-    from workbench.build import arch
+    from workbench.build import toolchain
 
     for rung in HOPPER:
         source = registry.variant_source("matmul", rung)
-        assert arch.variant_arch_flags(source, "8.0;9.0") == [
+        assert toolchain.variant_arch_flags(source, "8.0;9.0") == [
             "-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90a,code=sm_90a"]
-        assert arch.variant_arch_flags(source, "9.0+PTX")[-1] == "-gencode=arch=compute_90a,code=compute_90a"
-    assert arch.variant_arch_flags(registry.variant_source("matmul", "tensor_core"), "8.0;9.0") == []
+        assert toolchain.variant_arch_flags(source, "9.0+PTX")[-1] == "-gencode=arch=compute_90a,code=compute_90a"
+    assert toolchain.variant_arch_flags(registry.variant_source("matmul", "tensor_core"), "8.0;9.0") == []
 
 
 # ----------------------------------------------------------------------------- GPU

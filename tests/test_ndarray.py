@@ -320,7 +320,7 @@ def test_runs_in_a_process_that_never_imports_torch(run_python, cpu):
 
 
 def test_builds_are_content_keyed_and_torch_free(cpu):
-    from workbench.build import cache
+    from workbench import build
 
     f = cpu["vector_add"]
     again = wbn.load("vector_add", "cpu")
@@ -328,7 +328,7 @@ def test_builds_are_content_keyed_and_torch_free(cpu):
     meta = json.loads((f.library.parent / "meta.json").read_text())
     assert meta["toolchain"]["front_end"] == "ndarray" and "torch" not in meta["toolchain"]
     assert not any("torch" in part for part in meta["command"])
-    assert cache.lookup(f.library.parent)[0] == f.library
+    assert build.lookup(f.library.parent)[0] == f.library
 
 
 # ----------------------------------------------------------------------------- CUDA: build here, run on a GPU

@@ -17,10 +17,10 @@ import time
 import pytest
 
 from conftest import HAS_GPU, REPO_ROOT
-from workbench.build import BuildOptions, get_or_build, keys, nvrtc, nvrtc_kernels, nvrtc_split, nvrtc_tier, toolchain
-from workbench.build import store
-from workbench.build.piece import CPP_EXTENSION, NVRTC, RAW
-from workbench.build.tree import variant_piece
+from workbench.build import BuildOptions, get_or_build, nvrtc, nvrtc_kernels, nvrtc_split, nvrtc_tier, toolchain
+from workbench.build import cache
+from workbench.build.piece import CPP_EXTENSION, NVRTC, RAW, tokens
+from workbench.build import variant_piece
 from workbench.errors import BuildError
 from workbench.model import registry
 from workbench.run import nvrtc_routes
@@ -106,12 +106,12 @@ def test_host_key_moves_with_the_launchers_not_the_kernels_the_comments_or_the_n
 
 
 def test_tokens_leave_out_comments_and_layout_but_not_strings_lines_where_lines_show():
-    base = keys.tokens('#define N 4\nint f() { return N; } // the answer\nconst char* s = "a  b";\n')
-    assert keys.tokens('/* doc */ #define N 4\nint f()\n{\n  return N;\n}\nconst char* s = "a  b";') == base
-    assert keys.tokens('#define N 4\nint f() { return N; }\nconst char* s = "a b";\n') != base  # inside a string
-    assert keys.tokens('#define N 4 int f() { return N; }\nconst char* s = "a  b";\n') != base  # a directive's end
+    base = tokens('#define N 4\nint f() { return N; } // the answer\nconst char* s = "a  b";\n')
+    assert tokens('/* doc */ #define N 4\nint f()\n{\n  return N;\n}\nconst char* s = "a  b";') == base
+    assert tokens('#define N 4\nint f() { return N; }\nconst char* s = "a b";\n') != base  # inside a string
+    assert tokens('#define N 4 int f() { return N; }\nconst char* s = "a  b";\n') != base  # a directive's end
     with_line = "int f() { return __LINE__; }\n"
-    assert keys.tokens("// moved\n" + with_line) != keys.tokens(with_line)
+    assert tokens("// moved\n" + with_line) != tokens(with_line)
 
 
 def test_host_macros_count_as_execution_spaces():
@@ -194,7 +194,7 @@ def _host(built) -> dict:
     """The record of the host library's build."""
     import json
 
-    folder = store.build_dir_for(f"{built.record['label']}@host", built.record["host_build"])
+    folder = cache.build_dir_for(f"{built.record['label']}@host", built.record["host_build"])
     return json.loads((folder / "meta.json").read_text())
 
 
@@ -229,7 +229,7 @@ def test_a_comment_or_whitespace_edit_rebuilds_nothing(tmp_path, monkeypatch, ca
     monkeypatch.setenv("WORKBENCH_QUIET", "0")
     again = _build(path)
     assert not again.built and again.library == first.library and not _said(capsys, "compiling")
-    inline = store.write_source("vector_add", path.read_text() + "// and one more\n", ".cu", "scalar_edit")
+    inline = cache.write_source("vector_add", path.read_text() + "// and one more\n", ".cu", "scalar_edit")
     assert not _build(inline).built                                      # load_inline's way: a new file, its hash
 
 
@@ -359,14 +359,14 @@ def test_clean_removes_the_kernels_of_units_no_build_names(tmp_path, monkeypatch
     nvrtc_kernels.compile_all(gone.key)
     gone_files = nvrtc_kernels.unit_files(gone.key)
     assert len(gone_files) == 3 * len(gone.kernels) + 1 and all(f.exists() for f in gone_files)
-    for build in store.builds_root().iterdir():          # the edited build's folder is gone from the cache
+    for build in cache.builds_root().iterdir():          # the edited build's folder is gone from the cache
         if nvrtc_routes.unit_of(build / "any.so") == gone.key:
             shutil.rmtree(build)
     clean.clean(older_than_s=10**9)
     assert all(f.exists() for f in gone_files)                           # under an hour old: a build may be on its way
     old = time.time() - 7200
     for unit in (gone, kept):
-        os.utime(store.subdir("nvrtc-kernels") / f"{unit.key}.json", (old, old))
+        os.utime(cache.subdir("nvrtc-kernels") / f"{unit.key}.json", (old, old))
     report = clean.clean(older_than_s=10**9)
     assert not any(f.exists() for f in gone_files) and any(gone.key in r for r in report["removed"])
     assert all(f.exists() for f in nvrtc_kernels.unit_files(kept.key))   # a build still names it
@@ -398,7 +398,7 @@ def test_the_edit_loops_edits_touch_the_half_they_say(tmp_path, key):
     got = {kind: views(files, tmp_path / kind) for kind, files in edits.items()}
     assert got["kernel"].host_key == base.host_key and got["kernel"].device != base.device
     assert got["launcher"].host_key != base.host_key
-    assert all(keys.tokens(edits["comment"][n]) == keys.tokens(texts[n]) for n in texts)
+    assert all(tokens(edits["comment"][n]) == tokens(texts[n]) for n in texts)
     assert got["header"].device != base.device
     assert got["new_kernel"].kernels == base.kernels | {"wb_new_kernel_12345"}
 
@@ -485,8 +485,8 @@ def test_a_compile_error_is_nvccs_naming_file_and_line(tmp_path, monkeypatch, ca
         _build(path)
     assert pathlib.Path(e.value.file).name == path.name and e.value.line == line
     assert "undefined_in_the_kernel" in e.value.first_error
-    assert e.value.log_path.parent == store.subdir("logs")                # kept where the message says
-    assert not list(store.builds_root().glob(".staging-*"))               # no staging folder left
+    assert e.value.log_path.parent == cache.subdir("logs")                # kept where the message says
+    assert not list(cache.builds_root().glob(".staging-*"))               # no staging folder left
     said = _said(capsys, "nvcc builds it")
     assert len(said) == 1 and f"{path.name}:{line}" in said[0] and "undefined_in_the_kernel" in said[0], said
 
@@ -652,7 +652,7 @@ def test_without_nvrtc_the_tier_is_nvcc_with_one_line(monkeypatch, capsys, tmp_p
 
 
 def test_a_torch_extension_asked_for_nvrtc_is_nvccs_with_one_line(monkeypatch, capsys, tmp_path):
-    from workbench.build.tree import cuda_source_piece
+    from workbench.build import cuda_source_piece
 
     monkeypatch.setenv("WORKBENCH_QUIET", "0")
     piece = cuda_source_piece(label="vector_add/torch_extension", kind="extension", source=_copy(tmp_path),

@@ -23,13 +23,14 @@ import time
 import pytest
 
 from conftest import REPO_ROOT
-from workbench.build import cache, nvrtc_kernels, schema, shared, store, toolchain
+from workbench import build
+from workbench.build import cache, clean, nvrtc_kernels, records, shared, toolchain
 
 LIB = "wb_probe-0123abcd.so"
 
 
 def _elf(size: int = 256) -> bytes:
-    """A 64-bit ELF file with one loadable segment covering it: what records.elf_problem accepts."""
+    """A 64-bit ELF file with one loadable segment covering it: what build.elf_problem accepts."""
     head = bytearray(64)
     head[:7] = b"\x7fELF\x02\x01\x01"
     struct.pack_into("<HHIQQQIHHHHHH", head, 16, 3, 62, 1, 0, 64, 0, 0, 64, 56, 1, 64, 0, 0)
@@ -65,7 +66,7 @@ def private(tmp_path, monkeypatch):
     dep = tmp_path / "probe.h"
     dep.write_text("#define PROBE 1\n")
     d, record = _build(root / "builds", dep)
-    assert cache.lookup(d) == (d / LIB, record, None)
+    assert build.lookup(d) == (d / LIB, record, None)
     return root, d, record
 
 
@@ -92,7 +93,7 @@ def test_a_damaged_record_is_named_by_its_field_and_rebuilt(private, how):
     _, d, record = private
     DAMAGE[how](record)
     (d / "meta.json").write_text(json.dumps(record))
-    lib, meta, problem = cache.lookup(d)
+    lib, meta, problem = build.lookup(d)
     assert lib is None and problem.startswith(f"damaged build record: {d / 'meta.json'}: {FIELD[how]} "), problem
 
 
@@ -101,18 +102,18 @@ def test_a_deeply_nested_record_is_refused_before_it_is_parsed(private, depth):
     _, d, record = private
     (d / "meta.json").write_text(json.dumps(dict(record, extra="x"))[:-1] + ', "deep": ' + "[" * depth
                                  + "]" * depth + "}")
-    lib, _, problem = cache.lookup(d)
+    lib, _, problem = build.lookup(d)
     assert lib is None and problem.endswith("nested deeper than 8 levels"), problem
-    assert cache.workbench_build(d) == "carries no workbench build record"
+    assert clean.workbench_build(d) == "carries no workbench build record"
 
 
 def test_a_record_that_is_not_a_regular_file_is_never_read(private):
     _, d, _ = private
     (d / "meta.json").unlink()
     os.mkfifo(d / "meta.json")                         # a reader that opened it would wait forever
-    with pytest.raises(schema.RecordError, match=r"not a regular file \(mode p"):
-        schema.load(d / "meta.json", schema.RECORD)
-    assert cache.lookup(d)[0] is None and cache.workbench_build(d) == "carries no workbench build record"
+    with pytest.raises(cache.RecordError, match=r"not a regular file \(mode p"):
+        cache.load_checked(d / "meta.json", cache.RECORD)
+    assert build.lookup(d)[0] is None and clean.workbench_build(d) == "carries no workbench build record"
 
 
 def _value(rng: random.Random, depth: int = 0):
@@ -178,7 +179,7 @@ def test_record_fuzz_is_refused_with_one_error_never_a_traceback(private, tmp_pa
     folder, name = tmp_path / "shared", "fuzz-probe-shared-0123456789abcdef"
     shutil.copytree(d, folder / "builds" / name)
     manifest = tmp_path / "trusted.json"
-    manifest.write_text(json.dumps(shared.manifest_of(folder)))
+    manifest.write_text(json.dumps(cache.manifest_of(folder)))
     manifest.chmod(0o600)
     monkeypatch.setenv("WORKBENCH_SHARED_CACHE", str(folder))
     monkeypatch.setenv("WORKBENCH_SHARED_CACHE_MANIFEST", str(manifest))
@@ -187,21 +188,21 @@ def test_record_fuzz_is_refused_with_one_error_never_a_traceback(private, tmp_pa
     for _ in range(600):
         text = _mutant(rng, record)
         (d / "meta.json").write_bytes(text)
-        lib, meta, problem = cache.lookup(d)
+        lib, meta, problem = build.lookup(d)
         assert (lib is None) == (problem is not None)
         assert lib is None or lib == d / LIB and meta["sha256"] == record["sha256"], (lib, meta)
         refused += lib is None
-        assert cache.workbench_build(d) in (None, "carries no workbench build record")
+        assert clean.workbench_build(d) in (None, "carries no workbench build record")
         assert nvrtc_kernels.unit_named_by(d) in (None, *([meta.get("nvrtc_unit")] if meta else []))
         try:
-            schema.load(d / "meta.json", schema.RECORD)
-        except schema.RecordError as e:
+            cache.load_checked(d / "meta.json", cache.RECORD)
+        except cache.RecordError as e:
             assert str(e).startswith(f"{d / 'meta.json'}: ") and "\n" not in str(e)
-        assert set(shared.manifest_of(root)["builds"]) <= {d.name}
+        assert set(cache.manifest_of(root)["builds"]) <= {d.name}
         (folder / "builds" / name / "meta.json").write_bytes(text)
         if shared.import_shared(final, "fuzz/probe"):
             imported += 1
-            lib, meta, problem = cache.lookup(final)      # the shared cache's record, checked: it answers
+            lib, meta, problem = build.lookup(final)      # the shared cache's record, checked: it answers
             assert lib is None or lib.read_bytes() == real, (lib, meta)
             shutil.rmtree(final)
     assert refused > 400 and 0 < imported < 200 and time.monotonic() - started < 60, \
@@ -235,7 +236,7 @@ def _shared(tmp_path, monkeypatch, private, record_change=None):
     src = folder / "builds" / d.name
     os.rename(d, src)
     manifest = tmp_path / "trusted.json"
-    manifest.write_text(json.dumps(shared.manifest_of(folder)))
+    manifest.write_text(json.dumps(cache.manifest_of(folder)))
     manifest.chmod(0o600)
     if record_change:
         record_change(record)
@@ -253,13 +254,13 @@ def test_a_damaged_shared_record_is_not_imported(private, tmp_path, monkeypatch,
     assert f"the shared cache's build {src} is unusable ({src / 'meta.json'}: {FIELD[how]} " in capsys.readouterr().err
     assert not os.path.lexists(final) and not list(final.parent.glob(".staging-*"))
     monkeypatch.delenv("WORKBENCH_SHARED_CACHE")       # switched off: the user's cache is as it was
-    assert cache.lookup(final) == (None, None, None)
+    assert build.lookup(final) == (None, None, None)
 
 
 def test_a_shared_build_the_manifest_vouches_for_is_imported_and_checked(private, tmp_path, monkeypatch):
     final, src = _shared(tmp_path, monkeypatch, private)
     assert shared.import_shared(final, "fuzz/probe") is True
-    lib, meta, problem = cache.lookup(final)
+    lib, meta, problem = build.lookup(final)
     assert problem is None and lib.read_bytes() == (src / LIB).read_bytes() and meta["imported_from"] == str(src)
 
 
@@ -334,7 +335,7 @@ def test_a_cache_that_is_not_private_gets_no_toolchain_memo(tmp_path, monkeypatc
     assert toolchain.nvcc_version() == "cuda_13.0.r13.0/x_0"
     assert list(root.iterdir()) == []
     with pytest.raises(cache.CacheError, match="is not private"):
-        store.root()
+        cache.root()
 
 
 @pytest.mark.parametrize("planted", ["toolchain/ a link", "a temporary file a link", "the memo a link"])
@@ -378,5 +379,5 @@ def test_a_failed_marker_write_leaves_no_staging_folder(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pathlib.Path, "write_text", full)
     with pytest.raises(cache.CacheError, match="is full"):
-        store.new_staging_dir("fuzz/probe", "ab" * 32)
+        records.new_staging_dir("fuzz/probe", "ab" * 32)
     assert list((root / "builds").iterdir()) == []

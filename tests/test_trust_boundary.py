@@ -25,7 +25,7 @@ import time
 import pytest
 
 from conftest import REPO_ROOT, describe, private_cache, run_cli, run_python, wait_for_line
-from workbench.build import cache, guard, locks
+from workbench.build import cache, elf_problem, guard, lookup, records
 from workbench.ship import ndarray_build
 
 NOBODY = 65534
@@ -132,7 +132,7 @@ def test_a_new_cache_and_its_folders_are_created_0700(tmp_path, monkeypatch):
     try:
         monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "a" / "new" / "cache"))
         assert cache.builds_root().is_dir()
-        assert cache.lock_path("0" * 64).parent.is_dir()
+        assert records.lock_path("0" * 64).parent.is_dir()
     finally:
         os.umask(old)
     for p in (tmp_path / "a/new/cache", tmp_path / "a/new/cache/builds", tmp_path / "a/new/cache/locks"):
@@ -159,12 +159,12 @@ def test_record_naming_a_library_outside_its_folder_is_not_loaded(cpu_kernel, tm
     monkeypatch.setenv("WORKBENCH_CACHE", str(root))
     planted = _planted_library(tmp_path)
     build_dir = _cpu_build(root)
-    assert cache.lookup(build_dir)[2] is None
+    assert lookup(build_dir)[2] is None
     for name in (str(planted), "../../../planted.so", "..", ""):
         meta = json.loads((build_dir / "meta.json").read_text())
         meta.update(library=name, size=planted.stat().st_size, sha256=_sha(planted))
         (build_dir / "meta.json").write_text(json.dumps(meta))
-        lib, _, problem = cache.lookup(build_dir)
+        lib, _, problem = lookup(build_dir)
         assert lib is None and "library must be a file name (no '/'" in problem, (name, problem)
 
 
@@ -175,13 +175,13 @@ def test_library_that_is_a_link_or_writable_by_others_is_not_loaded(cpu_kernel, 
     meta = json.loads((build_dir / "meta.json").read_text())
     lib = build_dir / meta["library"]
     os.chmod(lib, 0o777)
-    assert "writable by group or others" in cache.lookup(build_dir)[2]
+    assert "writable by group or others" in lookup(build_dir)[2]
     os.chmod(lib, 0o755)
-    assert cache.lookup(build_dir)[2] is None
+    assert lookup(build_dir)[2] is None
     real = tmp_path / "elsewhere.so"
     shutil.move(lib, real)
     os.symlink(real, lib)
-    assert "not a regular file" in cache.lookup(build_dir)[2]
+    assert "not a regular file" in lookup(build_dir)[2]
 
 
 def _planted_pyc(target: pathlib.Path, source: pathlib.Path) -> None:
@@ -239,11 +239,11 @@ def test_lock_file_planted_as_a_link_is_refused_never_followed(tmp_path, monkeyp
     monkeypatch.setenv("WORKBENCH_CACHE", str(root))
     victim = tmp_path / "victim.txt"
     victim.write_text("the user's file\n")
-    lock = cache.lock_path("ab" * 32)
+    lock = records.lock_path("ab" * 32)
     lock.parent.mkdir(parents=True, exist_ok=True)
     os.symlink(victim, lock)
     try:
-        with cache.file_lock(lock, what="bias_gelu/cpu"):
+        with records.file_lock(lock, what="bias_gelu/cpu"):
             err = None
     except Exception as e:  # noqa: BLE001 - checked below, after the victim
         err = e
@@ -255,7 +255,7 @@ def test_lock_file_planted_as_a_link_is_refused_never_followed(tmp_path, monkeyp
     build.mkdir()
     os.symlink(victim, build / "inuse")
     cache.mark_in_use(build)
-    assert build not in locks._in_use_fds and victim.read_text() == "the user's file\n"
+    assert build not in cache._in_use_fds and victim.read_text() == "the user's file\n"
 
 
 # ------------------------------------------------------------------ stale builds: what the compiler read
@@ -344,7 +344,7 @@ def test_record_that_is_not_an_object_is_rebuilt_not_a_type_error(cpu_kernel, tm
     build_dir = _cpu_build(root)
     for text in ("[]", "null", "3", '"library"'):
         (build_dir / "meta.json").write_text(text)
-        lib, meta, problem = cache.lookup(build_dir)
+        lib, meta, problem = lookup(build_dir)
         assert lib is None and f"{build_dir / 'meta.json'}: the whole file must be a JSON object" in problem
 
 
@@ -363,7 +363,7 @@ def test_truncated_library_with_a_matching_record_is_rebuilt_not_a_sigbus(cpu_ke
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     assert res["built"] is True and res["err"] < 1e-5
     assert "damaged library" in proc.stderr and "rebuilding" in proc.stderr, proc.stderr
-    assert "truncated" in cache.elf_problem(damaged, damaged.stat().st_size)
+    assert "truncated" in elf_problem(damaged, damaged.stat().st_size)
 
 
 def test_elf_check_accepts_every_library_the_cache_holds(cpu_kernel):
@@ -373,7 +373,7 @@ def test_elf_check_accepts_every_library_the_cache_holds(cpu_kernel):
             meta = json.loads(meta_path.read_text())
             lib = d / meta["library"]
             if lib.is_file():
-                assert cache.elf_problem(lib, lib.stat().st_size) is None, lib
+                assert elf_problem(lib, lib.stat().st_size) is None, lib
 
 
 @pytest.mark.parametrize("err, says", [(errno.EROFS, "is read-only"), (errno.ENOSPC, "is full"),
@@ -634,6 +634,8 @@ def refuse(*args, **kwargs):
 
 cpp_extension.load = cpp_extension._jit_compile = refuse
 import workbench as wb
+from workbench.build import compilers
+compilers.COMPILERS.update(dict.fromkeys(compilers.COMPILERS, refuse))  # every compiler kind refused
 from workbench.run import loader
 from workbench.run.loaded import STATE
 k = wb.load("bias_gelu", "cpu")

@@ -110,7 +110,8 @@ def run_installed(venv: dict, code: str = "", *, args=(), compilers: str = "shim
 def test_wheel_ships_the_tree_and_every_prebuilt_piece(wheel, wb):
     from workbench.model import registry
     from workbench.build import toolchain
-    from workbench.build import arch, prebuilt, tree
+    from workbench import build
+    from workbench.build import prebuilt
 
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
@@ -119,7 +120,7 @@ def test_wheel_ships_the_tree_and_every_prebuilt_piece(wheel, wb):
     assert manifest["toolchain"] == toolchain.abi()
     cuda = "cuda" in manifest["devices"]
     assert manifest["devices"] == (["cpu", "cuda"] if cuda else ["cpu"])
-    assert manifest["arch_list"] == arch.SHIPPED
+    assert manifest["arch_list"] == toolchain.SHIPPED
     # Every piece the tree has now (an op added since is in), found as the registry finds them.
     expected = {"harness"} | {f"binding/{op}" for op in registry.ops()} | {
         f"{op}/{name}" for op in registry.ops() for name, src in registry.variant_sources(op).items()
@@ -130,7 +131,7 @@ def test_wheel_ships_the_tree_and_every_prebuilt_piece(wheel, wb):
         assert entry["with_cuda"] == (entry["kind"] == "harness" or entry["label"].endswith(tuple(
             f"/{n}" for op in registry.ops() for n, src in registry.variant_sources(op).items() if src.suffix == ".cu")))
     # Keys are what the checkout's loader computes for the same sources.
-    piece = tree.variant_piece(registry.resolve("bias_gelu"), "cpu", registry.variant_source("bias_gelu", "cpu"))
+    piece = build.variant_piece(registry.resolve("bias_gelu"), "cpu", registry.variant_source("bias_gelu", "cpu"))
     assert prebuilt.key(piece, manifest["arch_list"], toolchain.abi()) in manifest["libraries"]
     for top in ("kernels", "bindings", "exercises"):
         missing = {f for f in _tree_files(REPO_ROOT, top) if f"workbench/_tree/{f}" not in names}

@@ -76,11 +76,11 @@ def _build_only(op: str, name: str, compiler: str, arch: str | None) -> list[str
     Returns [name] where it failed."""
     import time
 
-    from .build import BuildOptions, tree
+    from .build import BuildOptions, build_variant
 
     try:
         start = time.perf_counter()
-        name, b = tree.build_variant(op, name, BuildOptions(compiler=compiler, arch=arch))
+        name, b = build_variant(op, name, BuildOptions(compiler=compiler, arch=arch))
         if b is None:
             print(f"{op}/{name:22s} a Python variant: nothing to compile")
             return []
@@ -234,13 +234,13 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_clean(args) -> int:
-    from .build import cache
+    from .build import cache, clean
 
     if not (args.all or args.older_than is not None or args.max_size is not None):
         print("clean: say what to remove: --all, --older-than DAYS or --max-size GB", file=sys.stderr)
         return 2
     try:
-        res = cache.clean(everything=args.all,
+        res = clean.clean(everything=args.all,
                           older_than_s=None if args.older_than is None else args.older_than * 86400,
                           max_bytes=None if args.max_size is None else int(args.max_size * 2**30))
     except cache.CacheError as e:

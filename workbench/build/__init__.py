@@ -1,39 +1,311 @@
 """The build pipeline: what to compile, where a library comes from, and how it is compiled.
 
 Owns every compiled library's way onto disk, for the torch path (harness, bindings, variants,
-extension-style sources) and the NumPy front end's torch-free builds alike:
+extension-style sources) and the NumPy front end's torch-free builds alike. A warm load (a key, its
+look-up with the trust checks, a library path) needs four modules, this one included:
 
+- __init__.py   get_or_build: the tiers in front of the cache (prebuilt.py: a wheel's libraries, read
+                only when installed), then the cache's look-up and the checks a hit passes before its
+                library is loaded (lookup); on a miss, pipeline.py. Also the torch-facing pieces of
+                the kernel tree (harness_piece, binding_piece, variant_piece: the loader's and setup.py's)
 - piece.py      Piece (sources, flags, compiler kind, arch list) and its content key; BuildOptions
                 (line info ...), passed as arguments; WORKBENCH_NVCC_FLAGS, the user's own flags
-- arch.py       the CUDA arch list, written once (JIT and shipped), and its -gencode flags
-- pipeline.py   get_or_build: the tiers in front of the cache (prebuilt.py: a wheel's libraries),
-                then the cache: look-up, lock, shared import, staging, compile, publish, log
-- compilers.py  the compiler kinds: cpp_extension (torch-facing), raw (one command, no torch) and nvrtc
+- toolchain.py  what a build depends on (torch, its CUDA, nvcc, the C++ ABI, libstdc++), the sm_90a
+                marker, and the CUDA arch list, written once (JIT and shipped), with its -gencode flags
+- cache.py      the cache's folders and their privacy, in-use marks, the schemas of the files it
+                reads (a build's record, a shared cache's manifest) and manifest_of
+
+Imported on a miss, or when asked for:
+
+- pipeline.py   a miss: the key's lock, a second look, a shared cache's build, staging, compile, publish
+- records.py    staging folders, the build lock, a build's record (what the compiler read), publication
+- compilers.py  the compiler kinds: cpp_extension (a torch extension, from a build.ninja of our own)
+                and raw (one command, no torch); the third, nvrtc, is nvrtc_tier.py
 - nvrtc_tier.py the NVRTC tier: a .cu variant's device code by NVRTC (nvrtc.py, ctypes on torch's
                 libnvrtc), its host side by the host compiler, each rebuilt when its tokens changed
                 (nvrtc_split.py: the file's host and device views); nvrtc_kernels.py compiles each
                 kernel as its own program, on its first launch or in the background; the runtime
                 launches them (kernels/common/wb_nvrtc_route.h; the loader's provider: run/nvrtc_routes.py)
-- guard.py      a build's processes in a session a watchdog kills with it; its output into build.log
-- the cache, by concern: keys.py (content keys), store.py (folders and trust), locks.py (flocks,
-                in-use marks), records.py (a build's record, the checks a hit passes, publication),
-                shared.py (a shared cache by opt-in), clean.py (`python -m workbench clean`)
-- tree.py       the torch-facing pieces of the kernel tree (the loader's and setup.py's)
-- toolchain.py  what a build depends on (torch, its CUDA, nvcc, the C++ ABI, libstdc++) and the sm_90a
-                marker; cache.py, the cache's names in one place for users (cache.manifest_of)
+- guard.py      a build's processes in a session a watchdog kills with it
+- shared.py     a shared cache by opt-in; clean.py: `python -m workbench clean`; torch_pch.py: torch's
+                extension header precompiled for extension-style builds
 
-May import: config, errors (and model.registry, in tree.py alone). Nothing here loads or
-calls a library: the loader, byo and the NumPy front end do, with what get_or_build returns.
-The NVRTC tier is Piece.compiler "nvrtc" (BuildOptions(compiler="nvrtc"); EDIT_LOOP_OPTIONS, the
-edit loop's default) in compilers.COMPILERS.
+May import: config, errors (and model.registry, in the tree's functions here alone). Nothing here
+loads or calls a library: the loader, byo and the NumPy front end do, with what get_or_build
+returns (a build never loads what it built). The NVRTC tier is Piece.compiler "nvrtc"
+(BuildOptions(compiler="nvrtc"); EDIT_LOOP_OPTIONS, the edit loop's default).
+
+A warm hit is checked before its library is loaded: its record against cache.RECORD before any
+field of it is used, the library's size and sha256 against the record, that the ELF file's segments
+and sections lie within it (a truncated library would kill the process with SIGBUS when loaded),
+and every file the compiler read against its recorded size, mtime and sha256. A damaged or stale
+build is rebuilt.
 """
 from __future__ import annotations
 
-from .arch import arch_list
-from .compilers import built_not_loaded, first_error
-from .guard import kill_session, run_guarded
-from .piece import DEFAULT_OPTIONS, EDIT_LOOP_OPTIONS, BuildOptions, Piece, user_nvcc_flags
-from .pipeline import Built, get_or_build
+import contextlib
+import os
+import pathlib
+import stat
+import struct
+from typing import Callable, NamedTuple
 
-__all__ = ["BuildOptions", "Built", "DEFAULT_OPTIONS", "EDIT_LOOP_OPTIONS", "Piece", "arch_list", "built_not_loaded", "first_error",
-           "get_or_build", "kill_session", "run_guarded", "user_nvcc_flags"]
+from .. import config
+from . import cache, toolchain
+from .piece import (CPP_EXTENSION, DEFAULT_OPTIONS, EDIT_LOOP_OPTIONS, BuildOptions, Piece, sha256_file,
+                    user_nvcc_flags)
+from .toolchain import arch_list, variant_arch_flags
+
+__all__ = ["BuildOptions", "Built", "DEFAULT_OPTIONS", "EDIT_LOOP_OPTIONS", "Piece", "arch_list", "get_or_build",
+           "lookup", "user_nvcc_flags"]
+
+
+class Built(NamedTuple):
+    """Where a piece's library is, and how it got there."""
+    library: pathlib.Path
+    build_dir: pathlib.Path     # its build folder (holds build.log), or the wheel's prebuilt folder
+    built: bool                 # compiled by this call (False: a warm hit)
+    key: str                    # the content key; key[:10] is a loaded build's id
+    record: dict                # the build's record (meta.json), or the wheel manifest's entry
+
+
+def prebuilt_tier(piece: Piece) -> Built | None:
+    """An installed wheel's prebuilt library for a torch-facing piece, checked before anything runs
+    nvcc (prebuilt.find: None to build it as usual; a WorkbenchError where it can be neither)."""
+    if piece.compiler != CPP_EXTENSION or not config.INSTALLED:
+        return None  # the wheel ships cpp_extension builds only; a checkout has none
+    from . import prebuilt
+
+    hit = prebuilt.find(piece)
+    if hit is None:
+        return None
+    return Built(hit[0], config.PREBUILT_DIR, False, hit[1]["key"], hit[1])
+
+
+# A tier in front of the cache is a function Piece -> Built | None (None: not mine, go on).
+TIERS: list[Callable[[Piece], Built | None]] = [prebuilt_tier]
+
+
+def get_or_build(piece: Piece, *, last_good: str | None = None, rename: dict[str, str] | None = None) -> Built:
+    """The piece's library: from the first tier that has it, else a warm hit in the content-keyed
+    cache (checked by lookup: no compiler, no lock), else built now (pipeline.build).
+    last_good: a description of the build still usable, for the BuildError of a failed compile;
+    rename: {source path: the label a compile error shows for it} (a notebook cell's source)."""
+    for tier in TIERS:
+        hit = tier(piece)
+        if hit is not None:
+            return hit
+    tc = piece.toolchain if piece.toolchain is not None else toolchain.current().fields()
+    key = piece.key(tc)
+    final = cache.build_dir_for(piece.label, key)
+    lib, meta, _ = lookup(final)
+    if lib is not None:
+        return Built(lib, final, False, key, meta)
+    from . import pipeline  # the compile machinery: imported on a miss only
+
+    return pipeline.build(piece, key, tc, final, last_good=last_good, rename=rename)
+
+
+@contextlib.contextmanager
+def built_not_loaded():
+    """No build loads what it built into the building process any more; kept for its callers."""
+    yield
+
+
+# ---------------------------------------------------------------- the torch-facing pieces of the tree
+# (the loader's and setup.py's: a wheel prebuilds the same descriptions, so the keys agree)
+
+# -fno-trapping-math (as PyTorch's own build): a CPU variant's loop that selects between floats
+# (a clamp, relu, a saturated GELU gate) is vectorized only where the compiler may evaluate both
+# sides; the values computed are the same (kernels/common/wb_cpu.h, WB_CPU_SIMD).
+CPU_FLAGS = ("-O3", "-fno-trapping-math")
+# -Xptxas=-v puts the register/spill report in each build log. -lineinfo is left out of the edit
+# loop (it costs ~3% of the nvcc time); BuildOptions(line_info=True) or WORKBENCH_NVCC_FLAGS adds it.
+CUDA_FLAGS = ("-O3", "-Xptxas=-v")
+
+
+def harness_sources() -> list[pathlib.Path]:
+    return sorted((config.BINDINGS_DIR / "harness").glob("*.cpp"))
+
+
+def harness_piece(with_cuda: bool) -> Piece:
+    # -fopenmp: at::parallel_for, which lends torch's thread pool to the CPU variants, is inline
+    # `#pragma omp parallel` code; compiled without it, every CPU variant would run on one thread.
+    return Piece(label="harness", kind="harness", sources=harness_sources(),
+                 include_dirs=[config.BINDINGS_DIR / "harness", config.COMMON_DIR], with_cuda=with_cuda,
+                 cflags=["-O2", "-fopenmp"] + (["-DWORKBENCH_WITH_CUDA"] if with_cuda else []), link=["-fopenmp"],
+                 arch_list=arch_list() if with_cuda else None)
+
+
+def binding_piece(r) -> Piece:
+    """An op's binding (r: the op as registry.resolve gives it)."""
+    src = r.sources
+    return Piece(label=f"binding/{r.op}", kind="binding", sources=[src.binding],
+                 include_dirs=[config.BINDINGS_DIR, config.COMMON_DIR, src.kernel_dir], cflags=CPU_FLAGS)
+
+
+def cuda_source_piece(*, label: str, kind: str, source: pathlib.Path, include_dirs, options: BuildOptions) -> Piece:
+    """A variant's (or an extension's) one source: nvcc for a .cu file (or the NVRTC tier, where
+    options.compiler says so: nvrtc_tier.py), the host compiler for a .cpp."""
+    with_cuda = source.suffix == ".cu"
+    if with_cuda and options.compiler == "nvrtc":
+        from . import nvrtc_tier
+
+        tiered = nvrtc_tier.piece(label=label, kind=kind, source=source, include_dirs=include_dirs, cflags=CPU_FLAGS,
+                                  cuda_cflags=[*CUDA_FLAGS, *options.nvcc_flags()], options=options)
+        if tiered is not None:
+            return tiered
+    archs = arch_list() if with_cuda else None  # asked once: it may ask torch about every device
+    return Piece(label=label, kind=kind, sources=[source], include_dirs=include_dirs, with_cuda=with_cuda,
+                 cflags=CPU_FLAGS, arch_list=archs,
+                 cuda_cflags=[*CUDA_FLAGS, *options.nvcc_flags(), *variant_arch_flags(source, archs)]
+                 if with_cuda else [])
+
+
+def variant_piece(r, name: str, source: pathlib.Path,
+                  options: BuildOptions = DEFAULT_OPTIONS) -> Piece:
+    return cuda_source_piece(label=f"{r.op}/{name}", kind="variant", source=source,
+                             include_dirs=[config.COMMON_DIR, r.sources.kernel_dir], options=options)
+
+
+def build_variant(op: str, name_or_path: str, options: BuildOptions):
+    """(name, Built) of one variant built with `options`, loading nothing (the CLI's `build --compiler`):
+    a variant of the tree, or a path to a file being edited; Built is None for a Python variant. An
+    NVRTC tier build gets every kernel compiled now, in parallel: nothing will launch them here."""
+    from ..model import registry
+    from . import nvrtc_kernels
+
+    r, path = registry.resolve(op), pathlib.Path(name_or_path)
+    edited = path.suffix in registry.SUFFIXES and path.is_file()
+    source, name = (path, path.stem) if edited else (r.variant_source(name_or_path), name_or_path)
+    if source.suffix == ".py":
+        return name, None
+    built = get_or_build(variant_piece(r, name, source, options))
+    if built.record.get("nvrtc_unit"):
+        nvrtc_kernels.compile_all(built.record["nvrtc_unit"])
+    return name, built
+
+
+def tree_pieces(devices: tuple[str, ...], harness_with_cuda: bool) -> list[Piece]:
+    """Every piece a wheel prebuilds (setup.py), found in the tree as the registry finds ops and
+    variants: the harness, each op's binding, each .cu (devices has "cuda") and .cpp (devices has
+    "cpu") variant. Python variants ship as sources only."""
+    from ..model import registry
+
+    pieces = [harness_piece(harness_with_cuda)]
+    for op in registry.ops():
+        r = registry.resolve(op)
+        pieces.append(binding_piece(r))
+        for name, source in r.variant_files.items():
+            if {".cu": "cuda", ".cpp": "cpu"}.get(source.suffix) in devices:
+                pieces.append(variant_piece(r, name, source))
+    return pieces
+
+
+# ---------------------------------------------------------------- the checks a hit passes
+
+def lookup(build_dir: pathlib.Path) -> tuple[pathlib.Path | None, dict | None, str | None]:
+    """(library, record, problem): the published library if its record vouches for it, else the
+    reason it cannot be used (missing, truncated, foreign, stale): the caller rebuilds it."""
+    meta_path = build_dir / "meta.json"
+    try:
+        dst = os.lstat(build_dir)
+        mst = os.lstat(meta_path)
+    except FileNotFoundError:
+        return None, None, None
+    except OSError as e:
+        return None, None, f"unreadable build folder ({e})"
+    problem = cache.foreign(build_dir, dst, "dir") or cache.foreign(meta_path, mst, "file")
+    if problem:
+        return None, None, f"not the workbench's own build: {problem}"
+    try:
+        meta = cache.load_checked(meta_path, cache.RECORD)
+    except cache.RecordError as e:
+        return None, None, f"damaged build record: {e}"
+    lib = build_dir / meta["library"]
+    try:
+        st = os.lstat(lib)
+    except OSError as e:
+        return None, None, f"its library {lib} is missing ({e.strerror})"
+    problem = cache.foreign(lib, st, "file")
+    if problem:
+        return None, meta, f"not the workbench's own build: {problem}"
+    if st.st_size != meta["size"]:
+        return None, meta, f"library is {st.st_size} bytes, its record says {meta['size']} (truncated?)"
+    if sha256_file(lib) != meta["sha256"]:
+        return None, meta, "library does not match its recorded sha256 (foreign or modified file)"
+    problem = elf_problem(lib, st.st_size)
+    if problem:
+        return None, meta, f"damaged library {lib}: {problem}"
+    stale = _stale_dependency(meta["deps"])
+    if stale:
+        return None, meta, f"stale: {stale}"
+    return lib, meta, None
+
+
+def _stale_dependency(deps: list) -> str | None:
+    """The first recorded dependency (schema-checked) that changed since the build (None: none did).
+    A file whose size and mtime are as recorded is taken as unchanged (a stat: cheap on a warm hit);
+    a regular file of the recorded size is hashed; anything else changed."""
+    for path, size, mtime_ns, digest in deps:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return f"{path}, which it was compiled from, is gone"
+        if st.st_size == size and st.st_mtime_ns == mtime_ns:
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size or sha256_file(pathlib.Path(path)) != digest:
+            return f"{path} changed since it was built"
+    return None
+
+
+_PT_LOAD, _SHT_NOBITS = 1, 8
+
+
+def elf_problem(path: pathlib.Path, size: int) -> str | None:
+    """Why `path` is not a whole ELF shared library, else None: its header, program headers,
+    loadable segments and sections must lie within its `size` bytes. dlopen maps segments as the
+    headers say, and touching a page past the end of a truncated file is a SIGBUS that kills the
+    process; this is checked before any library is loaded."""
+    try:
+        with open(path, "rb") as f:
+            ident = f.read(64)
+            if len(ident) < 52 or ident[:4] != b"\x7fELF":
+                return "not an ELF file (no ELF header)"
+            is64, little = ident[4] == 2, ident[5] == 1
+            e = "<" if little else ">"
+            if is64:
+                if len(ident) < 64:
+                    return "its ELF header is cut short"
+                phoff, shoff = struct.unpack_from(e + "QQ", ident, 32)
+                phentsize, phnum, shentsize, shnum = struct.unpack_from(e + "HHHH", ident, 54)
+            else:
+                phoff, shoff = struct.unpack_from(e + "II", ident, 28)
+                phentsize, phnum, shentsize, shnum = struct.unpack_from(e + "HHHH", ident, 42)
+            if phnum == 0 or phoff + phnum * phentsize > size:
+                return f"its program headers ({phnum} at offset {phoff}) run past its end ({size} bytes)"
+            f.seek(phoff)
+            ph = f.read(phnum * phentsize)
+            for i in range(phnum):
+                if is64:
+                    p_type, _, p_offset, _, _, p_filesz = struct.unpack_from(e + "IIQQQQ", ph, i * phentsize)
+                else:
+                    p_type, p_offset, _, _, p_filesz = struct.unpack_from(e + "IIIII", ph, i * phentsize)
+                if p_type == _PT_LOAD and p_offset + p_filesz > size:
+                    return (f"a loadable segment ends at byte {p_offset + p_filesz}, past its end ({size} bytes): "
+                            f"the file is truncated")
+            if shnum and shoff + shnum * shentsize > size:
+                return f"its section headers (at offset {shoff}) run past its end ({size} bytes): the file is truncated"
+            if shnum:
+                f.seek(shoff)
+                sh = f.read(shnum * shentsize)
+                for i in range(shnum):
+                    if is64:
+                        sh_type, _, _, sh_offset, sh_size = struct.unpack_from(e + "IIQQQQ", sh, i * shentsize)[1:6]
+                    else:
+                        sh_type, _, _, sh_offset, sh_size = struct.unpack_from(e + "IIIIII", sh, i * shentsize)[1:6]
+                    if sh_type != _SHT_NOBITS and sh_offset + sh_size > size:
+                        return f"section {i} ends at byte {sh_offset + sh_size}, past its end ({size} bytes): truncated"
+    except (OSError, struct.error) as e:
+        return f"its ELF headers cannot be read ({e})"
+    return None

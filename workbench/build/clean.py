@@ -9,9 +9,9 @@ import stat
 import time
 
 from .. import config
-from . import nvrtc_kernels, schema
-from .locks import in_use
-from .store import MARKER, builds_root, check_root_location, discard
+from . import nvrtc_kernels
+from .cache import RECORD, RecordError, builds_root, check_root_location, in_use, load_checked
+from .records import MARKER, discard
 
 
 def dir_size(path: pathlib.Path) -> int:
@@ -43,9 +43,9 @@ def workbench_build(d: pathlib.Path) -> str | None:
         if stat.S_ISREG(os.lstat(d / MARKER).st_mode):
             return None
     try:
-        schema.load(d / "meta.json", schema.RECORD)
+        load_checked(d / "meta.json", RECORD)
         return None
-    except schema.RecordError:
+    except RecordError:
         return "carries no workbench build record"
 
 
@@ -112,7 +112,7 @@ def clean(*, older_than_s: float | None = None, max_bytes: int | None = None, ev
 def _unnamed_nvrtc_units(root: pathlib.Path, now: float, removed: list) -> int:
     """Remove the NVRTC tier's kernels (build/nvrtc_kernels.py) of units that no build left in the cache
     names, an hour old at least (a build being made saves its unit before it publishes): only a unit
-    file the workbench wrote (schema.UNIT, named by its key) and the files it names in its own
+    file the workbench wrote (cache.UNIT, named by its key) and the files it names in its own
     folder, each listed in `removed`. Bytes freed."""
     folder = config.cache_dir() / "nvrtc-kernels"
     if not folder.is_dir() or folder.is_symlink():

@@ -1,32 +1,34 @@
 """How a piece is compiled: each compiler kind turns a Piece into a library in a staging folder.
 
-- "cpp_extension": torch.utils.cpp_extension.load (so flags, include paths and link lines are
-  PyTorch's own), in a fresh staging folder nobody else uses (so load()'s own lock file can never
-  be stale), its ninja run guarded (guard.py); what the compilers read comes from ninja's deps log.
+- "cpp_extension": a torch extension, compiled as torch.utils.cpp_extension.load compiles one (its
+  include and library folders, flags and link lines, from its public functions), by a build.ninja
+  of our own in a fresh staging folder, ninja run guarded (guard.py); nothing is loaded into the
+  building process. What the compilers read comes from ninja's deps log.
 - "raw": one compiler command with -MD -MF (nvcc and the host compiler alike), for the NumPy front
   end's libraries, which link no torch; what the compiler read comes from its depfile.
 
 Either way the compiler's output (ptxas's register and spill report included) is the build's
 build.log, and a failure is a BuildError naming the first compiler error's file and line.
 COMPILERS maps Piece.compiler to its function; the third kind, "nvrtc" (nvrtc_tier.py: device code by
-NVRTC, the host side by the host compiler, a raw piece), builds pieces of its own, so pipeline.py adds
+NVRTC, the host side by the host compiler, a raw piece), builds pieces of its own, so pipeline.py calls
 it with get_or_build at hand.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import pathlib
 import re
+import shlex
+import shutil
 import subprocess
+import sysconfig
 import time
 import uuid
 from dataclasses import dataclass, field
 
-from . import toolchain
 from ..errors import BuildError, WorkbenchError
-from . import records
-from .guard import capture_output, environment, guarded_cpp_extension, run_guarded
+from . import records, toolchain
+from .guard import run_guarded
 from .piece import CPP_EXTENSION, RAW, Piece
 
 # nvcc:  kernels/x.cu(12): error: identifier "foo" is undefined
@@ -70,43 +72,82 @@ def _failure(piece: Piece, log_path: pathlib.Path, output: str, rename, last_goo
     return BuildError(piece.label, file, line, message, log_path, last_good)
 
 
+def _ninja_path(path) -> str:
+    """A path as a ninja build line needs it (space, colon and $ escaped)."""
+    return str(path).replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
+
+
+def _ninja_file(piece: Piece, name: str) -> str:
+    """A build.ninja that compiles and links the piece as torch.utils.cpp_extension.load would (its
+    include and library folders, torch's defines and nvcc flags, the libraries it links), from
+    cpp_extension's public pieces. Each compile writes a depfile that ninja keeps in its deps log."""
+    from torch.utils import cpp_extension
+
+    cuda_home = toolchain.cuda_home() if piece.with_cuda else None
+    system = [*cpp_extension.include_paths("cpu"), sysconfig.get_paths()["include"]]
+    lib_dirs = cpp_extension.library_paths("cpu")
+    if cuda_home:
+        system.append(os.path.join(cuda_home, "include"))
+        lib_dirs.append(os.path.join(cuda_home, "lib64"))
+    common = [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H",
+              *[f"-I{shlex.quote(str(d))}" for d in piece.include_dirs],
+              *[f"-isystem {shlex.quote(d)}" for d in system]]
+    cflags = [*common, "-fPIC", "-std=c++20", *piece.cflags]
+    libs = ["-lc10", "-lc10_cuda", "-ltorch_cpu", "-ltorch_cuda"] if piece.with_cuda else ["-lc10", "-ltorch_cpu"]
+    libs += ["-ltorch", "-ltorch_python"] + (["-lcudart"] if piece.with_cuda else [])
+    libstdcxx = toolchain.loaded_libstdcxx()
+    ldflags = ["-shared", *piece.link, *([libstdcxx] if libstdcxx else []), *[f"-L{d}" for d in lib_dirs], *libs]
+    lines = ["ninja_required_version = 1.3", f"cxx = {cpp_extension.get_cxx_compiler()}",
+             f"cflags = {' '.join(cflags)}", f"ldflags = {' '.join(ldflags)}",
+             "rule compile", "  command = $cxx -MMD -MF $out.d $cflags -c $in -o $out", "  depfile = $out.d",
+             "  deps = gcc",
+             "rule link", "  command = $cxx $in $ldflags -o $out"]
+    if piece.with_cuda:
+        # The arch flags from the piece's arch list, unless its flags name an arch already (as torch does).
+        archs = [] if any("arch" in f for f in piece.cuda_cflags) else toolchain.gencode_flags(piece.arch_list)
+        cuda_flags = [*common, *cpp_extension.COMMON_NVCC_FLAGS, *archs, "--compiler-options", "'-fPIC'",
+                      *piece.cuda_cflags]
+        if not any(f.startswith("-std=") for f in cuda_flags):
+            cuda_flags.append("-std=c++20")
+        if os.environ.get("CC"):
+            cuda_flags = ["-ccbin", os.environ["CC"], *cuda_flags]
+        lines += [f"nvcc = {toolchain.nvcc_path()}", f"cuda_cflags = {' '.join(cuda_flags)}",
+                  "rule cuda_compile", "  command = $nvcc -MD -MF $out.d $cuda_cflags -c $in -o $out",
+                  "  depfile = $out.d", "  deps = gcc"]
+    objects = []
+    for source in piece.sources:
+        cuda = piece.with_cuda and source.suffix == ".cu"
+        obj = f"{source.stem}.cuda.o" if cuda else f"{source.stem}.o"
+        objects.append(obj)
+        lines.append(f"build {obj}: {'cuda_compile' if cuda else 'compile'} {_ninja_path(source.resolve())}")
+    lines += [f"build {name}.so: link {' '.join(objects)}", f"default {name}.so"]
+    return "\n".join(lines) + "\n"
+
+
 def compile_cpp_extension(piece: Piece, staging: pathlib.Path, key: str, *, rename: dict | None = None,
                           last_good: str | None = None) -> Compiled:
-    """Compile and link the piece through cpp_extension.load (which also loads it into this process,
-    unless built_not_loaded() is in effect). Raises BuildError naming the first compiler error."""
-    toolchain.cuda_home()  # sets CUDA_HOME before cpp_extension reads it
+    """Compile and link the piece as torch's JIT extensions are (_ninja_file), ninja run guarded in
+    the staging folder, its output the build's build.log. Nothing is loaded into this process.
+    Raises BuildError naming the first compiler error."""
+    if shutil.which("ninja") is None:
+        raise WorkbenchError(f"{piece.label}: ninja is not on PATH; a torch extension's build needs it "
+                             f"(pip install ninja)")
     log_path = staging / "build.log"
-    # A name of this build's own (cpp_extension renames a second build of a name in one process;
-    # dlopen would hand back the library already loaded under a path).
+    # A name of this build's own: TORCH_EXTENSION_NAME (a PYBIND11_MODULE's name) and the library's.
     name = f"wb_{piece.label.replace('/', '_')}_{key[:12]}_{uuid.uuid4().hex[:6]}"
+    (staging / "build.ninja").write_text(_ninja_file(piece, name))
     start = time.perf_counter()
-    try:
-        # nvcc's depfile (-MD) is what the cache's record of this build's dependencies comes from.
-        with environment(TORCH_CUDA_ARCH_LIST=piece.arch_list if piece.with_cuda else None,
-                         TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES=None), capture_output(log_path):
-            from torch.utils import cpp_extension  # its import-time warnings belong in the log
-
-            if piece.with_cuda and cpp_extension.CUDA_HOME is None:
-                cpp_extension.CUDA_HOME = toolchain.cuda_home()
-            libstdcxx = toolchain.loaded_libstdcxx()
-            with guarded_cpp_extension(cpp_extension):
-                cpp_extension.load(
-                    name=name, sources=[str(s) for s in piece.sources], extra_cflags=list(piece.cflags),
-                    extra_cuda_cflags=list(piece.cuda_cflags),
-                    extra_ldflags=[*piece.link, *([libstdcxx] if libstdcxx else [])],
-                    extra_include_paths=[str(d) for d in piece.include_dirs], build_directory=str(staging),
-                    verbose=True, with_cuda=piece.with_cuda, is_python_module=False)
-    except Exception as exc:  # noqa: BLE001 - every failure becomes a BuildError with the log
-        log = log_path.read_text(errors="replace") if log_path.exists() else ""
-        raise _failure(piece, log_path, log + "\n" + str(exc), rename, last_good) from None
+    with open(log_path, "wb") as log:
+        proc = run_guarded(["ninja", "-v"], cwd=staging, stdout=log, stderr=subprocess.STDOUT)
     seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise _failure(piece, log_path, log_path.read_text(errors="replace"), rename, last_good)
     # What the compilers read (ninja's log of their depfiles): a hit whose dependencies changed is
     # stale, whatever way a header was included.
     deps = records.ninja_deps(staging)
     if deps is None:
         raise WorkbenchError(f"{piece.label}: ninja recorded no dependency list for this build (its .ninja_deps "
-                             f"is missing), so a later edit of a header could not be seen; is "
-                             f"TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES set, or ninja older than 1.3?")
+                             f"is missing), so a later edit of a header could not be seen; is ninja older than 1.3?")
     return Compiled(staging / f"{name}.so", seconds, deps + [str(s) for s in piece.sources],
                     {"flags": list(piece.cflags), "cuda_flags": list(piece.cuda_cflags) if piece.with_cuda else []},
                     unique_name=True)
@@ -146,38 +187,3 @@ def compile_raw(piece: Piece, staging: pathlib.Path, key: str, *, rename: dict |
 
 
 COMPILERS = {CPP_EXTENSION: compile_cpp_extension, RAW: compile_raw}
-
-
-@contextlib.contextmanager
-def built_not_loaded():
-    """While it lasts, a cpp_extension build links the library and stops there: cpp_extension.load
-    ends by loading what it built into the building process (torch.ops.load_library: the library's
-    static initializers would run here, and under the build lock); here it returns the path
-    instead. Fails closed: if this torch has no such step to replace, nothing is built, and a load
-    that happens anyway raises. For a process that builds and never loads (the exercise checker's;
-    it builds in one thread)."""
-    import torch
-    from torch.utils import cpp_extension
-
-    if not callable(getattr(cpp_extension, "_import_module_from_library", None)):
-        raise WorkbenchError("cannot build without loading with this torch (no cpp_extension._import_module_from_library "
-                             f"in torch {torch.__version__}); refusing to build code this process must not run")
-
-    def path_only(module_name, path, is_python_module):
-        if is_python_module:
-            raise WorkbenchError("build_source builds libraries, not Python modules")
-        return os.path.join(path, f"{module_name}{cpp_extension.LIB_EXT}")
-
-    def refuse(path):
-        raise WorkbenchError(f"refused to load {path}: this process builds without loading")
-
-    saved, own = cpp_extension._import_module_from_library, vars(torch.ops).get("load_library")
-    cpp_extension._import_module_from_library, torch.ops.load_library = path_only, refuse
-    try:
-        yield
-    finally:
-        cpp_extension._import_module_from_library = saved
-        if own is None:
-            del torch.ops.load_library  # the class's method again
-        else:
-            torch.ops.load_library = own

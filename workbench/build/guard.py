@@ -2,41 +2,17 @@
 
 A build's processes (ninja and the compilers it starts, or one compiler) run in a session of their
 own, watched by a small process that kills the whole session if this process dies, even by
-kill -9, or is interrupted: no ninja, nvcc or cc1plus outlives the build that started it. Also the
-capture of everything a build prints (Python's streams and file descriptors 1 and 2) into its log,
-and own_clock: a child's time for a limit that the machine's load does not eat.
+kill -9, or is interrupted: no ninja, nvcc or cc1plus outlives the build that started it. Also
+environment (os.environ for a while) and own_clock: a child's time for a limit that the machine's
+load does not eat.
 """
 from __future__ import annotations
 
 import contextlib
 import os
-import pathlib
 import subprocess
 import sys
-import threading
 import time
-
-
-@contextlib.contextmanager
-def capture_output(log_path: pathlib.Path):
-    """Send everything the build prints, from Python or from child processes (ninja writes to
-    file descriptor 1 when verbose), to `log_path`; restore the streams afterwards."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    with open(log_path, "ab", buffering=0) as log:
-        saved = [os.dup(1), os.dup(2)]
-        try:
-            os.dup2(log.fileno(), 1)
-            os.dup2(log.fileno(), 2)
-            with open(log.fileno(), "w", closefd=False) as text, \
-                    contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
-                yield
-                text.flush()
-        finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in saved:
-                os.close(fd)
 
 
 def _set_environment(values: dict) -> None:
@@ -149,39 +125,3 @@ def own_clock(pid: int):
     last = [0.0]
     start, base = time.monotonic(), waited()
     return lambda: time.monotonic() - start - (waited() - base)
-
-
-class _GuardedSubprocess:
-    """Stands in for cpp_extension's `subprocess` module during a build: its ninja run goes through
-    run_guarded; everything else is the real module."""
-
-    def __getattr__(self, name):
-        return getattr(subprocess, name)
-
-    def run(self, cmd, *args, **kwargs):
-        if not args and isinstance(cmd, (list, tuple)) and cmd and os.path.basename(str(cmd[0])) == "ninja":
-            return run_guarded(list(cmd), **kwargs)
-        return subprocess.run(cmd, *args, **kwargs)
-
-
-_guard_lock = threading.Lock()
-_guard_depth = 0
-
-
-@contextlib.contextmanager
-def guarded_cpp_extension(cpp_extension):
-    global _guard_depth
-    with _guard_lock:
-        if _guard_depth == 0:
-            guarded_cpp_extension.saved = cpp_extension.subprocess
-            cpp_extension.subprocess = _GuardedSubprocess()
-        _guard_depth += 1
-    try:
-        yield
-    finally:
-        with _guard_lock:
-            _guard_depth -= 1
-            if _guard_depth == 0:
-                cpp_extension.subprocess = guarded_cpp_extension.saved
-
-

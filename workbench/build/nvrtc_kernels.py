@@ -15,7 +15,7 @@ instantiated: tens of ms). Almost all of NVRTC's time is its optimizer and ptxas
   queues its other kernels for background threads (_Queue: when they start, and which first);
   `drain` waits for them: the timers call it, so no measurement shares the CPU with a compile.
 
-The cache folder is private (store.subdir), so a cubin found there is this user's own.
+The cache folder is private (cache.subdir), so a cubin found there is this user's own.
 """
 from __future__ import annotations
 
@@ -27,12 +27,13 @@ import os
 import pathlib
 import threading
 
-from . import nvrtc, schema, store
-from .keys import tokens
+from . import cache, nvrtc
+from .cache import RecordError
+from .piece import tokens
 
 
 def _folder() -> pathlib.Path:
-    return store.subdir("nvrtc-kernels")
+    return cache.subdir("nvrtc-kernels")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,8 +69,8 @@ def saved(unit: Unit) -> bool:
 def save(unit: Unit) -> None:
     path = _folder() / f"{unit.key}.json"
     if not path.is_file():
-        with store.writing(f"writing the NVRTC unit of {unit.label}"):
-            store.write_text(path, json.dumps(dataclasses.asdict(unit)))
+        with cache.writing(f"writing the NVRTC unit of {unit.label}"):
+            cache.write_text(path, json.dumps(dataclasses.asdict(unit)))
     _units[unit.key] = unit
 
 
@@ -80,8 +81,8 @@ def unit_named_by(build_dir: pathlib.Path) -> str | None:
     """The key of the unit a build's record names (an NVRTC tier build's nvrtc_unit), or None: no
     such build, or no readable record."""
     try:
-        return schema.load(build_dir / "meta.json", schema.RECORD).get("nvrtc_unit")
-    except schema.RecordError:
+        return cache.load_checked(build_dir / "meta.json", cache.RECORD).get("nvrtc_unit")
+    except RecordError:
         return None
 
 
@@ -91,18 +92,18 @@ def unit(key: str) -> Unit:
         path = _folder() / f"{key}.json"
         try:
             _units[key] = _read_unit(key)
-        except schema.RecordError as e:
+        except RecordError as e:
             raise KernelCompileError(f"the NVRTC unit {path} cannot be read ({e}); rebuild the variant "
                                      f"(`python -m workbench clean` removes its build)") from None
     return _units[key]
 
 
 def _read_unit(key: str) -> Unit:
-    """The stored unit of that key, checked (schema.UNIT, its key its file's name): RecordError else."""
+    """The stored unit of that key, checked (cache.UNIT, its key its file's name): RecordError else."""
     path = _folder() / f"{key}.json"
-    data = schema.load(path, schema.UNIT)
+    data = cache.load_checked(path, cache.UNIT)
     if data["key"] != key:
-        raise schema.RecordError(f"{path}: key must be its file's name {key!r}, not {data['key']!r}")
+        raise RecordError(f"{path}: key must be its file's name {key!r}, not {data['key']!r}")
     return Unit(**{f.name: data[f.name] for f in dataclasses.fields(Unit)})
 
 
@@ -111,7 +112,7 @@ def unit_files(key: str) -> list[pathlib.Path]:
     `python -m workbench clean`; none for a file that is not a unit of the workbench's."""
     try:
         u = _read_unit(key)
-    except schema.RecordError:
+    except RecordError:
         return []
     return [_folder() / f"{u.kernel_key(n)}{ext}" for n in u.kernels for ext in (".name", ".log", ".cubin")] + [
         _folder() / f"{key}.json"]
@@ -140,9 +141,9 @@ def _compile(u: Unit, name: str) -> None:
         lines = e.args[0].strip().splitlines() or ["?"]
         first = next((ln for ln in lines if "error" in ln.lower()), lines[0])  # not a warning before it
         raise KernelCompileError(f"{u.label}: NVRTC could not compile {expression[1:]}: {first.strip()}") from None
-    store.write_text(stem.with_suffix(".cubin"), cubin)
-    store.write_text(stem.with_suffix(".log"), f"{expression}\n{log}")
-    store.write_text(stem.with_suffix(".name"), lowered[expression])
+    cache.write_text(stem.with_suffix(".cubin"), cubin)
+    cache.write_text(stem.with_suffix(".log"), f"{expression}\n{log}")
+    cache.write_text(stem.with_suffix(".name"), lowered[expression])
 
 
 class _Queue:

@@ -26,7 +26,7 @@ import pathlib
 import re
 from dataclasses import dataclass
 
-from .keys import include_closure, tokens
+from .piece import include_closure, tokens
 
 _SPACE_MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+([^\n]*__(?:host|device|global)__[^\n]*)$", re.M)
 _FUNCTION_HEAD = re.compile(r"\)\s*(?:const\b|noexcept\b(?:\s*\([^)]*\))?|override\b|final\b|mutable\b|\s)*"
@@ -350,7 +350,7 @@ def _space_in(words: set[str], macros: dict[str, str]) -> bool:
 
 def closure(source: pathlib.Path, include_dirs) -> list[tuple[str, pathlib.Path]]:
     """(include name, path) of the source (under its own file name, first) and the headers it reaches
-    by quoted #include, as the compiler resolves them (keys.include_closure); a header not found is
+    by quoted #include, as the compiler resolves them (piece.include_closure); a header not found is
     left out (the compile reports it)."""
     source = pathlib.Path(source)
     return [(source.name if name == "<source>" else name, path)

@@ -27,8 +27,8 @@ import time
 import uuid
 
 from .. import config
-from . import nvrtc, nvrtc_kernels, nvrtc_split, store, toolchain
-from .arch import arch_list, entries, variant_arch_flags
+from . import cache, nvrtc, nvrtc_kernels, nvrtc_split, toolchain
+from .toolchain import arch_list, entries, variant_arch_flags
 from .compilers import Compiled, first_error
 from .piece import NVRTC, RAW, BuildOptions, Piece
 from ..errors import BuildError
@@ -88,7 +88,7 @@ def piece(*, label: str, kind: str, source: pathlib.Path, include_dirs, cflags, 
     why = ("a torch extension is compiled with torch's headers, which NVRTC does not take" if kind != "variant" else
            None if nvrtc.available() else "no NVRTC library here (torch's CUDA wheels bring libnvrtc)")
     if why:
-        store.progress(f"{label}: nvcc builds it: {why}")
+        cache.progress(f"{label}: nvcc builds it: {why}")
         return None
     arch = exact_arch(options)
     return Piece(label=label, kind="variant", sources=[source], include_dirs=include_dirs, with_cuda=True,
@@ -99,7 +99,7 @@ def piece(*, label: str, kind: str, source: pathlib.Path, include_dirs, cflags, 
 
 def host_piece(p: Piece, views: nvrtc_split.Views) -> Piece:
     """The host compiler's piece for the host view, its files written once per host key."""
-    folder = store.subdir("nvrtc-host") / views.host_key[:24]
+    folder = cache.subdir("nvrtc-host") / views.host_key[:24]
     if not folder.is_dir():
         tmp = folder.with_name(f".{folder.name}-{uuid.uuid4().hex[:8]}")
         for name, text in views.host.items():
@@ -187,7 +187,7 @@ def launched_kernels(library: pathlib.Path, names) -> dict[str, str]:
 
 def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | None = None,
                   last_good: str | None = None, build) -> Compiled:
-    """The piece compiled into `staging` (see the module's docstring); `build` is pipeline.get_or_build,
+    """The piece compiled into `staging` (see the module's docstring); `build` is build.get_or_build,
     for the host library and the fallback, pieces of their own."""
     start = time.perf_counter()
     (source,) = p.sources
@@ -206,7 +206,7 @@ def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | N
         return fallback(f"the host compiler cannot build its host side ({e.file}:{e.line}: "
                         f"{(e.first_error.splitlines() or ['?'])[0]})")
     if host.built:
-        store.progress(f"{p.label}: its host side changed; the host compiler rebuilt it in "
+        cache.progress(f"{p.label}: its host side changed; the host compiler rebuilt it in "
                        f"{host.record['build_seconds']:.2f} s")
     kernels = launched_kernels(host.library, views.kernels)
     device_texts = dict(views.device)
@@ -239,7 +239,7 @@ def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | N
 
 
 def nvcc_piece(p: Piece) -> Piece:
-    """nvcc's piece for the same variant, as tree.variant_piece makes it with the nvcc tier (the same
+    """nvcc's piece for the same variant, as piece.variant_piece makes it with the nvcc tier (the same
     key: its cache entry is shared)."""
     (source,) = p.sources
     archs = arch_list()
@@ -250,7 +250,7 @@ def nvcc_piece(p: Piece) -> Piece:
 def _fallback(p: Piece, staging: pathlib.Path, key: str, rename, last_good, start: float, closure, build,
               why: str) -> Compiled:
     """nvcc's build of the whole file (nvcc_piece, cached as usual), under this key too."""
-    store.progress(f"{p.label}: nvcc builds it: {why}")
+    cache.progress(f"{p.label}: nvcc builds it: {why}")
     built = build(nvcc_piece(p), rename=rename, last_good=last_good)
     library = staging / f"{p.label.replace('/', '_')}-{key[:12]}-{uuid.uuid4().hex[:6]}.so"
     shutil.copyfile(built.library, library)

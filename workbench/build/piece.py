@@ -1,25 +1,149 @@
-"""What to compile: a Piece (sources, flags, how it is compiled) and its content key.
+"""What to build and its content key: a Piece, and BuildOptions.
 
 A piece is described once and carried whole: the loader's harness, bindings and variants, an
 extension-style source, the NumPy front end's libraries and module, and setup.py's prebuilt wheel
-all make Pieces, and get_or_build (pipeline.py) takes them as they are.
+all make Pieces, and get_or_build (build/__init__.py) takes them as they are.
 
-`compiler` says how it is compiled (compilers.py): "cpp_extension" (torch.utils.cpp_extension.load:
-PyTorch's own flags, include paths and link lines; `cflags` for the host compiler, `cuda_cflags` for
-nvcc) or "raw" (one compiler command: `command` + `cflags` + includes + the source + `link`, for
-builds that must not link torch) or "nvrtc" (a CUDA variant's device code by NVRTC, its host side by
-the host compiler, each when it changed: nvrtc_tier.py; `command` is NVRTC's version and options,
-part of the key, which reads the sources by tokens).
+`compiler` says how it is compiled (compilers.py): "cpp_extension" (a torch extension: PyTorch's
+own flags, include paths and link lines; `cflags` for the host compiler, `cuda_cflags` for nvcc) or
+"raw" (one compiler command: `command` + `cflags` + includes + the source + `link`, for builds that
+must not link torch) or "nvrtc" (a CUDA variant's device code by NVRTC, its host side by the host
+compiler, each when it changed: nvrtc_tier.py; `command` is NVRTC's version and options, part of
+the key, which reads the sources by tokens).
+
+A content key is a sha256 over the piece's kind, flags, arch list and toolchain, and the source with
+every header it reaches by quoted #include lines (by bytes; or by tokens, for the NVRTC tier: a
+comment or whitespace edit is the same build). The key only names the folder; what the compiler
+actually read is recorded with the build, and decides whether a hit is stale (build/__init__.py).
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
 import pathlib
 import re
 from dataclasses import dataclass, field
 
-from . import keys
+from .cache import KEY_FORMAT
+
+
+# ---------------------------------------------------------------- content keys
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+
+
+_LITERAL_OR_COMMENT = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*.*?\*/', re.S)
+_LITERAL_OR_SPACE = re.compile(r'("(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\')|\s+')
+_LAYOUT_MATTERS = re.compile(r"\b(?:__LINE__|__FILE__|assert)\b")
+
+
+def tokens(text: str) -> str:
+    """The text as the compiler reads it, layout aside: each comment and run of whitespace one space,
+    a line break kept only where a preprocessor line ends. A text that names __LINE__, __FILE__ or
+    assert is returned as it is: there a moved line changes what it compiles to."""
+    if _LAYOUT_MATTERS.search(text):
+        return text
+    text = _LITERAL_OR_COMMENT.sub(lambda m: m.group(0) if m.group(0)[0] in "\"'" else " ", text)
+    out = []
+    for line in text.replace("\\\n", " ").split("\n"):
+        line = _LITERAL_OR_SPACE.sub(lambda m: m.group(1) or " ", line).strip()
+        out.append(f"\n{line}\n" if line.startswith("#") else line)
+    return " ".join(word for word in out if word)
+
+
+# path -> [(mtime_ns, size, inode), sha256 of the content, its quoted includes, sha256 of its tokens
+# once asked for]: a file is read and scanned again only when its stat changes, so a warm load hashes
+# no header twice. (A stale entry could only name a folder: build.lookup checks what the compiler
+# read, by content.)
+_scanned: dict[str, list] = {}
+
+
+def _scan(path: pathlib.Path, by_tokens: bool = False) -> tuple[bytes, list[str]]:
+    st = path.stat()
+    stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+    hit = _scanned.get(str(path))
+    if hit is None or hit[0] != stamp:
+        data = path.read_bytes()
+        hit = _scanned[str(path)] = [stamp, hashlib.sha256(data).digest(),
+                                     _INCLUDE.findall(data.decode("utf-8", errors="replace")), None]
+    if by_tokens and hit[3] is None:
+        hit[3] = hashlib.sha256(tokens(path.read_text(errors="replace")).encode()).digest()
+    return hit[3 if by_tokens else 1], hit[2]
+
+
+def include_closure(source: pathlib.Path, include_dirs) -> list[tuple[str, pathlib.Path | None]]:
+    """(include name, resolved path) for the source (named '<source>') and every quoted header it
+    reaches, as the compiler resolves them (the including file's folder first, then include_dirs),
+    in a stable order; the path is None for a header not found."""
+    seen: set[pathlib.Path] = set()
+    out: list[tuple[str, pathlib.Path | None]] = []
+
+    def visit(path: pathlib.Path, name: str) -> None:
+        path = path.resolve()
+        if path in seen:
+            return
+        seen.add(path)
+        out.append((name, path))
+        for inc in _scan(path)[1]:
+            for d in [path.parent, *include_dirs]:
+                cand = d / inc
+                if cand.is_file():
+                    visit(cand, inc)
+                    break
+            else:
+                out.append((inc, None))
+
+    visit(pathlib.Path(source), "<source>")
+    return out
+
+
+def source_closure(source: pathlib.Path, include_dirs: list[pathlib.Path],
+                   by_tokens: bool = False) -> list[tuple[str, bytes]]:
+    """(name, sha256 of the content, or of its tokens) over include_closure: the source named
+    '<source>' so the same text at another path gives the same key; a header not found with the
+    digest of b"<not found>"."""
+    return [(name, _scan(path, by_tokens)[0] if path is not None else _NOT_FOUND)
+            for name, path in include_closure(source, include_dirs)]
+
+
+_NOT_FOUND = hashlib.sha256(b"<not found>").digest()
+
+
+def content_key(*, kind: str, sources: list[pathlib.Path], include_dirs: list[pathlib.Path],
+                flags: list[str], arch_list: str | None, toolchain: dict, by_tokens: bool = False) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps({"format": KEY_FORMAT, "kind": kind, "flags": flags, "arch_list": arch_list,
+                         "toolchain": toolchain, **({"by_tokens": True} if by_tokens else {})}, sort_keys=True).encode())
+    for src in sources:
+        _hash_closure(h, src, include_dirs, by_tokens)
+    return h.hexdigest()
+
+
+def closure_digest(source: pathlib.Path, include_dirs: list[pathlib.Path]) -> str:
+    """A hash of a header and everything it includes: an op's contract, which its binding and its
+    variants must have been built against alike."""
+    h = hashlib.sha256()
+    _hash_closure(h, source, include_dirs)
+    return h.hexdigest()[:16]
+
+
+def _hash_closure(h, source: pathlib.Path, include_dirs: list[pathlib.Path], by_tokens: bool = False) -> None:
+    """Each file of the source's include closure, by name and content (or tokens), into the hash h."""
+    for name, digest in source_closure(source, include_dirs, by_tokens):
+        h.update(name.encode() + b"\0" + digest)
+
+
+def sha256_file(path: pathlib.Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------- pieces
 
 CPP_EXTENSION, RAW, NVRTC = "cpp_extension", "raw", "nvrtc"
 COMPILER_CHOICES = ("nvcc", "nvrtc")  # BuildOptions.compiler: what a user names
@@ -107,7 +231,7 @@ class Piece:
         # The NVRTC tier keys on tokens (a comment edit is the same build), but where line numbers
         # are compiled in (-lineinfo).
         by_tokens = self.compiler == NVRTC and "-lineinfo" not in self.flags
-        return keys.content_key(kind=self.kind, sources=list(self.sources), include_dirs=list(self.include_dirs),
+        return content_key(kind=self.kind, sources=list(self.sources), include_dirs=list(self.include_dirs),
                                 flags=self.flags, arch_list=arch, toolchain=toolchain, by_tokens=by_tokens)
 
     @property

@@ -21,12 +21,9 @@ import pathlib
 import sys
 
 from .. import config
-from . import toolchain
 from ..errors import WorkbenchError
-from . import arch
-from .keys import sha256_file
-from .piece import Piece
-from .records import elf_problem
+from . import elf_problem, toolchain
+from .piece import Piece, sha256_file
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -106,7 +103,7 @@ def _arch_gap(arch_list: str) -> list[str]:
     if not toolchain.gpu_available():
         return []
     sass, ptx = [], []
-    for major, minor, suffix, plus_ptx in arch.entries(arch_list):
+    for major, minor, suffix, plus_ptx in toolchain.entries(arch_list):
         sass.append((major, minor, suffix))
         if plus_ptx:
             ptx.append((major, minor))
@@ -143,7 +140,7 @@ def find(piece: Piece) -> tuple[pathlib.Path, dict] | None:
             f"{piece.label}: {text}, and this machine cannot build it instead ({missing}). Install "
             f"torch=={m['toolchain'].get('torch')}, rebuild the wheel against this torch (pip wheel . "
             f"--no-build-isolation --no-deps), or install a compiler{' and nvcc' if piece.with_cuda else ''}.")
-    arch_list = m.get("arch_list") or arch.SHIPPED
+    arch_list = m.get("arch_list") or toolchain.SHIPPED
     entry = m.get("libraries", {}).get(key(piece, arch_list, toolchain.abi()))
     problem = None
     if entry is None:

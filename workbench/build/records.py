@@ -1,83 +1,136 @@
-"""A build's record, and the checks a warm hit passes before its library is loaded.
+"""A build's way into the cache: its staging folder, the key's lock, and its record, published.
+
+Builds are made in staging folders that carry the workbench's marker from the start. The build
+lock is a flock() on a file of the cache's own, opened without following links; it dies with the
+process that holds it, so a killed build never leaves a lock that blocks the next one.
 
 The record keeps every file the compiler actually read (its depfile: -MD/-MF, nvcc -MD, ninja's
 deps log) with its size, mtime and sha256; a hit whose dependencies changed (a header included as
-<...>, through a macro, or found through CPATH) is stale and is rebuilt. A build is published by
-renaming a finished directory into place, so readers see either nothing or a complete build; a
-warm hit checks its record against schema.RECORD before using any field of it, the library's size
-and sha256 against the record, and that the ELF file's segments and sections lie within it (a
-truncated library would kill the process with SIGBUS when loaded). A damaged record or library is
-rebuilt.
+<...>, through a macro, or found through CPATH) is stale and is rebuilt (build.lookup). A build is
+published by renaming a finished directory into place, so readers see either nothing or a complete
+build.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
 import pathlib
 import shutil
 import stat
-import struct
+import time
 import uuid
 
-from . import schema
-from .keys import KEY_FORMAT, sha256_file
-from .store import CacheError, foreign, subdir
+from .. import config
+from ..errors import LockTimeout
+from . import cache, elf_problem
+from .cache import KEY_FORMAT
+from .piece import sha256_file
 
-# ---------------------------------------------------------------- ELF check before dlopen
-
-_PT_LOAD, _SHT_NOBITS = 1, 8
+MARKER = ".workbench-build"  # in every folder the workbench builds in: what `clean` may remove
 
 
-def elf_problem(path: pathlib.Path, size: int) -> str | None:
-    """Why `path` is not a whole ELF shared library, else None: its header, program headers,
-    loadable segments and sections must lie within its `size` bytes. dlopen maps segments as the
-    headers say, and touching a page past the end of a truncated file is a SIGBUS that kills the
-    process; this is checked before any library is loaded."""
+def new_staging_dir(label: str, key: str) -> pathlib.Path:
+    """A fresh folder (0700) to build in, carrying the workbench's marker from the start."""
+    d = cache.builds_root() / f".staging-{label.replace('/', '-')}-{key[:12]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    with cache.writing(f"building {label}"):
+        os.mkdir(d, 0o700)
+        try:
+            (d / MARKER).write_text(f"{label}\n{key}\n")
+        except BaseException:  # a full disk: no folder is left without its marker
+            discard(d)
+            raise
+    return d
+
+
+def discard(path: pathlib.Path) -> None:
+    """Remove a folder the workbench made (never following a link inside it)."""
+    if os.path.islink(path):
+        return
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def full_disk_error(e: Exception, what: str, log: pathlib.Path | None = None) -> cache.CacheError | None:
+    """A CacheError for a build that failed because a disk filled up (the compiler says so), else None."""
+    text = str(e)
+    if "No space left on device" not in text and "Disk quota exceeded" not in text:
+        return None
+    import tempfile
+
+    return cache.CacheError(
+        f"{what}: the build ran out of disk space: the build cache {config.cache_dir()} (or the compiler's "
+        f"temporary folder, {tempfile.gettempdir()}) is full. Free space there (`python -m workbench clean "
+        f"--older-than 7` removes builds unused for a week), or point WORKBENCH_CACHE (or TMPDIR) at a folder on "
+        f"another disk" + (f"; the compiler's words are in {log}" if log else ""))
+
+
+# ---------------------------------------------------------------- the build lock
+
+def _open_nofollow(path: pathlib.Path, what: str, flags: int = os.O_RDWR | os.O_CREAT) -> int:
+    """Open a file of the cache's own (a lock, an in-use mark) without following a link; refuse a
+    link, or a file that is not a regular file of this user's, naming it (CacheError)."""
     try:
-        with open(path, "rb") as f:
-            ident = f.read(64)
-            if len(ident) < 52 or ident[:4] != b"\x7fELF":
-                return "not an ELF file (no ELF header)"
-            is64, little = ident[4] == 2, ident[5] == 1
-            e = "<" if little else ">"
-            if is64:
-                if len(ident) < 64:
-                    return "its ELF header is cut short"
-                phoff, shoff = struct.unpack_from(e + "QQ", ident, 32)
-                phentsize, phnum, shentsize, shnum = struct.unpack_from(e + "HHHH", ident, 54)
-            else:
-                phoff, shoff = struct.unpack_from(e + "II", ident, 28)
-                phentsize, phnum, shentsize, shnum = struct.unpack_from(e + "HHHH", ident, 42)
-            if phnum == 0 or phoff + phnum * phentsize > size:
-                return f"its program headers ({phnum} at offset {phoff}) run past its end ({size} bytes)"
-            f.seek(phoff)
-            ph = f.read(phnum * phentsize)
-            for i in range(phnum):
-                if is64:
-                    p_type, _, p_offset, _, _, p_filesz = struct.unpack_from(e + "IIQQQQ", ph, i * phentsize)
-                else:
-                    p_type, p_offset, _, _, p_filesz = struct.unpack_from(e + "IIIII", ph, i * phentsize)
-                if p_type == _PT_LOAD and p_offset + p_filesz > size:
-                    return (f"a loadable segment ends at byte {p_offset + p_filesz}, past its end ({size} bytes): "
-                            f"the file is truncated")
-            if shnum and shoff + shnum * shentsize > size:
-                return f"its section headers (at offset {shoff}) run past its end ({size} bytes): the file is truncated"
-            if shnum:
-                f.seek(shoff)
-                sh = f.read(shnum * shentsize)
-                for i in range(shnum):
-                    if is64:
-                        sh_type, _, _, sh_offset, sh_size = struct.unpack_from(e + "IIQQQQ", sh, i * shentsize)[1:6]
-                    else:
-                        sh_type, _, _, sh_offset, sh_size = struct.unpack_from(e + "IIIIII", sh, i * shentsize)[1:6]
-                    if sh_type != _SHT_NOBITS and sh_offset + sh_size > size:
-                        return f"section {i} ends at byte {sh_offset + sh_size}, past its end ({size} bytes): truncated"
-    except (OSError, struct.error) as e:
-        return f"its ELF headers cannot be read ({e})"
-    return None
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise cache.CacheError(f"{what}: {path} is a symbolic link (to {os.readlink(path)!r}); the workbench's own "
+                             f"files are never links, and it does not write through one. Remove the link "
+                             f"(rm {path}); something other than the workbench made it") from None
+        err = cache.storage_error(e, what)
+        if err is not None:
+            raise err from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        raise cache.CacheError(f"{what}: {path} is not a regular file of yours (owner uid {st.st_uid}); remove it, and "
+                         f"the workbench makes a fresh one")
+    return fd
 
 
-# ---------------------------------------------------------------- dependencies the compiler read
+@contextlib.contextmanager
+def file_lock(path: pathlib.Path, *, what: str, timeout_s: float | None = None):
+    """An exclusive flock on `path`, waited for with a message and a timeout that names the lock.
+    The lock file is opened without following links (a planted link is refused, never truncated)."""
+    timeout_s = config.lock_timeout_s() if timeout_s is None else timeout_s
+    with cache.writing(what):
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = _open_nofollow(path, what)
+    try:
+        start, told = time.monotonic(), False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+            if not told:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+                cache.progress(f"{what}: waiting for another build (pid {holder}) holding {path}")
+                told = True
+            if time.monotonic() - start > timeout_s:
+                raise LockTimeout(
+                    f"{what}: the build lock {path} was held for more than {timeout_s:.0f} s by pid "
+                    f"{os.pread(fd, 64, 0).decode(errors='replace').strip() or '?'}. If that process is hung, "
+                    f"kill it (the lock is released with it); WORKBENCH_LOCK_TIMEOUT sets this limit.")
+            time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def lock_path(key: str) -> pathlib.Path:
+    return cache.subdir("locks") / f"{key[:20]}.lock"
+
+
+# ---------------------------------------------------------------- dependencies the compiler read, and publication
 
 def parse_depfile(text: str, cwd: pathlib.Path) -> list[str]:
     """The prerequisites of a make-style depfile (gcc -MD, nvcc -MD), as absolute paths."""
@@ -137,63 +190,6 @@ def dependency_record(paths, build_dir: pathlib.Path) -> list[list]:
     return sorted(out)
 
 
-def _stale_dependency(deps: list) -> str | None:
-    """The first recorded dependency (schema-checked) that changed since the build (None: none did).
-    A file whose size and mtime are as recorded is taken as unchanged (a stat: cheap on a warm hit);
-    a regular file of the recorded size is hashed; anything else changed."""
-    for path, size, mtime_ns, digest in deps:
-        try:
-            st = os.stat(path)
-        except OSError:
-            return f"{path}, which it was compiled from, is gone"
-        if st.st_size == size and st.st_mtime_ns == mtime_ns:
-            continue
-        if not stat.S_ISREG(st.st_mode) or st.st_size != size or sha256_file(pathlib.Path(path)) != digest:
-            return f"{path} changed since it was built"
-    return None
-
-
-# ---------------------------------------------------------------- lookup and publication
-
-def lookup(build_dir: pathlib.Path) -> tuple[pathlib.Path | None, dict | None, str | None]:
-    """(library, record, problem): the published library if its record vouches for it, else the
-    reason it cannot be used (missing, truncated, foreign, stale): the caller rebuilds it."""
-    meta_path = build_dir / "meta.json"
-    try:
-        dst = os.lstat(build_dir)
-        mst = os.lstat(meta_path)
-    except FileNotFoundError:
-        return None, None, None
-    except OSError as e:
-        return None, None, f"unreadable build folder ({e})"
-    problem = foreign(build_dir, dst, "dir") or foreign(meta_path, mst, "file")
-    if problem:
-        return None, None, f"not the workbench's own build: {problem}"
-    try:
-        meta = schema.load(meta_path, schema.RECORD)
-    except schema.RecordError as e:
-        return None, None, f"damaged build record: {e}"
-    lib = build_dir / meta["library"]
-    try:
-        st = os.lstat(lib)
-    except OSError as e:
-        return None, None, f"its library {lib} is missing ({e.strerror})"
-    problem = foreign(lib, st, "file")
-    if problem:
-        return None, meta, f"not the workbench's own build: {problem}"
-    if st.st_size != meta["size"]:
-        return None, meta, f"library is {st.st_size} bytes, its record says {meta['size']} (truncated?)"
-    if sha256_file(lib) != meta["sha256"]:
-        return None, meta, "library does not match its recorded sha256 (foreign or modified file)"
-    problem = elf_problem(lib, st.st_size)
-    if problem:
-        return None, meta, f"damaged library {lib}: {problem}"
-    stale = _stale_dependency(meta["deps"])
-    if stale:
-        return None, meta, f"stale: {stale}"
-    return lib, meta, None
-
-
 def publish(staging: pathlib.Path, final: pathlib.Path, library: pathlib.Path, record: dict,
             deps: list | None = None, *, rename: bool = True) -> pathlib.Path:
     """Write the record (with the compiler-reported dependencies, each with its digest) and rename the
@@ -211,18 +207,18 @@ def publish(staging: pathlib.Path, final: pathlib.Path, library: pathlib.Path, r
     os.chmod(library, stat.S_IMODE(st.st_mode) & ~0o022)  # a umask of 002 must not make it group-writable
     problem = elf_problem(library, st.st_size)
     if problem:
-        raise CacheError(f"{record.get('label', library.name)}: the linker wrote a damaged library {library} "
+        raise cache.CacheError(f"{record.get('label', library.name)}: the linker wrote a damaged library {library} "
                          f"({problem}); is the disk full? The build folder is {staging}")
     record = dict(record, format=KEY_FORMAT, library=library.name, size=st.st_size, sha256=sha256_file(library),
                   deps=deps if deps is not None else [])
-    schema.check(record, schema.RECORD, "the record")  # what is written is what lookup accepts
+    cache.check(record, cache.RECORD, "the record")  # what is written is what lookup accepts
     tmp = staging / "meta.json.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps(record, indent=1, sort_keys=True))
     os.replace(tmp, staging / "meta.json")
     if os.path.lexists(final):
-        trash = subdir("trash") / f"{final.name}-{uuid.uuid4().hex[:8]}"
+        trash = cache.subdir("trash") / f"{final.name}-{uuid.uuid4().hex[:8]}"
         os.rename(final, trash)
     os.rename(staging, final)
     return final / library.name

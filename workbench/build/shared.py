@@ -11,23 +11,8 @@ import os
 import pathlib
 import stat
 
-from . import schema
-from .records import publish
-from .store import CacheError, discard, new_staging_dir, progress
-
-
-def manifest_of(cache_root: pathlib.Path) -> dict:
-    """A manifest for WORKBENCH_SHARED_CACHE_MANIFEST: every published build under `cache_root`, by
-    folder name, with its library's sha256 and size as its record says. Whoever writes it vouches for
-    those libraries: make it from a cache you built or checked yourself."""
-    builds = {}
-    for d in sorted((pathlib.Path(cache_root) / "builds").iterdir()):
-        try:
-            meta = schema.load(d / "meta.json", schema.RECORD)
-        except schema.RecordError:
-            continue
-        builds[d.name] = {"sha256": meta["sha256"], "size": meta["size"]}
-    return {"format": 2, "builds": builds}
+from .cache import MANIFEST, RECORD, CacheError, RecordError, load_checked, progress, read_regular
+from .records import discard, new_staging_dir, publish
 
 
 def shared_cache() -> tuple[pathlib.Path, dict] | None:
@@ -55,8 +40,8 @@ def shared_cache() -> tuple[pathlib.Path, dict] | None:
                          f"{stat.S_IMODE(st.st_mode):04o}): a manifest someone else can change vouches for nothing. "
                          f"Keep your own copy (chmod 600)")
     try:
-        data = schema.load(manifest, schema.MANIFEST)
-    except schema.RecordError as e:
+        data = load_checked(manifest, MANIFEST)
+    except RecordError as e:
         raise CacheError(f"WORKBENCH_SHARED_CACHE_MANIFEST is not a manifest the workbench can use: {e}. It must be "
                          f"{{\"format\": 2, \"builds\": {{build folder name: {{\"sha256\": ..., \"size\": ...}}}}}}, "
                          f"as workbench.build.cache.manifest_of writes") from None
@@ -66,7 +51,7 @@ def shared_cache() -> tuple[pathlib.Path, dict] | None:
 def import_shared(final: pathlib.Path, what: str) -> bool:
     """Copy the build of `final`'s name from the shared cache into this user's cache, where the
     trusted manifest lists it and the library is a regular file of the size and sha256 it says
-    (its record is checked against schema.RECORD, the library read once, with that bound, and those
+    (its record is checked against cache.RECORD, the library read once, with that bound, and those
     bytes are what is written: the shared file is never loaded itself). The caller holds the key's
     lock and looks the build up again (its dependencies are checked there). Returns whether a
     build was imported."""
@@ -79,9 +64,9 @@ def import_shared(final: pathlib.Path, what: str) -> bool:
         return False
     src = folder / "builds" / final.name
     try:
-        meta = schema.load(src / "meta.json", schema.RECORD)
-        data = schema.read_regular(src / meta["library"], want["size"])
-    except schema.RecordError as e:
+        meta = load_checked(src / "meta.json", RECORD)
+        data = read_regular(src / meta["library"], want["size"])
+    except RecordError as e:
         progress(f"{what}: the shared cache's build {src} is unusable ({e}); building it here")
         return False
     if hashlib.sha256(data).hexdigest() != want["sha256"]:

@@ -24,9 +24,8 @@ import subprocess
 import sysconfig
 import uuid
 
-from . import store, toolchain
+from . import cache, records, toolchain
 from .guard import run_guarded
-from .locks import file_lock
 
 # What cpp_extension puts on every C++ compile of an extension besides the include folders (its
 # TORCH_EXTENSION_NAME differs per build and appears in no header, so GCC accepts the file anyway).
@@ -40,7 +39,7 @@ _said: set[str] = set()
 def _say_once(message: str) -> None:
     if message not in _said:
         _said.add(message)
-        store.progress(message)
+        cache.progress(message)
 
 
 def _compiler() -> tuple[str, str] | None:
@@ -73,29 +72,29 @@ def folder(cflags) -> pathlib.Path | None:
     command = [cxx[0], "-x", "c++-header", *[f"-I{d}" for d in includes], *EXTENSION_FLAGS, *cflags]
     key = hashlib.sha256(json.dumps({"command": command, "version": cxx[1], "toolchain": toolchain.current().fields()},
                                     sort_keys=True).encode()).hexdigest()[:20]
-    root = store.subdir("pch")
+    root = cache.subdir("pch")
     final = root / key
     if (final / "torch" / "extension.h.gch").is_file():
         return final
     header = pathlib.Path(includes[0]) / "torch" / "extension.h"
-    with store.writing("precompiling torch/extension.h"), file_lock(root / f"{key}.lock", what="torch/extension.h (precompiled)"):
+    with cache.writing("precompiling torch/extension.h"), records.file_lock(root / f"{key}.lock", what="torch/extension.h (precompiled)"):
         if (final / "torch" / "extension.h.gch").is_file():  # made while we waited
             return final
         staging = root / f".staging-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         os.mkdir(staging, 0o700)
         os.mkdir(staging / "torch", 0o700)
-        store.progress("torch extensions: precompiling torch/extension.h once for this compiler and torch "
+        cache.progress("torch extensions: precompiling torch/extension.h once for this compiler and torch "
                        "(a minute or two; later builds of extension C++ files skip parsing it)")
         proc = run_guarded([*command, str(header), "-o", str(staging / "torch" / "extension.h.gch")],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if proc.returncode != 0:
-            store.discard(staging)
+            records.discard(staging)
             tail = "\n".join(proc.stdout.strip().splitlines()[-5:])
             _say_once(f"torch extensions: precompiling torch/extension.h failed, so builds parse it as before:\n{tail}")
             return None
         os.rename(staging, final)
     size = (final / "torch" / "extension.h.gch").stat().st_size
-    store.progress(f"torch extensions: torch/extension.h precompiled ({size / 2**20:.0f} MiB) in {final}")
+    cache.progress(f"torch extensions: torch/extension.h precompiled ({size / 2**20:.0f} MiB) in {final}")
     return final
 
 

@@ -198,7 +198,7 @@ def build(ex: Exercise, source: pathlib.Path, name: str):
 
 
 def _build_variant(op: str, source: pathlib.Path, name: str) -> Built:
-    from ..build.arch import arch_list
+    from ..build.toolchain import arch_list
     from ..ship import ndarray_build
 
     info = registry.static_variant(op, source, name)

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 
 from .. import build, config
-from ..build import cache, toolchain
+from ..build import cache, clean, toolchain
 
 
 def _ninja_version() -> str | None:
@@ -68,7 +68,7 @@ def report() -> tuple[list[tuple[str, str]], list[str]]:
             "" if torch.version.cuda is None else "; CUDA variants still build and link here")))
     rows.append(("arch list", build.arch_list() if toolchain.can_build_cuda() else "-"))
     root = config.cache_dir()
-    size = cache.dir_size(root) if root.exists() else 0
+    size = clean.dir_size(root) if root.exists() else 0
     n_builds = sum(1 for d in (root / "builds").iterdir() if d.is_dir()) if (root / "builds").exists() else 0
     rows.append(("cache", f"{root} ({n_builds} builds, {size / 2**20:.1f} MiB)"))
     try:
@@ -82,7 +82,7 @@ def report() -> tuple[list[tuple[str, str]], list[str]]:
                                                f"the lock)" for p, pid in held) or "none"))
 
     if ninja is None:
-        problems.append("ninja is missing: torch.utils.cpp_extension.load needs it (pip install ninja)")
+        problems.append("ninja is missing: a torch extension's build needs it (pip install ninja)")
     if gxx is None:
         problems.append("no C++ compiler found (c++ / $CXX): nothing can be built")
     if torch.version.cuda and not home:

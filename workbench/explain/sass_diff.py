@@ -36,7 +36,7 @@ import re
 import sys
 
 from . import ptxas
-from ..build import BuildOptions, nvrtc, nvrtc_kernels, nvrtc_tier, toolchain, tree
+from ..build import BuildOptions, build_variant, nvrtc, nvrtc_kernels, nvrtc_tier, toolchain
 from ..build.guard import environment
 from ..model import registry
 
@@ -290,7 +290,7 @@ def nvcc_build(op: str, variant: str, arch: str) -> tuple[dict[str, list[str]], 
     .cu file) for `arch` alone: the build the nvcc tier makes, with the arch list set to that arch."""
     cuda_source(op, variant)
     with environment(TORCH_CUDA_ARCH_LIST=nvrtc_tier.arch_list_entry(arch)):
-        name, built = tree.build_variant(op, variant, BuildOptions(compiler="nvcc"))
+        name, built = build_variant(op, variant, BuildOptions(compiler="nvcc"))
     listing = ptxas.sass(built.library)
     code = kernel_code(listing, arch)
     if not code:
@@ -302,7 +302,7 @@ def nvrtc_build(op: str, variant: str, arch: str) -> tuple[dict[str, list[str]],
     """(each kernel's normalized SASS, Facts, the build's record) of the NVRTC tier's build for `arch`;
     the SASS is {} where the tier fell back to nvcc (the record's nvrtc_fallback says why)."""
     cuda_source(op, variant)
-    _, built = tree.build_variant(op, variant, BuildOptions(compiler="nvrtc", arch=arch))
+    _, built = build_variant(op, variant, BuildOptions(compiler="nvrtc", arch=arch))
     if not built.record.get("nvrtc_unit"):
         return {}, Facts(), built.record
     unit = nvrtc_kernels.unit(built.record["nvrtc_unit"])

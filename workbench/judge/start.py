@@ -11,7 +11,7 @@ import sys
 import torch
 
 from .. import config, dtypes as dtypes_
-from ..build.arch import arch_list
+from ..build.toolchain import arch_list
 from ..model import registry
 from .runner import START_TIMEOUT_S, CallRefused, Remote, Runner, hex_text, kernel
 from .sandbox import Sandbox

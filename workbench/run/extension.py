@@ -31,7 +31,7 @@ from .. import build
 from ..build import cache, toolchain, torch_pch
 from . import loader
 from ..model import registry
-from ..build.tree import cuda_source_piece
+from ..build import cuda_source_piece
 from .byo import CallableKernel, variant
 from .probe import out_argument_hint, out_positions
 from ..errors import WorkbenchError

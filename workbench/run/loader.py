@@ -3,7 +3,7 @@
 `load(op, variant)` resolves the op once (registry.resolve: spec, sources, variant files) and
 carries that down: it makes sure the op is declared in this process (its schemas, fake and autograd
 registration, from its spec) and its binding is loaded, then hands the variant's piece
-(build/tree.py) to the build pipeline (build.get_or_build: a warm hit loads with no ninja and no
+(build/__init__.py) to the build pipeline (build.get_or_build: a warm hit loads with no ninja and no
 lock; otherwise it is built under the key's lock and published). The library is registered with the
 harness under `name` and `name@build_id`; the returned Kernel calls its exact build, so a handle to
 an older build keeps working after an edit. What the library declares (device, dtypes, description)
@@ -35,8 +35,9 @@ from .kernel import Kernel, PythonKernel
 from .loaded import STATE
 from ..model import registry
 from ..model.registry import ResolvedOp
-from ..build import DEFAULT_OPTIONS, EDIT_LOOP_OPTIONS, BuildOptions, built_not_loaded, get_or_build, prebuilt
-from ..build.tree import binding_piece, harness_piece, variant_piece
+from ..build import (DEFAULT_OPTIONS, EDIT_LOOP_OPTIONS, BuildOptions, binding_piece, get_or_build, harness_piece,
+                      variant_piece)
+from ..build.piece import closure_digest
 from ..errors import WorkbenchError
 
 
@@ -49,23 +50,29 @@ def ensure_harness() -> dict:
         import torch
 
         # An installed wheel's harness says how it was built; otherwise CUDA where it can be built.
-        with_cuda = prebuilt.harness_with_cuda()
+        with_cuda = _wheel().harness_with_cuda() if config.INSTALLED else None
         if with_cuda is None:
             with_cuda = toolchain.can_build_cuda()
         start = time.perf_counter()
         lib, bdir, built, key, _ = get_or_build(harness_piece(with_cuda))
-        if not built:
-            if _workbench_namespace_registered():
-                raise WorkbenchError(
-                    "torch.ops.workbench is already registered in this process by another build of the "
-                    "harness (its sources or the toolchain changed since it was loaded); restart the "
-                    "process to load the new one")
-            torch.ops.load_library(str(lib))
+        if _workbench_namespace_registered():
+            raise WorkbenchError(
+                "torch.ops.workbench is already registered in this process by another build of the "
+                "harness (its sources or the toolchain changed since it was loaded); restart the "
+                "process to load the new one")
+        torch.ops.load_library(str(lib))
         cache.mark_in_use(bdir)
         STATE.harness_lib = ctypes.CDLL(str(lib))  # the same handle torch.ops.load_library opened
         info = json.loads(_call_harness("workbench_harness_info"))
         STATE.harness = dict(info, library=str(lib), key=key, built=built, seconds=time.perf_counter() - start)
         return STATE.harness
+
+
+def _wheel():
+    """build/prebuilt.py: an installed wheel's libraries (a checkout never imports it)."""
+    from ..build import prebuilt
+
+    return prebuilt
 
 
 def _workbench_namespace_registered() -> bool:
@@ -88,7 +95,7 @@ def _call_harness(fn: str, *args: str) -> str:
 
 def contract(r: ResolvedOp) -> str:
     """The hash of the op's header and what it includes: its binding and its variants must agree."""
-    return cache.closure_digest(r.sources.header, [config.COMMON_DIR, r.sources.kernel_dir])
+    return closure_digest(r.sources.header, [config.COMMON_DIR, r.sources.kernel_dir])
 
 
 def ensure_op(op: str | ResolvedOp, *, python: bool = True) -> ResolvedOp:
@@ -175,7 +182,7 @@ def _register(r: ResolvedOp, name: str, source: pathlib.Path, *, inline_label: s
 def _check_can_build(r: ResolvedOp, name: str, source: pathlib.Path) -> None:
     """A .cu variant where CUDA code cannot be built (and no wheel prebuilt it): say so, and what can run."""
     # With an installed wheel, prebuilt.find serves the variant or says why it cannot.
-    if source.suffix != ".cu" or toolchain.can_build_cuda() or prebuilt.manifest() is not None:
+    if source.suffix != ".cu" or toolchain.can_build_cuda() or config.INSTALLED and _wheel().manifest() is not None:
         return
     import torch
 
@@ -254,8 +261,7 @@ def build_source(op: str, path, name: str | None = None) -> BuiltVariant:
     start = time.perf_counter()
     static = registry.static_variant(op, path, name=name)  # not loaded: the source is all there is to read
     _check_can_build(r, name, path)
-    with built_not_loaded():
-        lib, bdir, built, key, _ = get_or_build(variant_piece(r, name, path))
+    lib, bdir, built, key, _ = get_or_build(variant_piece(r, name, path))  # a build loads nothing
     cache.mark_in_use(bdir)  # a shared lock that keeps `clean` away until this process ends, not a build lock
     return BuiltVariant(op=op, name=name, source=path, library=lib, build_dir=bdir, built=built,
                         seconds=time.perf_counter() - start, key=key, device=static.device, dtypes=static.dtypes,

@@ -9,8 +9,6 @@ from __future__ import annotations
 import ctypes
 import pathlib
 
-from ..build import nvrtc_kernels, nvrtc_tier
-
 # (an offset in a kernel's code, cubin path out, its size, NVRTC's name out, its size) -> 0; 1 with the
 # reason in the path's buffer; 2: in no kernel of this library
 _PROVIDER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
@@ -24,6 +22,8 @@ def _put(text: str, buffer: int, size: int) -> None:
 
 
 def _provider(unit_key: str, kernels: list[tuple[int, int, str]]):
+    from ..build import nvrtc_kernels
+
     def provide(offset, path_out, path_size, lowered_out, lowered_size):
         name = next((symbol for start, size, symbol in kernels if start <= offset < start + size), None)
         if name is None:
@@ -42,6 +42,8 @@ def _provider(unit_key: str, kernels: list[tuple[int, int, str]]):
 
 def unit_of(library: pathlib.Path) -> str | None:
     """The key of an NVRTC tier library's kernels' unit, from its build's record (None: not one)."""
+    from ..build import nvrtc_kernels
+
     return nvrtc_kernels.unit_named_by(library.parent)
 
 
@@ -53,6 +55,8 @@ def attach(library: pathlib.Path, unit_key: str | None) -> bool:
         return True
     if unit_key is None:
         return False
+    from ..build import nvrtc_kernels, nvrtc_tier  # imported for an NVRTC tier library alone
+
     names = nvrtc_kernels.unit(unit_key).kernels
     kernels = [function for function in nvrtc_tier.functions(library) if function[2] in names]
     handle = ctypes.CDLL(key)  # the handle the harness's dlopen already holds

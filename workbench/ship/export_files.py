@@ -15,14 +15,14 @@ import subprocess
 
 from .. import config
 from ..model import registry
-from ..build import arch
+from ..build import toolchain
 from ..dtypes import NAMES as DTYPE_NAMES, TOLERANCES
 from ..model.opmath import MathRef, declared
 
 TEMPLATES = pathlib.Path(__file__).resolve().parent / "export_templates"
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
 _CPP_TYPES = {float: ("float", "double", "f"), int: ("int", "int64_t", "i"), bool: ("bool", "bool", "i")}
-ARCH_LIST = arch.SHIPPED  # where the build machine has no GPU to ask (issue 14: 8.0 and 9.0, plus PTX)
+ARCH_LIST = toolchain.SHIPPED  # where the build machine has no GPU to ask (issue 14: 8.0 and 9.0, plus PTX)
 TEST_SIZE_ELEMENTS = 20000  # the package test's sizes: the spec's check sizes up to this many elements per input
 
 

@@ -23,13 +23,13 @@ import sysconfig
 from .. import config
 from ..build import toolchain
 from ..build import Piece, get_or_build, user_nvcc_flags
-from ..build.arch import gencode_flags
+from ..build.toolchain import gencode_flags
 from ..build.piece import RAW
 from ..errors import WorkbenchError
 
 MODULE_NAME = "wb_ndarray_ext"   # PYBIND11_MODULE's name in bindings/ndarray/ndarray_module.cpp
 MODULE_SOURCE = config.BINDINGS_DIR / "ndarray" / "ndarray_module.cpp"
-CPU_FLAGS = ["-O3", "-fno-trapping-math", "-std=c++17", "-fPIC", "-shared"]  # as build/tree.py's
+CPU_FLAGS = ["-O3", "-fno-trapping-math", "-std=c++17", "-fPIC", "-shared"]  # as build/__init__.py's
 CUDA_FLAGS = ["-O3", "-Xptxas=-v", "-std=c++17", "-Xcompiler", "-fPIC", "-shared", "-cudart", "shared"]
 # --exclude-libs: a compiler that links its C++ runtime statically (the H100 machine's CXX does) would
 # otherwise export it, and the module's own throws could bind to another library's runtime (one
