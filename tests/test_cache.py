@@ -21,7 +21,7 @@ from conftest import REPO_ROOT, describe, wait_for_line
 from workbench.build import cache, toolchain
 from workbench import config
 from workbench.run import loader
-from workbench.run.loaded import STATE
+from workbench.run.process_state import STATE
 from workbench import build
 from workbench.build import piece, records
 from workbench.specs.bias_gelu import SPEC as spec
@@ -54,7 +54,7 @@ os.system = refuse
 
 import workbench as wb
 from workbench.run import loader
-from workbench.run.loaded import STATE
+from workbench.run.process_state import STATE
 from workbench.build import compilers
 compilers.COMPILERS.update(dict.fromkeys(compilers.COMPILERS, refuse))
 t2 = time.perf_counter()
@@ -119,7 +119,7 @@ config.COMMON_DIR = root / "common"
 import workbench as wb
 from workbench.build import cache
 from workbench.run import loader
-from workbench.run.loaded import STATE
+from workbench.run.process_state import STATE
 out = {}
 for name in ("cpu", "scalar"):
     k = wb.load("bias_gelu", name)

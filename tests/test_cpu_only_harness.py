@@ -8,7 +8,7 @@ CHILD = r"""
 import json, torch
 import workbench as wb
 from workbench.run import loader
-from workbench.run.loaded import STATE
+from workbench.run.process_state import STATE
 from workbench.build import toolchain
 toolchain.can_build_cuda = lambda: False          # what a CPU-only torch reports
 k = wb.load("bias_gelu", "cpu")

@@ -637,7 +637,7 @@ import workbench as wb
 from workbench.build import compilers
 compilers.COMPILERS.update(dict.fromkeys(compilers.COMPILERS, refuse))  # every compiler kind refused
 from workbench.run import loader
-from workbench.run.loaded import STATE
+from workbench.run.process_state import STATE
 k = wb.load("bias_gelu", "cpu")
 print(json.dumps({"built": k.built, "harness_built": STATE.harness["built"], "library": str(k.library)}))
 """

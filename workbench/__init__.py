@@ -18,7 +18,7 @@ from .run import loader as _loader
 from .run.loader import Kernel, define_op, load
 from .model.opspec import Attr, ErrorCase, Layer, OpSpec, Output, Tensor
 from .model.registry import ops
-from .run.loaded import variants
+from .run.process_state import variants
 
 # Imported on first use, so that `import workbench` (and `python -m workbench`) does not import
 # torch before it has to: the exercise checker starts its GPU child first.

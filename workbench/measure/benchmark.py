@@ -15,7 +15,7 @@ import torch
 
 from .. import __version__, config
 from . import ceilings, conditions, timing, verify
-from ..run import loaded, loader
+from ..run import loader, process_state
 from ..model import registry
 from ..build import toolchain
 from .. import dtypes as dtypes_
@@ -279,9 +279,9 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     dtypes = dtypes_.names(dtypes)
     _, attr_values = spec.call_args((None,) * len(spec.inputs), attrs if attrs is not None else spec.sample_attrs()[0])
     attrs = spec.attr_dict(attr_values)
-    all_names = [v.name for v in loaded.variants(op)]
+    all_names = [v.name for v in process_state.variants(op)]
     if variants == "all":
-        names = [v.name for v in loaded.variants(op) if v.runs_on(device.type)]
+        names = [v.name for v in process_state.variants(op) if v.runs_on(device.type)]
     else:
         names = [variants] if isinstance(variants, str) else list(variants)
         unknown = [n for n in names if n not in all_names and n not in own]

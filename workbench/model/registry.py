@@ -127,11 +127,10 @@ def check_variant_name(name: str) -> None:
                          f"got a {len(name)}-character name {name[:20]!r}...")
 
 
-def check_not_shadowing(op: str, name: str, source: pathlib.Path, replace: bool, what: str) -> None:
+def check_not_shadowing(r: ResolvedOp, name: str, source: pathlib.Path, replace: bool, what: str) -> None:
     """Refuse a variant built from a string or another file under the name of one of the tree's
     variants (kernels/<op>/<name>.*), unless replace=True: it would take that name's place in
     torch.ops while the file still says otherwise."""
-    r = resolve(op)
     tree = r.variant_files.get(name) if not r.sources.inline else None
     if tree is not None and tree != source and not replace:
         raise ValueError(f"{what}: name={name!r} is a variant of the tree ({tree}); loading this source under that "
@@ -147,6 +146,11 @@ def spec(op: str):
     if found is not None:
         return found
     check_op(op)
+    return _import_spec(op)
+
+
+def _import_spec(op: str):
+    """A known tree op's spec, imported and kept (the caller checked the op)."""
     declared = importlib.import_module(f"workbench.specs.{op}").SPEC
     if getattr(declared, "name", None) != op:
         raise ValueError(f"workbench/specs/{op}.py: SPEC must be an OpSpec named {op!r}; got {declared!r:.80}")
@@ -305,7 +309,7 @@ def python_variant(op: str, source: pathlib.Path, name: str | None = None, text:
 def resolve(op: str) -> ResolvedOp:
     """The op looked up once: spec, sources and variant files (ValueError for an unknown op)."""
     check_op(op)
-    declared = spec(op)
+    declared = _specs.get(op) or _import_spec(op)
     srcs = _sources(op)
     return ResolvedOp(op, declared, srcs, _variant_files(op, srcs.kernel_dir))
 
@@ -334,7 +338,7 @@ def variant_source(op: str, variant: str) -> pathlib.Path:
 
 def variants(op: str) -> list[VariantInfo]:
     """The op's variants in its folder (a declared ladder's rungs first, in ladder order), each as
-    its source declares it. (wb.variants adds what this process built from strings: run/loaded.py.)"""
+    its source declares it. (wb.variants adds what this process built from strings: run/process_state.py.)"""
     r = resolve(op)
     rank = {name: i for i, name in enumerate(r.spec.ladder)}
     found = sorted(r.variant_files.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))

@@ -57,7 +57,7 @@ from ..build import cache, toolchain
 from ..errors import WorkbenchError
 from ..model import registry
 from ..model.opspec import as_tuple
-from . import loaded, loader
+from . import loader, process_state
 from .probe import (call_text, check_outputs, devices_here, listed, one_or_tuple, out_argument_hint, out_positions, probe,
                     probe_size)
 
@@ -229,7 +229,7 @@ def variant(fn, op: str, backward=None, dtypes=None, device=None, name: str | No
         raise ValueError(f"variant: name must be a one-line string of at most 200 characters; got {name!r}")
     if name in ("eager", "compile", *spec.baselines):
         raise ValueError(f"variant: name {name!r} is one of {op}'s baselines; pass another name=")
-    if kind != "runner" and name in {v.name for v in loaded.variants(op)}:  # a runner's is that variant itself
+    if kind != "runner" and name in {v.name for v in process_state.variants(op)}:  # a runner's is that variant itself
         raise ValueError(f"variant: name {name!r} is one of {op}'s own variants (wb.variants({op!r})); rows would "
                          f"not tell them apart: pass another name=")
     if device is not None and device not in ("cuda", "cpu"):

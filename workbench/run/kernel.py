@@ -13,7 +13,7 @@ from ..build import DEFAULT_OPTIONS, BuildOptions
 from ..errors import WorkbenchError
 from ..model import registry
 from . import pyvariant
-from .loaded import STATE
+from .process_state import STATE
 
 
 @functools.cache

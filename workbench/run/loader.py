@@ -7,7 +7,7 @@ registration, from its spec) and its binding is loaded, then hands the variant's
 lock; otherwise it is built under the key's lock and published). The library is registered with the
 harness under `name` and `name@build_id`; the returned Kernel calls its exact build, so a handle to
 an older build keeps working after an edit. What the library declares (device, dtypes, description)
-is read from the harness; every record of what is loaded lives in loaded.STATE. Each piece is its
+is read from the harness; every record of what is loaded lives in process_state.STATE. Each piece is its
 own library: editing one op's binding or one variant rebuilds that piece alone, never the harness.
 
 Installed from a wheel, each piece is first looked up among the libraries the wheel prebuilt
@@ -32,7 +32,7 @@ from ..build import cache, toolchain
 from .. import config
 from . import nvrtc_routes, pyvariant, torchops
 from .kernel import Kernel, PythonKernel
-from .loaded import STATE
+from .process_state import STATE
 from ..model import registry
 from ..model.registry import ResolvedOp
 from ..build import (DEFAULT_OPTIONS, EDIT_LOOP_OPTIONS, BuildOptions, binding_piece, get_or_build, harness_piece,
@@ -55,7 +55,7 @@ def ensure_harness() -> dict:
             with_cuda = toolchain.can_build_cuda()
         start = time.perf_counter()
         lib, bdir, built, key, _ = get_or_build(harness_piece(with_cuda))
-        if _workbench_namespace_registered():
+        if _other_harness_loaded(lib):
             raise WorkbenchError(
                 "torch.ops.workbench is already registered in this process by another build of the "
                 "harness (its sources or the toolchain changed since it was loaded); restart the "
@@ -75,9 +75,13 @@ def _wheel():
     return prebuilt
 
 
-def _workbench_namespace_registered() -> bool:
+def _other_harness_loaded(lib: pathlib.Path) -> bool:
+    """Whether torch.ops.load_library loaded another build of the harness in this process (its
+    TORCH_LIBRARY(workbench) is registered once per process): a library exporting the harness's
+    entry point (already loaded: ctypes finds its handle, nothing runs)."""
     import torch
-    return any(n.startswith("workbench::") for n in torch._C._dispatch_get_all_op_names())
+    return any(pathlib.Path(p).resolve() != lib.resolve() and hasattr(ctypes.CDLL(p), "workbench_harness_info")
+               for p in torch.ops.loaded_libraries)
 
 
 def _call_harness(fn: str, *args: str) -> str:
@@ -98,12 +102,11 @@ def contract(r: ResolvedOp) -> str:
     return closure_digest(r.sources.header, [config.COMMON_DIR, r.sources.kernel_dir])
 
 
-def ensure_op(op: str | ResolvedOp, *, python: bool = True) -> ResolvedOp:
-    """Declare the op in this process (once) and load its newest binding (rebuilt if edited); returns
-    the op as resolved. python=False leaves out the fake and autograd registration (torch.library's,
-    which imports much of torch): for a process that builds and loads variants but never calls them
-    (the exercise checker's, whose checks run in a child)."""
-    r = op if isinstance(op, ResolvedOp) else registry.resolve(op)
+def ensure_op(r: ResolvedOp, *, python: bool = True) -> None:
+    """Declare the resolved op in this process (once) and load its newest binding (rebuilt if
+    edited). python=False leaves out the fake and autograd registration (torch.library's, which
+    imports much of torch): for a process that builds and loads variants but never calls them (the
+    exercise checker's, whose checks run in a child)."""
     ensure_harness()
     with STATE.lock:
         # Built before the op is declared: a binding that does not build leaves no schema behind.
@@ -123,7 +126,6 @@ def ensure_op(op: str | ResolvedOp, *, python: bool = True) -> ResolvedOp:
             _call_harness("workbench_register_binding", r.op, str(lib), digest)
             cache.mark_in_use(bdir)
             STATE.bindings[r.op] = (key, digest)
-    return r
 
 
 def _register_python(r: ResolvedOp, name: str, source: pathlib.Path) -> Kernel:
@@ -208,12 +210,19 @@ def load_source(op: str, path, name: str | None = None, *, python: bool = True,
     ensure_op (a C++ variant only); options: see load. (wb.load_source also takes style="extension":
     byo.py.)"""
     r = registry.resolve(op)
+    path, name = _source_file("load_source", path, name, registry.SUFFIXES)
+    return _register(r, name, path, python=python, options=_checked(options))
+
+
+def _source_file(what: str, path, name: str | None, suffixes) -> tuple[pathlib.Path, str]:
+    """(the file, the variant's name: the given one, else the file's stem), both checked."""
     path = pathlib.Path(path).resolve()
-    if not path.is_file() or path.suffix not in registry.SUFFIXES:
-        raise ValueError(f"load_source: path must be an existing .cu, .cpp or .py file; got {str(path)!r}")
+    if not path.is_file() or path.suffix not in suffixes:
+        raise ValueError(f"{what}: path must be an existing {', '.join(suffixes[:-1])} or {suffixes[-1]} file; "
+                         f"got {str(path)!r}")
     name = name or path.stem
     registry.check_variant_name(name)
-    return _register(r, name, path, python=python, options=_checked(options))
+    return path, name
 
 
 def _checked(options) -> BuildOptions:
@@ -253,11 +262,7 @@ def build_source(op: str, path, name: str | None = None) -> BuiltVariant:
     it; no build lock is held by then. Raises BuildError, ValueError or WorkbenchError as
     load_source does."""
     r = registry.resolve(op)
-    path = pathlib.Path(path).resolve()
-    if not path.is_file() or path.suffix not in (".cu", ".cpp"):
-        raise ValueError(f"build_source: path must be an existing .cu or .cpp file; got {str(path)!r}")
-    name = name or path.stem
-    registry.check_variant_name(name)
+    path, name = _source_file("build_source", path, name, (".cu", ".cpp"))
     start = time.perf_counter()
     static = registry.static_variant(op, path, name=name)  # not loaded: the source is all there is to read
     _check_can_build(r, name, path)
@@ -280,7 +285,7 @@ def load_inline(op: str, source: str, name: str, *, replace: bool = False,
     if not isinstance(source, str) or not source.strip():
         raise ValueError("load_inline: source must be a non-empty string of CUDA C++ (or C++ for a CPU variant)")
     registry.check_variant_name(name)
-    registry.check_not_shadowing(op, name, None, replace, f"load_inline({op!r}, ..., name={name!r})")
+    registry.check_not_shadowing(r, name, None, replace, f"load_inline({op!r}, ..., name={name!r})")
     is_cuda = "__global__" in source or "WB_DEVICE_CUDA" in source
     path = cache.write_source(op, source, ".cu" if is_cuda else ".cpp", name)
     return _register(r, name, path, inline_label=f"<inline {op}/{name}>", options=_checked(options))
@@ -313,7 +318,7 @@ def define_op(spec, header: str, binding: str) -> None:
     cache.write_text(binding_path, texts["binding"])
     before = registry.add_inline_op(spec, registry.OpSources(folder, header_path, binding_path, inline=True))
     try:
-        ensure_op(spec.name)
+        ensure_op(registry.resolve(spec.name))
     except BaseException:  # e.g. the binding does not build: the op is not left listed without one
         registry.restore_inline_op(spec.name, before)
         raise

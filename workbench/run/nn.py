@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from . import loader
-from .loaded import STATE
+from .process_state import STATE
 from ..model import registry
 
 
