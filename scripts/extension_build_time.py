@@ -29,13 +29,13 @@ CHILD = r"""
 import json, os, resource, sys, time
 what, paths = sys.argv[1], json.loads(sys.argv[2])
 from workbench.build import torch_pch
-from workbench.run import extension
+from workbench.run import byo
 start = time.perf_counter()  # the build's time, not the imports'
 if what == "pch":  # made where missing, for the flags an extension's C++ files are built with
     from workbench.build import CPU_FLAGS
     built = torch_pch.folder(CPU_FLAGS) is not None
 else:
-    built = extension.build_extension("bias_gelu", paths).built
+    built = byo.build_extension("bias_gelu", paths).built
 wall = time.perf_counter() - start
 r = resource.getrusage(resource.RUSAGE_CHILDREN)
 print("RESULT " + json.dumps({"wall_s": wall, "cpu_s": r.ru_utime + r.ru_stime, "built": built}))

@@ -57,10 +57,10 @@ def load_source(op: str, path, name: str | None = None, *, python: bool = True, 
     """Build and load a variant of `op` from a source file anywhere; `name` defaults to the file's
     stem (loader.load_source; options: build.BuildOptions, line info say). style="extension": a torch extension written the course's way
     (torch/extension.h; PYBIND11_MODULE or TORCH_LIBRARY exporting forward and backward; `path` may be
-    a list of files: [binding.cpp, kernels.cu]), served as a variant (extension.load_extension;
+    a list of files: [binding.cpp, kernels.cu]), served as a variant (byo.load_extension;
     `extension`: its dtypes, device, forward, backward, out)."""
     if _style(style, "load_source"):
-        from .run.extension import load_extension
+        from .run.byo import load_extension
 
         return load_extension(op, path, name, **extension, **({"options": options} if options else {}))
     _no_extension_arguments("load_source", extension)
@@ -71,9 +71,9 @@ def load_inline(op: str, source: str, name: str, *, replace: bool = False, optio
                 **extension):
     """Build a variant of `op` from a source string (a notebook cell; loader.load_inline; options:
     build.BuildOptions, default the NVRTC tier's). style="extension": a torch extension written the
-    course's way, served as a variant (extension.load_inline_extension)."""
+    course's way, served as a variant (byo.load_inline_extension)."""
     if _style(style, "load_inline"):
-        from .run.extension import load_inline_extension
+        from .run.byo import load_inline_extension
 
         return load_inline_extension(op, source, name, **extension, **({"options": options} if options else {}))
     _no_extension_arguments("load_inline", extension)

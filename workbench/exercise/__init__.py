@@ -14,7 +14,7 @@
     grade.py         a folder of submissions graded (each by a judge process of its own): CSV, summary
 
 A torch extension written the course's way (torch/extension.h; PYBIND11_MODULE or TORCH_LIBRARY
-exporting forward and backward: workbench/run/extension.py) is taken too, for the exercise whose op
+exporting forward and backward: workbench/run/byo.py) is taken too, for the exercise whose op
 it fits: built by cpp_extension, run by the Python runner; the same checks and verdict rules follow.
 
 check_exercise(n, path) builds the file as a variant of the exercise's op and runs, in order:
@@ -63,7 +63,7 @@ def _student_path(ex: Exercise, path) -> pathlib.Path:
     if not p.exists():
         raise ValueError(f"path: no such file: {str(path)!r}")
     if p.is_file() and p.suffix in (".cu", ".cpp") and _extension_style(p):
-        return p.resolve()  # a torch extension written the course's way (extension.py): checked as it is
+        return p.resolve()  # a torch extension written the course's way (run/byo.py): checked as it is
     if not p.is_file() or p.suffix != ".cu":
         raise ValueError(f"path must be a CUDA source file ending in .cu (or a torch extension written the "
                          f"course's way, .cu or .cpp, with PYBIND11_MODULE or TORCH_LIBRARY); got {str(path)!r}")
@@ -71,7 +71,7 @@ def _student_path(ex: Exercise, path) -> pathlib.Path:
 
 
 def _extension_style(p: pathlib.Path) -> bool:
-    from ..run.extension import is_extension_source
+    from ..run.byo import is_extension_source
 
     try:
         return is_extension_source(p.read_text(errors="replace"))

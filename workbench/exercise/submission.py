@@ -167,7 +167,7 @@ def build(ex: Exercise, source: pathlib.Path, name: str):
     import time
 
     from ..errors import BuildError, WorkbenchError
-    from ..run.extension import build_extension, is_extension_source
+    from ..run.byo import build_extension, is_extension_source
 
     if source.suffix == ".cu" and not toolchain.can_build_cuda():
         why = "torch has no CUDA" if not toolchain.torch_has_cuda() else "no nvcc found (set CUDA_HOME)"

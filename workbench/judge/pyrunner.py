@@ -34,9 +34,9 @@ def address_of(op: str, variant) -> dict:
     """How a runner finds the same variant (a JSON dict with "op" and "name"): by name in the tree,
     by source path, an extension by its source, a callable by its module path."""
     from ..model import registry
-    from ..run import byo, extension, loader
+    from ..run import byo, loader
 
-    if isinstance(variant, extension.BuiltExtension):  # an extension-style source, built, never loaded here
+    if isinstance(variant, byo.BuiltExtension):  # an extension-style source, built, never loaded here
         return {"op": op, "name": variant.name, "source": str(variant.source), "style": "extension"}
     if isinstance(variant, loader.BuiltVariant):  # built, never loaded here: the runner loads that source
         return {"op": op, "name": variant.name, "source": str(variant.source)}
@@ -55,11 +55,9 @@ def address_of(op: str, variant) -> dict:
 def resolve(address: dict):
     """The variant at `address`, loaded in this process."""
     from ..build import BuildOptions
-    from ..run import byo, extension, loader
+    from ..run import byo, loader
 
-    if address.get("style") == "extension":
-        return extension.from_child_address(address)
-    if "callable" in address:
+    if address.get("style") == "extension" or "callable" in address:
         return byo.from_child_address(address)
     options = BuildOptions(**address.get("options", {}))
     if "source" in address:

@@ -1,5 +1,6 @@
 """Bring your own implementation: any callable, or a torch extension written the course's way,
-checked and timed as a variant of an op.
+checked and timed as a variant of an op. One path: an extension is built and loaded here, then its
+functions go through variant() as any callable does.
 
     v = wb.variant(fn, op="bias_gelu")                  # dtypes and device probed, and said
     wb.check("bias_gelu", fn); wb.bench("bias_gelu", ["cpu", fn])
@@ -8,62 +9,59 @@ checked and timed as a variant of an op.
 A callable takes the op's tensor inputs, then its attributes (by name), as a variant does, and
 returns the op's outputs (a tensor, or a tuple/list in the spec's order). `backward`, where given,
 takes (grads of the outputs..., inputs..., attributes...) and returns the gradients of the
-differentiable inputs (a tensor or a tuple/list), as a variant's backward step does; it then
-serves autograd too (an autograd.Function around the two). Without one, gradients flow through the
-callable where autograd can (its output requires grad when its inputs do: plain torch ops, an
-autograd.Function's apply); where it cannot (an extension's raw forward, a NumPy round trip), the
-backward checks are skipped with a note saying so.
+differentiable inputs; it then serves autograd too (an autograd.Function around the two). Without
+one, gradients flow through the callable where autograd can (plain torch ops, an
+autograd.Function's apply); where it cannot (an extension's raw forward), the backward checks are
+skipped with a note saying so.
 
-Nothing is taken on trust: a call that returns the wrong number of tensors, or a tensor of another
-shape, dtype or device than the op's declaration says, raises a WorkbenchError naming the output
-and what was expected (in the check matrix: a failed case with that message). Inputs reach the
-callable as the matrix makes them (strided, offset by one element, transposed): a callable that
-assumes contiguous, aligned memory is found out there.
+Nothing is taken on trust (byo_kernel.py): each call's outputs are checked against the op's
+declaration; what was not declared is probed on tiny inputs, each device here (CUDA first) and
+dtype, and `kernel.probe` says what ran and what raised (printed unless WORKBENCH_QUIET). Rows and
+plots name a callable by `module.qualname` ("__main__." left off).
 
-What was not declared is probed: each available device (CUDA where a GPU is visible, then the
-CPU) and each dtype, on tiny inputs; what ran and returned the declared shapes and dtypes is
-recorded, what raised is named, and the probe's note (`kernel.probe`) says so (also printed, unless
-WORKBENCH_QUIET). The probe proves that a call runs, not that it is right: the check does that.
-
-Rows, tables and plots name a callable by its qualified name, `module.qualname` ("__main__." left
-off: a notebook's own functions are named by their qualname).
+A torch extension (style="extension"): .cpp/.cu files with torch/extension.h and a
+PYBIND11_MODULE (TORCH_EXTENSION_NAME, or a name of its own as a setup.py build writes it)
+exporting `forward` (and `backward`), or a TORCH_LIBRARY(ns, m) defining them; several files are
+one extension (`[binding.cpp, kernels.cu]`). It is built by torch.utils.cpp_extension through the
+workbench's content-keyed cache (its C++ files read a precompiled torch/extension.h:
+build/torch_pch.py) without loading it, then imported here, so that a load that fails says why.
 
 isolate=True, wb.profile and sanitize serve a variant from a runner process (workbench/judge),
-which cannot be handed a function object, so it imports it by module path: a callable defined at
-the top level of an importable module (not __main__, not a lambda or a local function) is re-made
-in the runner from that module (its backward likewise); any other callable is refused with a
-message saying why and what to do. An extension travels as its source (the runner finds the build
-in the cache).
-
-A torch extension written the course's way is served through this path by extension.py.
+which re-makes it from child_address: an extension from its sources (the build is in the cache),
+a callable by module path (a top-level function of an importable module, not __main__, not a
+lambda); any other callable is refused saying why and what to do.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
 import inspect
+import os
 import pathlib
 import re
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass, replace
+from typing import Any
 
-from .. import dtypes as dtypes_
-from ..build import cache, toolchain
+from .. import build, dtypes as dtypes_
+from ..build import cache, toolchain, torch_pch
+from ..build import cuda_source_piece
 from ..errors import WorkbenchError
 from ..model import registry
-from ..model.opspec import as_tuple
 from . import loader, process_state
-from .probe import (call_text, check_outputs, devices_here, listed, one_or_tuple, out_argument_hint, out_positions, probe,
-                    probe_size)
+from .byo_kernel import CallableKernel, exported_inits, load_failure, out_argument_hint, out_positions, probed
 
 _lock = threading.RLock()
-_made: dict[tuple, "CallableKernel"] = {}       # (op, fn, backward) -> the variant made of it (undeclared)
-
+_made: dict[tuple, "CallableKernel"] = {}   # (op, fn, backward) -> the variant made of it (undeclared)
+_modules: dict[str, Any] = {}               # an extension's library path -> its loaded module or namespace
+EXTENSION_MESSAGE = ("a torch extension: compiling it includes torch/extension.h, the torch headers (its C++ files "
+                     "read them precompiled; a .cu file parses them: nvcc has no precompiled headers, and the "
+                     "workbench's own variant ABI exists to avoid that). A cached build loads at once")
 
 
 def qualified_name(fn) -> str:
@@ -77,135 +75,16 @@ def qualified_name(fn) -> str:
     return f"{module}.{qual}"
 
 
-@dataclass(repr=False)
-class CallableKernel(loader.Kernel):
-    """A callable served as a variant of `op`: the interface of a loaded Kernel (op, name, device,
-    dtypes, steps, spec, runs_on, __call__, backward), so check, gradcheck, bench, profile and the
-    plots take it as they take one. `kind`: "callable" or "extension"."""
-    fn: Callable = None
-    backward_fn: Callable | None = None
-    kind: str = "callable"
-    autograd: bool = False          # no backward given; autograd flows through fn
-    probe: str = ""                 # what the probe found (or what was declared)
-    module: Any = None              # an extension's loaded module (pybind11) or torch.ops namespace
-    origin: dict = field(default_factory=dict)   # how a runner re-makes it (child_address)
-    out: tuple = ()                 # where fn takes the op's outputs, pre-allocated (positions), if it does
-
-    def __post_init__(self):
-        self._spec = registry.spec(self.op)  # once: registry.spec looks at the tree on every call
-        self._function = _autograd_function(self) if self.backward_fn is not None and self.spec.differentiable \
-            else None
-
-    @property
-    def qualified(self) -> str:
-        return self.name
-
-    @property
-    def stale(self) -> bool:
-        return False
-
-    @property
-    def spec(self):
-        from . import torchops
-
-        return torchops.current_spec(self.op) or self._spec
-
-    @property
-    def op_overload(self):
-        return None
-
-    def __call__(self, *args, **attrs):
-        spec = self.spec
-        tensors, values = spec.call_args(args, attrs)
-        if self._function is not None:
-            out = self._function.apply(*tensors, *values)
-        else:
-            out = self.call_fn(tensors, values)
-        return one_or_tuple(self._checked(out, "fwd", tensors, values))
-
-    def call_fn(self, tensors, values):
-        """The callable itself on (tensors, attribute values): attributes by name for a Python
-        callable (as the op's eager math takes them), by position for an extension's function."""
-        args, outs = list(tensors), ()
-        if self.out:  # it writes into outputs it is given: allocated here, of the shapes the op declares
-            binder = self.spec.check_call("fwd", tensors, values)
-            outs = tuple(tensors[0].new_empty(binder.shape_of(o.pattern)) for o in self.spec.outputs)
-            for pos, o in sorted(zip(self.out, outs), key=lambda po: po[0]):
-                args.insert(pos, o)
-        got = self.fn(*args, *values) if self.kind == "extension" else self.fn(*args, **self.spec.attr_dict(values))
-        return outs or listed(got)
-
-    def backward(self, *args, **attrs):
-        """The backward step: the given backward, else autograd through the callable."""
-        import torch
-
-        spec = self.spec
-        if not spec.differentiable:
-            raise WorkbenchError(f"{self.op} has no differentiable inputs, so no backward")
-        tensors, values = spec.call_args(args, attrs, grads=len(spec.outputs))
-        grads, inputs = tensors[:len(spec.outputs)], tensors[len(spec.outputs):]
-        if self.backward_fn is not None:
-            got = self.backward_fn(*grads, *inputs, *values)
-        elif self.autograd:
-            with torch.enable_grad():
-                leaves = [t.detach().requires_grad_(s.differentiable) for s, t in zip(spec.inputs, inputs)]
-                outs = self._checked(self.call_fn(leaves, values), "fwd", leaves, values)
-                wanted = [t for s, t in zip(spec.inputs, leaves) if s.differentiable]
-                got = torch.autograd.grad(outs, wanted, grads, allow_unused=True)
-            got = tuple(torch.zeros_like(w) if g is None else g for g, w in zip(got, wanted))
-        else:
-            raise WorkbenchError(f"{self.op}/{self.name} has no backward: none was given, and autograd cannot "
-                                 f"see through it (its output does not require grad)")
-        return one_or_tuple(self._checked(got, "bwd", tensors, values))
-
-    def _checked(self, out, step: str, tensors, values) -> tuple:
-        """The outputs of a step as a tuple, after checking their number, shapes, dtypes and device
-        against the op's declaration; a WorkbenchError naming the output and what was expected."""
-        return check_outputs(self.spec, f"{self.op}/{self.name}", step, out, tensors, values)
-
-    def __repr__(self) -> str:
-        steps = "" if "backward" in self.steps else ", forward only"
-        how = {"callable": "callable", "extension": "torch extension"}.get(self.kind, self.kind)
-        return f"<{how} {self.op}/{self.name} on {self.device} [{', '.join(self.dtypes) or 'no dtypes'}]{steps}>"
-
-
-def _autograd_function(kernel: CallableKernel):
-    """forward = the callable, backward = the given backward: autograd through kernel(...) uses the
-    implementation's own backward, as k.backward does (gradcheck and the matrix hold the same one)."""
-    import torch
-
-    class Function(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, *args):
-            spec = kernel.spec
-            n = len(spec.inputs)
-            ctx.save_for_backward(*args[:n])
-            ctx.attrs = args[n:]
-            return kernel.call_fn(args[:n], args[n:])
-
-        @staticmethod
-        def backward(ctx, *grads):
-            spec = kernel.spec
-            grads = [g if g is not None else torch.zeros_like(x) for g, x in zip(grads, ctx.saved_tensors)]
-            got = iter(kernel._checked(listed(kernel.backward_fn(*grads, *ctx.saved_tensors, *ctx.attrs)), "bwd",
-                                       (*grads, *ctx.saved_tensors), ctx.attrs))
-            return (*[next(got) if t.differentiable else None for t in spec.inputs], *[None] * len(ctx.attrs))
-
-    Function.__name__ = Function.__qualname__ = f"byo_{kernel.op}_{re.sub(r'[^A-Za-z0-9_]', '_', kernel.name)}"
-    return Function
-
-
 def variant(fn, op: str, backward=None, dtypes=None, device=None, name: str | None = None, *, out=None,
             kind: str = "callable", module=None, origin: dict | None = None, library=None, source=None,
             build_id: str | None = None, built: bool = False, description: str | None = None) -> CallableKernel:
-    """A callable as a variant of `op` (see the module). dtypes / device: what it takes; probed
-    where not given (the note in .probe says what was found). backward: (grads..., inputs...,
-    attrs...) -> gradients of the differentiable inputs. name: how rows and plots call it (default
-    module.qualname). out: for a function that writes its result into a tensor it is given (as
-    `elementwise_mult(a, b, result)` does) rather than returning it, that parameter's name or
-    position (a list: one per output of the op, in order); the workbench allocates it, of the
-    declared shape, and passes it there. Returns a CallableKernel, which wb.check / gradcheck /
-    bench / profile take."""
+    """A callable as a variant of `op` (see the module): a CallableKernel, which wb.check /
+    gradcheck / bench / profile take. dtypes / device: what it takes, probed where not given.
+    backward: (grads..., inputs..., attrs...) -> gradients of the differentiable inputs. name: how
+    rows and plots call it (default module.qualname). out: for a function that writes its result
+    into a tensor it is given (`elementwise_mult(a, b, result)`), that parameter's name or position
+    (a list: one per output of the op); the workbench allocates it, of the declared shape. kind and
+    the rest: an extension's or a runner's (load_extension, judge/runner.py)."""
     start = time.perf_counter()
     registry.check_op(op)
     if isinstance(fn, CallableKernel):
@@ -215,14 +94,12 @@ def variant(fn, op: str, backward=None, dtypes=None, device=None, name: str | No
     if backward is not None and not callable(backward):
         raise TypeError(f"variant: backward must be a callable or None; got {backward!r}")
     undeclared = dtypes is None and device is None and name is None and out is None and kind == "callable"
+    hit = None
     if undeclared:
-        with _lock:
-            try:
-                hit = _made.get((op, fn, backward))
-            except TypeError:  # an unhashable callable: made afresh
-                hit = None
-            if hit is not None:
-                return hit
+        with _lock, contextlib.suppress(TypeError):  # an unhashable callable: made afresh
+            hit = _made.get((op, fn, backward))
+    if hit is not None:
+        return hit
     spec = registry.spec(op)
     name = name or qualified_name(fn)
     if not isinstance(name, str) or not name.strip() or len(name) > 200 or "\n" in name:
@@ -234,10 +111,14 @@ def variant(fn, op: str, backward=None, dtypes=None, device=None, name: str | No
                          f"not tell them apart: pass another name=")
     if device is not None and device not in ("cuda", "cpu"):
         raise ValueError(f"variant: device must be 'cuda', 'cpu' or None (probed); got {device!r}")
-    if device == "cuda" and not toolchain.gpu_available() and kind != "runner":  # a runner's calls say so
+    unprobed = device == "cuda" and not toolchain.gpu_available()  # a runner's calls say so; an extension is built
+    if unprobed and kind == "callable":
         raise RuntimeError("variant: device='cuda' but no GPU is visible here")
     wanted = list(dtypes_.NAMES) if dtypes is None else dtypes_.names(dtypes)
-    src = source or _source_of(fn)
+    src = source
+    with contextlib.suppress(TypeError):  # a builtin has no source file
+        src = src or inspect.getsourcefile(fn)
+    src = src or "<callable>"
     steps = ("forward", "backward") if spec.differentiable and backward is not None else ("forward",)
     info = {"op": op, "name": name, "build_id": build_id or _identity(fn, backward), "device": device or "cpu",
             "dtypes": list(wanted), "steps": steps, "description": description or f"{kind} {name}", "kind": kind}
@@ -246,58 +127,27 @@ def variant(fn, op: str, backward=None, dtypes=None, device=None, name: str | No
                             source=pathlib.Path(src), built=built, seconds=0.0, info=info, fn=fn,
                             backward_fn=backward, kind=kind, module=module, origin=dict(origin or {}),
                             out=out_positions(spec, f"{op}/{name}", fn, out))
-    probe_devices = [device] if device else devices_here()
     writes_out = "" if out is not None else out_argument_hint(spec, f"{op}/{name}", fn)
     if writes_out and writes_out.returns_none:  # its signature says so: nothing to probe
         kernel.dtypes = ()
         kernel.probe = str(writes_out)
+    elif unprobed and kind == "extension":  # built and loaded; declared CUDA, as the course's .cu says
+        kernel.dtypes = () if writes_out else tuple(dtypes or ())
+        kernel.probe = str(writes_out) or "not probed: a CUDA extension, and no GPU is visible here"
     elif dtypes is None or device is None or (spec.differentiable and backward is None):
-        found_device, found, lines, flows = probe(kernel, probe_devices, wanted)
-        if device is None and found_device is None:
-            raise WorkbenchError(f"variant: {op}/{name} ran on no device and dtype here; the probe found:\n  "
-                                 + "\n  ".join(lines) + f"\n{writes_out or 'call it as ' + call_text(spec)}")
-        kernel.device = device or found_device
-        kernel.dtypes = tuple(wanted) if dtypes is not None else found
-        notes = [f"probed {op}/{name} on tiny inputs {spec.label(probe_size(spec))}: " + "; ".join(lines)]
-        if dtypes is not None:
-            notes.append(f"declared dtypes {', '.join(wanted)} (taken as declared)")
-        if spec.differentiable and backward is None:
-            if flows:
-                kernel.autograd = True
-                steps = ("forward", "backward")
-                notes.append("no backward given: gradients flow through it by autograd (its output requires grad)")
-            else:
-                notes.append("no backward given, and autograd cannot see through it (its output does not require "
-                             "grad): the backward checks are skipped")
-        if not found and writes_out:
-            notes.append(str(writes_out))
-        kernel.probe = "; ".join(notes)
+        probed(kernel, device, wanted, dtypes is not None, writes_out)
     else:
         kernel.probe = f"declared: {device}, {', '.join(wanted)}, with a backward"
-    if not kernel.dtypes:
+    if not kernel.dtypes and not (unprobed and kind == "extension"):
         kernel.probe += "; no dtype ran: nothing to check"
+    steps = ("forward", "backward") if spec.differentiable and (backward is not None or kernel.autograd) else ("forward",)
     kernel.info.update(device=kernel.device, dtypes=list(kernel.dtypes), steps=steps, probe=kernel.probe)
     kernel.seconds = time.perf_counter() - start
     cache.progress(f"{op}/{name}: {kernel.probe}")
     if undeclared:
-        with _lock, _suppress_type_error():
+        with _lock, contextlib.suppress(TypeError):
             _made[(op, fn, backward)] = kernel
     return kernel
-
-
-class _suppress_type_error:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, value, tb):
-        return kind is not None and issubclass(kind, TypeError)
-
-
-def _source_of(fn) -> str:
-    try:
-        return inspect.getsourcefile(fn) or "<callable>"
-    except TypeError:
-        return "<callable>"
 
 
 def _identity(fn, backward) -> str:
@@ -319,6 +169,211 @@ def as_variant(op: str, v):
     if isinstance(v, (str, loader.Kernel, loader.BuiltVariant)) or not callable(v):
         return v
     return variant(v, op=op)
+
+
+# ---------------------------------------------------------------------------- a torch extension
+
+_PYBIND = re.compile(r"^\s*PYBIND11_MODULE\s*\(\s*([A-Za-z_]\w*)\s*,", re.M)
+_TORCH_LIBRARY = re.compile(r"^\s*TORCH_LIBRARY\s*\(\s*([A-Za-z_]\w*)\s*,", re.M)
+
+
+def _uncommented(text: str) -> str:
+    return re.sub(r"//[^\n]*|/\*.*?\*/", " ", text, flags=re.S)
+
+
+def is_extension_source(text: str) -> bool:
+    """A source written the course's way: torch/extension.h with PYBIND11_MODULE or TORCH_LIBRARY."""
+    text = _uncommented(text)
+    return bool(_PYBIND.search(text) or _TORCH_LIBRARY.search(text)) or "torch/extension.h" in text
+
+
+@dataclass(frozen=True)
+class _Style:
+    kind: str                 # "pybind11" or "torch_library"
+    name: str | None          # the pybind11 module's name (None: TORCH_EXTENSION_NAME) or the namespace
+
+
+def _style_of(paths, texts) -> _Style:
+    clean = "\n".join(_uncommented(t) for t in texts)
+    modules = _PYBIND.findall(clean)
+    if len(modules) > 1:
+        raise ValueError(f"{', '.join(p.name for p in paths)}: PYBIND11_MODULE appears {len(modules)} times; an "
+                         f"extension defines its module once")
+    if modules:
+        return _Style("pybind11", None if modules[0] == "TORCH_EXTENSION_NAME" else modules[0])
+    m = _TORCH_LIBRARY.search(clean)
+    if m:
+        return _Style("torch_library", m.group(1))
+    raise ValueError(f"{', '.join(p.name for p in paths)}: an extension-style source must export its functions with "
+                     f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{ m.def(\"forward\", ...); m.def(\"backward\", ...); }} "
+                     f"or TORCH_LIBRARY(namespace, m) {{ m.def(\"forward(Tensor x, ...) -> Tensor\"); ... }}")
+
+
+def _piece(op: str, paths, options: build.BuildOptions = build.DEFAULT_OPTIONS) -> build.Piece:
+    """The extension's build piece: every file, nvcc for the .cu ones. One label per op, whatever
+    the name, so the same text finds the same build (a notebook's, a test's, the exercise
+    checker's); options as a variant's (line info for wb.profile). The precompiled torch headers'
+    folder comes first on the include path; it is not part of the key (the same code comes out),
+    and -Winvalid-pch is on either way (a build log says where a .gch was not used)."""
+    first = next((p for p in paths if p.suffix == ".cu"), paths[0])
+    dirs = list(dict.fromkeys(p.parent for p in paths))
+    piece = cuda_source_piece(label=f"{op}/torch_extension", kind="extension", source=first, include_dirs=dirs,
+                              options=options)
+    pch = torch_pch.folder(piece.cflags) if any(p.suffix == ".cpp" for p in paths) else None
+    return replace(piece, sources=tuple(paths), include_dirs=(pch, *dirs) if pch else tuple(dirs),
+                   cflags=(*piece.cflags, *torch_pch.FLAGS))
+
+
+def _prepared(op: str, path, options=build.DEFAULT_OPTIONS):
+    """(paths, style, piece) of an extension-style source: a file, or a list of them."""
+    registry.check_op(op)
+    given = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    paths = tuple(pathlib.Path(p).resolve() for p in given)
+    bad = [str(p) for p in paths if not p.is_file() or p.suffix not in (".cu", ".cpp")]
+    if not paths or bad:
+        raise ValueError(f"an extension-style source is one or more existing .cu or .cpp files (a list: "
+                         f"[binding.cpp, kernels.cu]); got {bad or given!r}")
+    if len(set(p.name for p in paths)) != len(paths):
+        raise ValueError(f"an extension's files need names of their own (their objects share a folder); got "
+                         f"{[str(p) for p in paths]}")
+    cu = [p.name for p in paths if p.suffix == ".cu"]
+    if cu and not toolchain.can_build_cuda():
+        raise WorkbenchError(f"{', '.join(cu)} is CUDA code, and this machine cannot build CUDA code "
+                             f"({'torch has no CUDA' if not toolchain.torch_has_cuda() else 'no nvcc found'})")
+    style = _style_of(paths, [p.read_text(errors="replace") for p in paths])
+    return paths, style, _piece(op, paths, options)
+
+
+@dataclass
+class BuiltExtension(loader.BuiltVariant):
+    """An extension-style source built and not loaded (the exercise checker's): its dtypes are not
+    written in the source, so they are what the child's probe finds (`dtypes` empty until then)."""
+    style: str = "extension"
+    probed: bool = False        # set by the checker's load check, from the child's report
+
+
+def _build(op: str, name: str, piece: build.Piece, rename=None):
+    cache.progress(f"{op}/{name}: {EXTENSION_MESSAGE}")
+    with build.built_not_loaded():
+        built = build.get_or_build(piece, rename=rename)
+    cache.mark_in_use(built.build_dir)
+    log = built.build_dir / "build.log"
+    unused = torch_pch.unused(log.read_text(errors="replace")) if built.built and log.exists() else ""
+    if unused:
+        cache.progress(f"{op}/{name}: the precompiled torch headers were not used: {unused}")
+    return built
+
+
+def build_extension(op: str, path, name: str | None = None) -> BuiltExtension:
+    """Build (or find in the cache) an extension-style source (a file, or a list of them) without
+    loading it in this process (loader.build_source's rule: its code runs only in a child). Raises
+    BuildError naming file and line, ValueError for a source that exports nothing the workbench can
+    call."""
+    start = time.perf_counter()
+    paths, _, piece = _prepared(op, path)
+    name = name or paths[0].stem
+    lib, bdir, built, key, _ = _build(op, name, piece)
+    return BuiltExtension(op=op, name=name, source=paths[0], library=lib, build_dir=bdir, built=built,
+                          seconds=time.perf_counter() - start, key=key, device="cuda" if piece.with_cuda else "cpu", dtypes=(),
+                          description=f"torch extension {', '.join(p.name for p in paths)}")
+
+
+def _load_module(lib: pathlib.Path, style: _Style, paths):
+    """The extension's functions: its pybind11 module (imported from the library under the name its
+    PYBIND11_MODULE gives: TORCH_EXTENSION_NAME is the build's own, the library's stem), or its
+    torch.ops namespace. A library that does not load raises WorkbenchError saying why."""
+    import torch
+
+    with _lock:
+        if str(lib) in _modules:
+            return _modules[str(lib)]
+        try:
+            if style.kind == "pybind11":  # TORCH_EXTENSION_NAME: the build's, which a copy's name is not
+                modname = style.name or next(iter(exported_inits(lib)), "PyInit_" + lib.name.split(".")[0])[7:]
+                loader_ = importlib.machinery.ExtensionFileLoader(modname, str(lib))
+                spec = importlib.util.spec_from_file_location(modname, str(lib), loader=loader_)
+                module = importlib.util.module_from_spec(spec)
+                loader_.exec_module(module)
+            else:
+                try:
+                    torch.ops.load_library(str(lib))
+                except RuntimeError as e:
+                    if "TORCH_LIBRARY" not in str(e) and "namespace" not in str(e):
+                        raise
+                    raise WorkbenchError(f"{lib.name}: TORCH_LIBRARY({style.name}, ...) is already registered in this "
+                                         f"process (an earlier build of this source, or another library): a namespace "
+                                         f"can be registered once per process. Restart the process to load the edited "
+                                         f"build, or use PYBIND11_MODULE, which loads every build afresh "
+                                         f"({str(e).splitlines()[0]})") from None
+                module = getattr(torch.ops, style.name)
+        except (ImportError, OSError) as e:
+            raise WorkbenchError(load_failure(lib, paths, e)) from None
+        _modules[str(lib)] = module
+        return module
+
+
+def load_extension(op: str, path, name: str | None = None, *, dtypes=None, device=None, forward: str = "forward",
+                   backward: str | None = "backward", out=None, inline_label: str | None = None,
+                   options: build.BuildOptions = build.DEFAULT_OPTIONS, library=None) -> CallableKernel:
+    """Build (cached) and load an extension-style source (a file, or a list: [binding.cpp,
+    kernels.cu]) and serve its `forward` (and `backward`, where it exports one) as a variant of
+    `op` through variant() (probed where not declared; `backward` and `out` as there). options: how
+    it is built beyond the defaults (BuildOptions(line_info=True) for wb.profile's source lines),
+    as loader.load's. library: the build of these sources made elsewhere (the exercise checker's
+    hashed copy, in a runner that has no build cache), loaded as it is."""
+    start = time.perf_counter()
+    if library is None:
+        paths, style, piece = _prepared(op, path, options)
+        name = name or paths[0].stem
+        rename = {str(paths[0]): inline_label} if inline_label else None
+        lib, _, built, key, _ = _build(op, name, piece, rename)
+    else:
+        paths = tuple(pathlib.Path(p) for p in ([path] if isinstance(path, (str, os.PathLike)) else path))
+        style = _style_of(paths, [p.read_text(errors="replace") for p in paths])
+        lib, built, key = pathlib.Path(library), False, hashlib.sha256(pathlib.Path(library).read_bytes()).hexdigest()
+        name = name or paths[0].stem
+    module = _load_module(lib, style, paths)
+    fwd, bwd = _function(module, forward), _function(module, backward)
+    if fwd is None:
+        how = f'm.def("{forward}", ...) in PYBIND11_MODULE' if style.kind == "pybind11" else \
+            f'm.def("{forward}(...)") in TORCH_LIBRARY'
+        exported = [n for n in dir(module) if not n.startswith("_")] if style.kind == "pybind11" else []
+        raise ValueError(f"{', '.join(p.name for p in paths)}: the extension exports no {forward!r} function ({how})"
+                         + (f"; it exports {', '.join(exported)}: name one with forward=" if exported else ""))
+    device = device or ("cuda" if any(p.suffix == ".cu" for p in paths) else "cpu")
+    desc = f"torch extension {', '.join(p.name for p in paths)} ({style.kind}; " \
+        f"{'forward and backward' if bwd else 'forward only'})"
+    origin = {"declared": {"dtypes": list(dtypes) if dtypes else None, "device": device},
+              "functions": [forward, backward], "sources": [str(p) for p in paths]}
+    k = variant(fwd, op=op, backward=bwd, dtypes=dtypes, device=device, name=name, kind="extension", module=module,
+                origin=origin, library=lib, source=paths[0], build_id=key[:10], built=built, description=desc, out=out)
+    named = f"PYBIND11_MODULE({style.name}, m) names its module itself: loaded under that name, nothing rewritten; " \
+        if style.kind == "pybind11" and style.name else ""
+    k.probe = k.info["probe"] = f"{named}{EXTENSION_MESSAGE}; {k.probe}"
+    k.options = options
+    k.seconds = time.perf_counter() - start
+    return k
+
+
+def _function(module, fn_name: str | None):
+    """A function the extension exports (a pybind11 module's attribute or a torch.ops op), else None."""
+    try:
+        return getattr(module, fn_name) if fn_name else None
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def load_inline_extension(op: str, source: str, name: str, **kw) -> CallableKernel:
+    """An extension-style source string (a notebook cell): written to the cache under its hash
+    (loader's sources folder), built and served as load_extension does; errors name lines of the
+    string."""
+    registry.check_op(op)
+    if not isinstance(source, str) or not source.strip():
+        raise ValueError("load_inline(style='extension'): source must be a non-empty string of C++ or CUDA C++")
+    registry.check_variant_name(name)
+    is_cuda = "__global__" in source or "<<<" in source
+    path = cache.write_source(op, source, ".cu" if is_cuda else ".cpp", name)
+    return load_extension(op, path, name, inline_label=f"<inline {op}/{name}>", **kw)
 
 
 # ---------------------------------------------------------------------------------------- isolation
@@ -375,20 +430,26 @@ def child_address(op: str, kernel: CallableKernel) -> dict:
             "declared": {"dtypes": list(kernel.dtypes), "device": kernel.device}}
 
 
-def from_child_address(spec: dict) -> CallableKernel:
-    """The callable a child_address describes, re-made in this (child) process (an extension's
-    address: extension.from_child_address)."""
-    declared = spec.get("declared") or {}
+def from_child_address(address: dict) -> CallableKernel:
+    """The variant a child_address describes, re-made in this (runner) process: an extension built
+    or found in the cache (the exercise checker's address names its library too) and loaded, a
+    callable imported by module path."""
+    declared = address.get("declared") or {}
+    dtypes, device = declared.get("dtypes") or None, declared.get("device")
+    if address.get("style") == "extension":
+        forward, backward = address.get("functions") or ("forward", "backward")
+        return load_extension(address["op"], address["source"], address["name"], dtypes=dtypes, device=device,
+                              forward=forward, backward=backward, out=address.get("out"),
+                              options=build.BuildOptions(**address.get("options", {})), library=address.get("library"))
     fns = []
-    for o in (spec["callable"]["fn"], spec["callable"].get("backward")):
-        if o is None:
-            fns.append(None)
-            continue
-        if o.get("path") and o["path"] not in sys.path:
-            sys.path.insert(0, o["path"])
-        obj = importlib.import_module(o["module"])
-        for part in o["qualname"].split("."):
-            obj = getattr(obj, part)
+    for o in (address["callable"]["fn"], address["callable"].get("backward")):
+        obj = None
+        if o is not None:
+            if o.get("path") and o["path"] not in sys.path:
+                sys.path.insert(0, o["path"])
+            obj = importlib.import_module(o["module"])
+            for part in o["qualname"].split("."):
+                obj = getattr(obj, part)
         fns.append(obj)
-    return variant(fns[0], op=spec["op"], backward=fns[1], name=spec["name"], out=spec.get("out"),
-                   dtypes=declared.get("dtypes") or None, device=declared.get("device"))
+    return variant(fns[0], op=address["op"], backward=fns[1], name=address["name"], out=address.get("out"),
+                   dtypes=dtypes, device=device)

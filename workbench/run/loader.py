@@ -97,11 +97,6 @@ def _call_harness(fn: str, *args: str) -> str:
     return text
 
 
-def contract(r: ResolvedOp) -> str:
-    """The hash of the op's header and what it includes: its binding and its variants must agree."""
-    return closure_digest(r.sources.header, [config.COMMON_DIR, r.sources.kernel_dir])
-
-
 def ensure_op(r: ResolvedOp, *, python: bool = True) -> None:
     """Declare the resolved op in this process (once) and load its newest binding (rebuilt if
     edited). python=False leaves out the fake and autograd registration (torch.library's, which
@@ -122,7 +117,8 @@ def ensure_op(r: ResolvedOp, *, python: bool = True) -> None:
         if python:
             torchops.register(r.spec)  # the current spec: an edited one (same schema) takes over
         if STATE.bindings.get(r.op, ("",))[0] != key:
-            digest = contract(r)
+            # The contract: the hash of the op's header and what it includes (its variants must agree).
+            digest = closure_digest(r.sources.header, [config.COMMON_DIR, r.sources.kernel_dir])
             _call_harness("workbench_register_binding", r.op, str(lib), digest)
             cache.mark_in_use(bdir)
             STATE.bindings[r.op] = (key, digest)

@@ -1,22 +1,149 @@
-"""What a brought implementation (byo.py) is held to before anything trusts it: every call's outputs
+"""The handle a brought implementation (byo.py) becomes, and what it is held to before anything
+trusts it: a CallableKernel (a loaded Kernel's interface over a callable), every call's outputs
 against the op's declaration (check_outputs: count, shape, dtype, device, named in the error), the
-probe of the devices and dtypes it runs on, on tiny inputs, with what raised where, and its
-signature against the op's call (a function that writes its result into an argument it is given:
-out_argument_hint, out_positions)."""
+probe of the devices and dtypes it runs on, on tiny inputs, with what raised where, its signature
+against the op's call (a function that writes its result into an argument it is given:
+out_argument_hint, out_positions), and why an extension's library does not load (load_failure)."""
 from __future__ import annotations
 
+import ctypes
 import inspect
+import os
+import pathlib
 import re
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from ..build import toolchain
 from ..errors import WorkbenchError
+from ..model import registry
 from ..model.opspec import as_tuple
+from . import loader
 
 PROBE_SIZE_MAX = 64                             # the probe's inputs: the op's smallest non-empty check size
 
 
 def one_or_tuple(out: tuple):
     return out[0] if len(out) == 1 else tuple(out)
+
+
+@dataclass(repr=False)
+class CallableKernel(loader.Kernel):
+    """A callable served as a variant of `op`: the interface of a loaded Kernel (op, name, device,
+    dtypes, steps, spec, runs_on, __call__, backward), so check, gradcheck, bench, profile and the
+    plots take it as they take one. `kind`: "callable" or "extension"."""
+    fn: Callable = None
+    backward_fn: Callable | None = None
+    kind: str = "callable"
+    autograd: bool = False          # no backward given; autograd flows through fn
+    probe: str = ""                 # what the probe found (or what was declared)
+    module: Any = None              # an extension's loaded module (pybind11) or torch.ops namespace
+    origin: dict = field(default_factory=dict)   # how a runner re-makes it (child_address)
+    out: tuple = ()                 # where fn takes the op's outputs, pre-allocated (positions), if it does
+
+    def __post_init__(self):
+        self._spec = registry.spec(self.op)  # once: registry.spec looks at the tree on every call
+        self._function = _autograd_function(self) if self.backward_fn is not None and self.spec.differentiable \
+            else None
+
+    @property
+    def qualified(self) -> str:
+        return self.name
+
+    @property
+    def stale(self) -> bool:
+        return False
+
+    @property
+    def spec(self):
+        from . import torchops
+
+        return torchops.current_spec(self.op) or self._spec
+
+    @property
+    def op_overload(self):
+        return None
+
+    def __call__(self, *args, **attrs):
+        spec = self.spec
+        tensors, values = spec.call_args(args, attrs)
+        if self._function is not None:
+            out = self._function.apply(*tensors, *values)
+        else:
+            out = self.call_fn(tensors, values)
+        return one_or_tuple(self._checked(out, "fwd", tensors, values))
+
+    def call_fn(self, tensors, values):
+        """The callable itself on (tensors, attribute values): attributes by name for a Python
+        callable (as the op's eager math takes them), by position for an extension's function."""
+        args, outs = list(tensors), ()
+        if self.out:  # it writes into outputs it is given: allocated here, of the shapes the op declares
+            binder = self.spec.check_call("fwd", tensors, values)
+            outs = tuple(tensors[0].new_empty(binder.shape_of(o.pattern)) for o in self.spec.outputs)
+            for pos, o in sorted(zip(self.out, outs), key=lambda po: po[0]):
+                args.insert(pos, o)
+        got = self.fn(*args, *values) if self.kind == "extension" else self.fn(*args, **self.spec.attr_dict(values))
+        return outs or listed(got)
+
+    def backward(self, *args, **attrs):
+        """The backward step: the given backward, else autograd through the callable."""
+        import torch
+
+        spec = self.spec
+        if not spec.differentiable:
+            raise WorkbenchError(f"{self.op} has no differentiable inputs, so no backward")
+        tensors, values = spec.call_args(args, attrs, grads=len(spec.outputs))
+        grads, inputs = tensors[:len(spec.outputs)], tensors[len(spec.outputs):]
+        if self.backward_fn is not None:
+            got = self.backward_fn(*grads, *inputs, *values)
+        elif self.autograd:
+            with torch.enable_grad():
+                leaves = [t.detach().requires_grad_(s.differentiable) for s, t in zip(spec.inputs, inputs)]
+                outs = self._checked(self.call_fn(leaves, values), "fwd", leaves, values)
+                wanted = [t for s, t in zip(spec.inputs, leaves) if s.differentiable]
+                got = torch.autograd.grad(outs, wanted, grads, allow_unused=True)
+            got = tuple(torch.zeros_like(w) if g is None else g for g, w in zip(got, wanted))
+        else:
+            raise WorkbenchError(f"{self.op}/{self.name} has no backward: none was given, and autograd cannot "
+                                 f"see through it (its output does not require grad)")
+        return one_or_tuple(self._checked(got, "bwd", tensors, values))
+
+    def _checked(self, out, step: str, tensors, values) -> tuple:
+        """The outputs of a step as a tuple, after checking their number, shapes, dtypes and device
+        against the op's declaration; a WorkbenchError naming the output and what was expected."""
+        return check_outputs(self.spec, f"{self.op}/{self.name}", step, out, tensors, values)
+
+    def __repr__(self) -> str:
+        steps = "" if "backward" in self.steps else ", forward only"
+        how = {"callable": "callable", "extension": "torch extension"}.get(self.kind, self.kind)
+        return f"<{how} {self.op}/{self.name} on {self.device} [{', '.join(self.dtypes) or 'no dtypes'}]{steps}>"
+
+
+def _autograd_function(kernel: CallableKernel):
+    """forward = the callable, backward = the given backward: autograd through kernel(...) uses the
+    implementation's own backward, as k.backward does (gradcheck and the matrix hold the same one)."""
+    import torch
+
+    class Function(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            spec = kernel.spec
+            n = len(spec.inputs)
+            ctx.save_for_backward(*args[:n])
+            ctx.attrs = args[n:]
+            return kernel.call_fn(args[:n], args[n:])
+
+        @staticmethod
+        def backward(ctx, *grads):
+            spec = kernel.spec
+            grads = [g if g is not None else torch.zeros_like(x) for g, x in zip(grads, ctx.saved_tensors)]
+            got = iter(kernel._checked(listed(kernel.backward_fn(*grads, *ctx.saved_tensors, *ctx.attrs)), "bwd",
+                                       (*grads, *ctx.saved_tensors), ctx.attrs))
+            return (*[next(got) if t.differentiable else None for t in spec.inputs], *[None] * len(ctx.attrs))
+
+    Function.__name__ = Function.__qualname__ = f"byo_{kernel.op}_{re.sub(r'[^A-Za-z0-9_]', '_', kernel.name)}"
+    return Function
 
 
 def check_outputs(spec, who: str, step: str, out, tensors, values) -> tuple:
@@ -65,10 +192,6 @@ def check_outputs(spec, who: str, step: str, out, tensors, values) -> tuple:
 
 def listed(out):
     return tuple(out) if isinstance(out, list) else out
-
-
-def devices_here() -> list[str]:
-    return (["cuda"] if toolchain.gpu_available() else []) + ["cpu"]
 
 
 def probe_size(spec) -> tuple:
@@ -136,6 +259,30 @@ def probe(kernel, devices, dtypes) -> tuple[str | None, tuple, list[str], bool |
             flows = False
             lines.append(f"autograd: calling it with inputs that require grad raised {first_line(e)[:160]}")
     return device, found.get(device, ()), lines, flows
+
+
+def probed(kernel, device: str | None, wanted, declared: bool, writes_out) -> None:
+    """Probe `kernel` (on `device`, else every device here) with the `wanted` dtypes; set its device,
+    its dtypes (`wanted` where they were declared), whether autograd flows through it, and its note."""
+    spec, who = kernel.spec, f"{kernel.op}/{kernel.name}"
+    devices = [device] if device else (["cuda", "cpu"] if toolchain.gpu_available() else ["cpu"])
+    found_device, found, lines, flows = probe(kernel, devices, wanted)
+    if device is None and found_device is None:
+        raise WorkbenchError(f"variant: {who} ran on no device and dtype here; the probe found:\n  "
+                             + "\n  ".join(lines) + f"\n{writes_out or 'call it as ' + call_text(spec)}")
+    kernel.device = device or found_device
+    kernel.dtypes = tuple(wanted) if declared else found
+    notes = [f"probed {who} on tiny inputs {spec.label(probe_size(spec))}: " + "; ".join(lines)]
+    if declared:
+        notes.append(f"declared dtypes {', '.join(wanted)} (taken as declared)")
+    if spec.differentiable and kernel.backward_fn is None:
+        kernel.autograd = bool(flows)
+        notes.append("no backward given: gradients flow through it by autograd (its output requires grad)" if flows
+                     else "no backward given, and autograd cannot see through it (its output does not require "
+                     "grad): the backward checks are skipped")
+    if not found and writes_out:
+        notes.append(str(writes_out))
+    kernel.probe = "; ".join(notes)
 
 
 def call_text(spec) -> str:
@@ -214,3 +361,58 @@ def out_positions(spec, who: str, fn, out) -> tuple[int, ...]:
     if len(set(positions)) != len(positions):
         raise ValueError(f"out: each output needs a position of its own; got {out!r}")
     return tuple(positions)
+
+
+def load_failure(lib: pathlib.Path, paths, err: BaseException) -> str:
+    """Why the library at `lib` (built from `paths`) did not load: the dynamic loader's words, and
+    the symbols it needs that neither it nor anything loaded here defines, demangled."""
+    words = str(err.__cause__ or err).strip()
+    files = ", ".join(p.name for p in paths)
+    missing = unresolved(lib)
+    if missing:
+        shown = "\n  ".join(missing[:12]) + (f"\n  ... and {len(missing) - 12} more" if len(missing) > 12 else "")
+        return (f"the extension built from {files} does not load: it uses {len(missing)} symbol(s) that none of "
+                f"its files defines:\n  {shown}\nA function declared in one file and defined in another needs both "
+                f"files in the build: wb.load_source(op, [binding.cpp, kernels.cu], style='extension') "
+                f"(the dynamic loader: {words})")
+    init = re.search(r"\(PyInit_(\w+)\)", words)
+    if init:
+        return (f"the extension built from {files} does not load: Python looks for PyInit_{init.group(1)}, and the "
+                f"library defines {', '.join(exported_inits(lib)) or 'no PyInit_ function'}: its PYBIND11_MODULE "
+                f"name is not one the workbench could read from the source ({words})")
+    return f"the extension built from {files} does not load: {words}"
+
+
+def unresolved(lib: pathlib.Path) -> list[str]:
+    """The symbols `lib` needs that neither its dependencies nor this process define, demangled
+    (ldd -r, with the folders of every library loaded here on its search path); [] where the tools
+    are missing."""
+    folders = {os.path.dirname(line.split()[-1]) for line in pathlib.Path("/proc/self/maps").read_text().splitlines()
+               if ".so" in line and line.split()[-1].startswith("/")}
+    env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join([*sorted(folders), os.environ.get("LD_LIBRARY_PATH", "")]))
+    try:
+        out = subprocess.run(["ldd", "-r", str(lib)], capture_output=True, text=True, env=env, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    here = ctypes.CDLL(None)
+    names = []
+    for sym in re.findall(r"undefined symbol: (\S+)", out.stdout + out.stderr):
+        try:
+            here[sym]  # defined in this process (the interpreter's own C API): resolved at load time
+        except AttributeError:
+            names.append(sym)
+    names = list(dict.fromkeys(names))
+    try:
+        demangled = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True,
+                                   timeout=60).stdout.splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        return names
+    return demangled if len(demangled) == len(names) else names
+
+
+def exported_inits(lib: pathlib.Path) -> list[str]:
+    try:
+        out = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return re.findall(r"\b(PyInit_\w+)", out)
