@@ -6,25 +6,20 @@ functions go through variant() as any callable does.
     wb.check("bias_gelu", fn); wb.bench("bias_gelu", ["cpu", fn])
     ext = wb.load_inline("bias_gelu", source, name="course", style="extension")
 
-A callable takes the op's tensor inputs, then its attributes (by name), as a variant does, and
-returns the op's outputs (a tensor, or a tuple/list in the spec's order). `backward`, where given,
-takes (grads of the outputs..., inputs..., attributes...) and returns the gradients of the
-differentiable inputs; it then serves autograd too (an autograd.Function around the two). Without
-one, gradients flow through the callable where autograd can (plain torch ops, an
-autograd.Function's apply); where it cannot (an extension's raw forward), the backward checks are
-skipped with a note saying so.
+A callable takes the op's tensor inputs, then its attributes (by name), and returns the op's
+outputs (a tensor, or a tuple/list in the spec's order). `backward`, where given, takes (grads of
+the outputs..., inputs..., attributes...) and returns the gradients of the differentiable inputs;
+without one, gradients flow through the callable where autograd can, else the backward checks are
+skipped, said. Nothing is taken on trust (byo_kernel.py): each call's outputs are checked against
+the op's declaration; what was not declared is probed on tiny inputs (each device here, CUDA
+first, and dtype), and `kernel.probe` says what ran and what raised. Rows and plots name a
+callable by `module.qualname` ("__main__." left off).
 
-Nothing is taken on trust (byo_kernel.py): each call's outputs are checked against the op's
-declaration; what was not declared is probed on tiny inputs, each device here (CUDA first) and
-dtype, and `kernel.probe` says what ran and what raised (printed unless WORKBENCH_QUIET). Rows and
-plots name a callable by `module.qualname` ("__main__." left off).
-
-A torch extension (style="extension"): .cpp/.cu files with torch/extension.h and a
-PYBIND11_MODULE (TORCH_EXTENSION_NAME, or a name of its own as a setup.py build writes it)
-exporting `forward` (and `backward`), or a TORCH_LIBRARY(ns, m) defining them; several files are
-one extension (`[binding.cpp, kernels.cu]`). It is built by torch.utils.cpp_extension through the
-workbench's content-keyed cache (its C++ files read a precompiled torch/extension.h:
-build/torch_pch.py) without loading it, then imported here, so that a load that fails says why.
+A torch extension (style="extension"): .cpp/.cu files (`[binding.cpp, kernels.cu]`) with
+torch/extension.h and a PYBIND11_MODULE (TORCH_EXTENSION_NAME, or a name of its own) exporting
+`forward` (and `backward`), or a TORCH_LIBRARY(ns, m) defining them. It is built through the
+content-keyed cache (C++ files read a precompiled torch/extension.h: build/torch_pch.py) without
+loading it, then imported here, so that a load that fails says why.
 
 isolate=True, wb.profile and sanitize serve a variant from a runner process (workbench/judge),
 which re-makes it from child_address: an extension from its sources (the build is in the cache),
