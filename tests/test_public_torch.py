@@ -46,17 +46,6 @@ SETTINGS = {
     "torch.utils.deterministic.fill_uninitialized_memory",
 }
 
-# TEMPORARY (issue 46): private uses and patches other branches remove (run/loader.py's op-name
-# look-up; build/'s cpp_extension patches). The merger deletes this set once those land: they
-# must fail this test, not join ALLOWED.
-KNOWN_ELSEWHERE = {
-    ("workbench/build/compilers.py", "torch.utils.cpp_extension._import_module_from_library"),
-    ("workbench/build/compilers.py", "patch torch.utils.cpp_extension._import_module_from_library"),
-    ("workbench/build/compilers.py", "patch torch.ops.load_library"),
-    ("workbench/build/compilers.py", "patch torch.utils.cpp_extension.CUDA_HOME"),
-    ("workbench/build/guard.py", "patch torch.utils.cpp_extension.subprocess"),
-}
-
 # Names that stand for a torch module wherever they appear (a parameter `torch: Any`, a module
 # passed in as `cpp_extension`), besides the names a file's imports bind.
 ROOTS = {"torch": "torch", "cpp_extension": "torch.utils.cpp_extension"}
@@ -144,7 +133,7 @@ def _all_uses():
 
 
 def test_no_private_torch_name_outside_the_allow_list():
-    bad = sorted({(f, u) for f, u in _all_uses() if not _allowed(u) and (f, u) not in KNOWN_ELSEWHERE})
+    bad = sorted({(f, u) for f, u in _all_uses() if not _allowed(u)})
     assert not bad, "private torch names or patches of torch (use a public API, or add to ALLOWED " \
                     "with why none exists):\n" + "\n".join(f"  {f}: {u}" for f, u in bad)
 

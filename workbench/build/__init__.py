@@ -43,7 +43,6 @@ build is rebuilt.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import pathlib
 import stat
@@ -104,12 +103,6 @@ def get_or_build(piece: Piece, *, last_good: str | None = None, rename: dict[str
     from . import pipeline  # the compile machinery: imported on a miss only
 
     return pipeline.build(piece, key, tc, final, last_good=last_good, rename=rename)
-
-
-@contextlib.contextmanager
-def built_not_loaded():
-    """No build loads what it built into the building process any more; kept for its callers."""
-    yield
 
 
 # ---------------------------------------------------------------- the torch-facing pieces of the tree

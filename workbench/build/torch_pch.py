@@ -1,4 +1,4 @@
-"""torch/extension.h precompiled, for the C++ files of extension-style builds (run/extension.py).
+"""torch/extension.h precompiled, for the C++ files of extension-style builds (run/byo.py).
 
 Parsing torch/extension.h is most of a torch extension's C++ compile (scripts/extension_build_time.py
 measures it: the README's numbers). GCC reads `<folder>/torch/extension.h.gch` in place of the header when that

@@ -249,8 +249,7 @@ class BuiltExtension(loader.BuiltVariant):
 
 def _build(op: str, name: str, piece: build.Piece, rename=None):
     cache.progress(f"{op}/{name}: {EXTENSION_MESSAGE}")
-    with build.built_not_loaded():
-        built = build.get_or_build(piece, rename=rename)
+    built = build.get_or_build(piece, rename=rename)
     cache.mark_in_use(built.build_dir)
     log = built.build_dir / "build.log"
     unused = torch_pch.unused(log.read_text(errors="replace")) if built.built and log.exists() else ""
