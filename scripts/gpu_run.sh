@@ -67,7 +67,7 @@ for step in $STEPS; do
       test_chunk() {  # test_chunk K (-v names each test as it starts, and a test past 200 s dumps its stacks:
         # a hang shows where it is). The planted-cheats test runs scripts/judge_cases.py, 7 minutes on its own:
         # the judge step runs that script, so the chunks leave it out.
-        WORKBENCH_TEST_CACHE="$WORKBENCH_CACHE" timeout 500 python3 -m pytest -v -m gpu -rfEs --durations=15 \
+        WORKBENCH_TEST_CACHE="$WORKBENCH_CACHE" timeout "${CHUNK_TIMEOUT:-500}" python3 -m pytest -v -m gpu -rfEs --durations=15 \
           -o faulthandler_timeout=200 -p no:logging --chunk "$1/${CHUNKS:-4}" ${TESTS:-tests} \
           --deselect tests/test_judge.py::test_every_planted_cheat_is_caught_on_the_gpu > "$OUT/gpu_tests_chunk${1}of${CHUNKS:-4}.log" 2>&1
       }
