@@ -149,6 +149,34 @@ def test_an_op_from_strings_joins_a_running_process(run_python, cpu_kernel):
     assert out["bias_gelu_still_runs"]
 
 
+DECLARED_UNDER_MODES = """
+import torch, workbench as wb
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch._subclasses.fake_tensor import FakeTensorMode
+seen = []
+class Seen(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+with Seen():
+    k = wb.load("bias_gelu", "cpu")
+with FakeTensorMode():
+    m = wb.load("elementwise_mul", "cpu")
+x = torch.zeros(2, 3)
+print("RESULT", k(x, torch.zeros(3)).tolist(), m(x + 1, x + 2).tolist(), "workbench_harness.define_op.default" in seen)
+"""
+
+
+def test_an_ops_first_load_under_a_dispatch_mode_declares_it(run_python, cpu_kernel):
+    """The declaration reaches the harness through a dispatcher op (workbench_harness.define_op): a
+    TorchDispatchMode active at an op's first load in a process sees it and passes it on, and under
+    FakeTensorMode the op is declared all the same (no tensor in it to fake)."""
+    proc = run_python(DECLARED_UNDER_MODES, timeout=600)
+    assert proc.returncode == 0, describe(proc)
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
+    assert line == "RESULT [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]] [[2.0, 2.0, 2.0], [2.0, 2.0, 2.0]] True", line
+
+
 def test_a_forward_only_tree_variant_refuses_backward_by_name(wb, cpu_kernel, cpu_source_text):
     src = cpu_source_text.replace("{forward, backward, workspace_bytes}", "{forward, nullptr, nullptr}")
     assert src != cpu_source_text
