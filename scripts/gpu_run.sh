@@ -102,8 +102,19 @@ for step in $STEPS; do
       done 2>&1 | grep -v "^\[bench\]" | tee "$OUT/exercises.log" ;;
     judge)  # issue 38: every planted cheat and every exercise's solution and starter, each graded as `exercise
       # grade` grades (a judge process of its own, its verdict on a pipe): verdict, class of failure, seconds
-      timeout 560 python3 scripts/judge_cases.py --out "$OUT" ${JUDGE_ONLY:+--only $JUDGE_ONLY} 2>&1 \
-        | grep -v "^\[bench\]" | tee "$OUT/judge_cases.log" ;;
+      # GPUS=G grades every G-th case on each of G GPUs at once (--part), into $OUT/judge_partK.
+      if [ -n "${GPUS:-}" ]; then
+        for g in $(seq 1 "$GPUS"); do
+          mkdir -p "$OUT/judge_part$g"
+          CUDA_VISIBLE_DEVICES=$((g - 1)) timeout 560 python3 scripts/judge_cases.py --out "$OUT/judge_part$g" \
+            --part "$g/$GPUS" ${JUDGE_ONLY:+--only $JUDGE_ONLY} 2>&1 | grep -v "^\[bench\]" > "$OUT/judge_part$g/judge_cases.log" &
+        done
+        wait
+        for g in $(seq 1 "$GPUS"); do sed -n '/^exercise /,$p' "$OUT/judge_part$g/judge_cases.log"; done
+      else
+        timeout 560 python3 scripts/judge_cases.py --out "$OUT" ${JUDGE_ONLY:+--only $JUDGE_ONLY} 2>&1 \
+          | grep -v "^\[bench\]" | tee "$OUT/judge_cases.log"
+      fi ;;
     exercise_timing)  # a student's loop: edit the solution (a new comment), check it, edit again, check
       # again; the wall time, check by check. The first round also builds the reference variants.
       for round in first edited; do

@@ -2,7 +2,9 @@
 grade` grades a submission (a judge process of its own, the verdict on its pipe): the verdict, the
 class of failure and the wall time of each, as a table, with the rows as JSONL under --out.
 
-    python scripts/judge_cases.py [--out DIR] [--only SUBSTRING ...] [--seed N]
+    python scripts/judge_cases.py [--out DIR] [--only SUBSTRING ...] [--part K/N] [--seed N]
+
+--part K/N keeps every N-th case from the K-th (1-based), so N GPUs can grade the cases at once.
 
 Without a GPU the GPU checks are skipped (the verdicts then say so) and the expected classes that
 need one are not held to.
@@ -48,12 +50,18 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=pathlib.Path, default=None)
     p.add_argument("--only", nargs="*", default=[])
+    p.add_argument("--part", default="1/1", help="K/N: every N-th case from the K-th (1-based)")
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args(argv)
+    try:
+        part, parts = (int(x) for x in a.part.split("/"))
+        assert 1 <= part <= parts
+    except (ValueError, AssertionError):
+        p.error(f"--part: expected K/N with 1 <= K <= N, got {a.part!r}")
     gpu = toolchain.gpu_available()
     rows, misses = [], 0
-    for number, path, expected in cases():
-        if a.only and not any(s in path for s in a.only):
+    for i, (number, path, expected) in enumerate(cases()):
+        if i % parts != part - 1 or a.only and not any(s in path for s in a.only):
             continue
         started = time.perf_counter()
         row = grade.grade_one(number, ROOT / path, seed=a.seed, timeout_s=600)
