@@ -102,15 +102,17 @@ for step in $STEPS; do
       done 2>&1 | grep -v "^\[bench\]" | tee "$OUT/exercises.log" ;;
     judge)  # issue 38: every planted cheat and every exercise's solution and starter, each graded as `exercise
       # grade` grades (a judge process of its own, its verdict on a pipe): verdict, class of failure, seconds
-      # GPUS=G grades every G-th case on each of G GPUs at once (--part), into $OUT/judge_partK.
+      # GPUS=G grades every G-th case on each of G GPUs at once (--part).
       if [ -n "${GPUS:-}" ]; then
+        parts=$(mktemp -d)  # gathered into one jsonl and one log: the device returns few files
         for g in $(seq 1 "$GPUS"); do
-          mkdir -p "$OUT/judge_part$g"
-          CUDA_VISIBLE_DEVICES=$((g - 1)) timeout 560 python3 scripts/judge_cases.py --out "$OUT/judge_part$g" \
-            --part "$g/$GPUS" ${JUDGE_ONLY:+--only $JUDGE_ONLY} 2>&1 | grep -v "^\[bench\]" > "$OUT/judge_part$g/judge_cases.log" &
+          CUDA_VISIBLE_DEVICES=$((g - 1)) timeout 560 python3 scripts/judge_cases.py --out "$parts/$g" \
+            --part "$g/$GPUS" ${JUDGE_ONLY:+--only $JUDGE_ONLY} 2>&1 | grep -v "^\[bench\]" > "$parts/$g.log" &
         done
         wait
-        for g in $(seq 1 "$GPUS"); do sed -n '/^exercise /,$p' "$OUT/judge_part$g/judge_cases.log"; done
+        cat "$parts"/*/judge_cases.jsonl > "$OUT/judge_cases.jsonl"
+        cat "$parts"/*.log > "$OUT/judge_cases.log"
+        for g in $(seq 1 "$GPUS"); do sed -n '/^exercise /,$p' "$parts/$g.log"; done
       else
         timeout 560 python3 scripts/judge_cases.py --out "$OUT" ${JUDGE_ONLY:+--only $JUDGE_ONLY} 2>&1 \
           | grep -v "^\[bench\]" | tee "$OUT/judge_cases.log"
