@@ -17,7 +17,7 @@ import signal
 from .. import dtypes as dtypes_
 from ..errors import IsolatedRunError
 from ..judge import sandbox as sandbox_
-from ..judge.runner import CallRefused
+from ..judge.remote import CallRefused
 from ..model import registry
 from .registration import Exercise
 from .report import LAYOUTS, Check

@@ -3,7 +3,7 @@ than the starter's.
 
 On a GPU they judge what RAN: the kernels the student's runner launched during the checked calls
 (one call per speed row, at the speed shape), observed by Nsight Compute started by the checker
-(workbench/judge/observe.py), with the times each instruction executed. A kernel that is never
+(workbench/judge/ncu_watch.py), with the times each instruction executed. A kernel that is never
 launched counts for nothing; a counting rule counts executed instructions (a rolled loop runs its
 barrier as often as the unrolled one); a rule with `bytes_share` counts the bytes the matching
 accesses moved, as a share of all the accesses of their kind. The machine code is the checker's
@@ -30,7 +30,7 @@ Code = dict     # (arch, mangled kernel) -> its instructions in order, as ptxas.
 
 
 def check_sass(ex: Exercise, sub, observed=None, starter_observed=None, static_why: str = "") -> Check:
-    """The rules on what ran (`observed`: judge.observe.Observation of the student's runner;
+    """The rules on what ran (`observed`: judge.ncu_watch.Observation of the student's runner;
     `starter_observed`: the starter's, for a counting rule), else on the machine code as written
     (static_why says why nothing was observed)."""
     if not ex.sass:
@@ -107,7 +107,7 @@ def ran_counts(observed, scope: str = "kernel") -> Listing:
 
 
 def _check_observed(ex: Exercise, sub, code: Code, observed, starter_observed) -> Check:
-    from ..judge.observe import MARKER
+    from ..judge.ncu_watch import MARKER
 
     calls = len(ex.speed.directions) * len(ex.speed.dtypes) + (1 if ex.global_loads else 0)
     own = [ptxas.kernel_label(k) for (_, k) in code if MARKER in k]

@@ -16,7 +16,7 @@ from .. import config
 from ..build import toolchain
 from ..explain import ptxas
 from ..judge import sandbox as sandbox_
-from ..judge.runner import Remote, kernel as remote_kernel
+from ..judge.remote import Remote, kernel as remote_kernel
 from ..judge.start import binding_library, isolated, runner_executable, start_cxx, start_python
 from ..model import registry
 from .registration import Exercise
@@ -89,7 +89,7 @@ class Submission:
 
     def start(self, *, prefix=(), network: bool = False):
         """A runner holding the student's library, in the sandbox: (runner, what it read of it).
-        network: sharing a profiler's network namespace (judge/observe.py), as the checker's user."""
+        network: sharing a profiler's network namespace (judge/ncu_watch.py), as the checker's user."""
         sb = self.sandbox
         if sb is not None and network:
             sb = sandbox_.Sandbox(**{**sb.__dict__, "network": True, "drop": False, "clear": False,

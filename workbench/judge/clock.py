@@ -26,7 +26,7 @@ from .. import dtypes as dtypes_
 from ..measure import verify
 from ..model import registry
 from .memory import Arena
-from .runner import Remote, call_line, tensor_words
+from .remote import Remote, call_line, tensor_words
 
 SAMPLES = 64              # positions of each output checked before the clock stops
 BATCH_S = 0.02            # a batch's aimed-for length: the protocol's fixed cost stays a small share of it
