@@ -12,12 +12,11 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-from .. import config
 from ..build import toolchain
 from ..explain import ptxas
 from ..judge import sandbox as sandbox_
 from ..judge.remote import Remote, kernel as remote_kernel
-from ..judge.start import binding_library, isolated, runner_executable, start_cxx, start_python
+from ..judge.start import binding_library, build_library, isolated, runner_executable, start_cxx, start_python
 from ..model import registry
 from .registration import Exercise
 from .report import Check
@@ -198,10 +197,6 @@ def build(ex: Exercise, source: pathlib.Path, name: str):
 
 
 def _build_variant(op: str, source: pathlib.Path, name: str) -> Built:
-    from ..build.toolchain import arch_list
-    from ..ship import ndarray_build
-
     info = registry.static_variant(op, source, name)
-    include = [config.COMMON_DIR, registry.sources(op).kernel_dir, source.parent]
-    lib, bdir, built, key = ndarray_build.build_variant(f"exercise-{op}/{name}", source, include, arch_list)
+    lib, bdir, built, key = build_library(op, source, name, "exercise")
     return Built(op, name, source, lib, bdir / "build.log", built, 0.0, key, info.device, info.dtypes)

@@ -16,6 +16,7 @@ variant) does it all for a variant by name, source, Kernel, callable or extensio
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import pathlib
@@ -369,10 +370,7 @@ class Remote:
 
 
 def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
+    return math.prod(int(s) for s in shape)
 
 
 def kernel(remote: Remote, name: str, dtypes, **fields):

@@ -44,6 +44,16 @@ def binding_library(op: str) -> pathlib.Path:
     return ndarray_build.build_binding(op)[0]
 
 
+def build_library(op: str, source: pathlib.Path, name: str, folder: str, line_info: bool = False):
+    """A variant library of the workbench's ABI, built torch-free: ndarray_build.build_variant's
+    (library, build folder, whether it was built, key)."""
+    from ..ship import ndarray_build
+
+    include = [config.COMMON_DIR, registry.sources(op).kernel_dir, source.parent]
+    return ndarray_build.build_variant(f"{folder}-{op}/{name}", source, include, arch_list,
+                                       extra_flags=["-lineinfo"] if line_info else [])
+
+
 def start_cxx(op: str, variant_library, binding_library, label: str, *, executable=None,
               sandbox: Sandbox | None = None, prefix=(), timeout_s: float = START_TIMEOUT_S) -> tuple[Runner, dict]:
     """A C++ runner holding a variant library (torch-free: the NumPy front end's builds) and its
@@ -94,9 +104,7 @@ def isolated(op: str, variant, *, sandbox: Sandbox | None = None, prefix=(), lin
     if source is not None and (source.suffix == ".cpp" or source.suffix == ".cu" and ndarray_build.can_build_cuda()):
         name = v if isinstance(v, str) and not pathlib.Path(v).is_file() else getattr(v, "name", source.stem)
         info = registry.static_variant(op, source, name)
-        include = [config.COMMON_DIR, registry.sources(op).kernel_dir, source.parent]
-        library = ndarray_build.build_variant(f"runner-{op}/{name}", source, include, arch_list,
-                                              extra_flags=["-lineinfo"] if line_info else [])[0]
+        library = build_library(op, source, name, "runner", line_info)[0]
         binding = binding_library(op)
         remote = Remote(op, info.device, lambda: start_cxx(op, library, binding, name, sandbox=sandbox, prefix=prefix),
                         own_memory=own_memory)
