@@ -142,8 +142,8 @@ def test_the_pipeline_is_one_package_whose_modules_say_what_they_own():
 
 def test_a_runners_address_carries_the_build_options(cpu_kernel):
     """A Python runner loads the build its caller means: the options travel in the variant's address
-    (judge.pyrunner.address_of), not through an environment variable."""
-    from workbench.judge.pyrunner import address_of, resolve
+    (judge.python_runner.address_of), not through an environment variable."""
+    from workbench.judge.python_runner import address_of, resolve
 
     lines = loader.load("bias_gelu", "cpu", options=build.BuildOptions(line_info=True))
     address = address_of("bias_gelu", lines)

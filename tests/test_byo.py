@@ -177,9 +177,9 @@ def test_the_profiled_runner_remakes_a_callable_and_its_call_is_checked():
     (ncu.profiled_call): the Python runner re-makes the callable from its module path, and the
     profiled call is checked at its shape, as a variant's is."""
     from workbench.explain import ncu
-    from workbench.judge import pyrunner, start
+    from workbench.judge import python_runner, start
 
-    again = pyrunner.resolve(pyrunner.address_of("bias_gelu", byo_impls.bias_gelu_torch))
+    again = python_runner.resolve(python_runner.address_of("bias_gelu", byo_impls.bias_gelu_torch))
     assert again.name == "byo_impls.bias_gelu_torch" and again.fn is byo_impls.bias_gelu_torch
     k = start.isolated("bias_gelu", byo_impls.bias_gelu_torch)
     try:
@@ -235,7 +235,7 @@ def test_a_line_info_build_of_an_extension_travels_to_the_runner_with_its_option
     an extension-style source's address carries the options too, and the runner builds (or finds)
     that same build."""
     from workbench.build import BuildOptions
-    from workbench.judge.pyrunner import address_of, resolve
+    from workbench.judge.python_runner import address_of, resolve
 
     address = dict(address_of("bias_gelu", course_cpu), options={"line_info": True})
     again = resolve(address)

@@ -174,7 +174,7 @@ def test_bench_on_cpu(run_cli, cpu_kernel, tmp_path):
     (["check", "bias_gelu", "--dtypes", "int8"], "invalid choice"),
     (["frobnicate"], "invalid choice"),
     ([], "required"),
-    # Old children's entry points: runners start through their own (judge/pyrunner.py, wb_runner).
+    # Old children's entry points: runners start through their own (judge/python_runner.py, wb_runner).
     (["_child", "job.json"], "invalid choice: '_child'"),
     (["_worker", "{}"], "invalid choice: '_worker'"),
 ], ids=["bad-shape", "negative-shape", "bad-budget", "bad-dtype", "bad-command", "no-command", "no-child-command",

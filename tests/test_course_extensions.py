@@ -22,7 +22,7 @@ from conftest import CACHE_DIR, HAS_GPU
 
 import workbench as wb
 from workbench.errors import WorkbenchError
-from workbench.judge import pyrunner
+from workbench.judge import python_runner
 from workbench.run import byo
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
@@ -70,7 +70,7 @@ def test_the_course_layout_binding_and_kernels_builds_as_one_extension(day10):
     # A runner finds the same build from both files (a check's default for an extension, isolate=True).
     address = byo.child_address("bias_gelu", k)
     assert address["source"] == [str(p) for p in DAY10] and address["style"] == "extension"
-    assert pyrunner.resolve(address).library == k.library
+    assert python_runner.resolve(address).library == k.library
     # its C++ file read the precompiled torch/extension.h (GCC says where one was not used: -Winvalid-pch)
     log = (k.library.parent / "build.log").read_text()
     compile_cpp = next(ln for ln in log.splitlines() if "fused_bias_gelu.cpp" in ln and " -c " in ln)

@@ -586,7 +586,7 @@ def pretend_gpu(monkeypatch, cuda_buildable):
     matrix, gradcheck and the judge's clock are stand-ins the test sets (attributes of the returned
     namespace: check and gradcheck take (op, kernel, **kwargs), race (op, sides, direction, dtype,
     shape) returns a judge.clock.Race)."""
-    from workbench.judge import clock, observe
+    from workbench.judge import clock, ncu_watch
     from workbench.measure import gradients
 
     class Fakes:
@@ -596,7 +596,7 @@ def pretend_gpu(monkeypatch, cuda_buildable):
 
     fakes = Fakes()
     monkeypatch.setattr(toolchain, "gpu_available", lambda: True)
-    monkeypatch.setattr(observe, "unavailable", lambda gpu: "pretending")
+    monkeypatch.setattr(ncu_watch, "unavailable", lambda gpu: "pretending")
     monkeypatch.setattr(wbex.submission.Submission, "kernel", lambda self, dtypes: _Named(self.built.name))
     monkeypatch.setattr(correctness, "check", lambda op, kernel, **k: fakes.check(op, kernel, **k))
     monkeypatch.setattr(gradients, "gradcheck", lambda op, kernel, **k: fakes.gradcheck(op, kernel, **k))

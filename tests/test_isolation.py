@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench.judge import runner, start
+from workbench.judge import remote, start
 from workbench.specs.bias_gelu import SPEC as spec
 
 FAULTY = pathlib.Path(__file__).parent / "faulty"
@@ -98,7 +98,7 @@ def test_a_runner_that_ends_while_starting_is_an_error_even_with_status_0(cuda_b
 def test_a_runner_that_hangs_while_starting_is_killed_at_its_time_limit_and_says_so(cuda_buildable):
     """time_limit (what profile and sanitize put in front of their runners) ends it and everything
     it started; the caller reads that end as any other."""
-    k = start.isolated("bias_gelu", str(FAULTY / "static_hang.cu"), prefix=runner.time_limit(5))
+    k = start.isolated("bias_gelu", str(FAULTY / "static_hang.cu"), prefix=remote.time_limit(5))
     started = time.monotonic()
     with pytest.raises(wb.IsolatedRunError, match="static_hang: variant: .*was killed by SIGKILL before answering"):
         k.module.ensure()

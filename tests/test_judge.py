@@ -20,7 +20,7 @@ from conftest import describe
 from workbench import config
 from workbench.exercise import grade
 from workbench.judge import sandbox
-from workbench.judge.runner import CallRefused, Runner
+from workbench.judge.remote import CallRefused, Runner
 from workbench.judge.start import start_cxx
 
 FAULTY = pathlib.Path(__file__).parent / "faulty"
@@ -300,10 +300,10 @@ def test_the_clock_verifies_every_timed_call(variant, wrong):
 
 
 def test_an_observation_splits_at_the_markers_and_pairs_each_launch_with_its_code():
-    """judge/observe.py on ncu's pages as they come: a block of instructions per launch (paired in
+    """judge/ncu_watch.py on ncu's pages as they come: a block of instructions per launch (paired in
     order), or per function (found by name, its counts shared by its launches); what ran before the
     first marker (the library's load) is not counted."""
-    from workbench.judge.observe import Executed, RanKernel, observation
+    from workbench.judge.ncu_watch import Executed, RanKernel, observation
 
     def block(name, warps):
         return RanKernel(name, [Executed(0x10, "LDG.E.128", None, warps, 32 * warps, "Global", "Load", 128)])

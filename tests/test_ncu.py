@@ -54,11 +54,11 @@ def test_the_counters_tell_one_read_from_two():
 
 
 def test_the_global_loads_check_passes_fails_and_skips_by_the_counters():
-    """Exercise 05's counter rule on the kernels the observed run saw in its call (judge/observe.py:
+    """Exercise 05's counter rule on the kernels the observed run saw in its call (judge/ncu_watch.py:
     the raw page's per-launch metrics), against x once plus the weight once per row."""
     from workbench import exercise as wbex
     from workbench.exercise import global_loads
-    from workbench.judge.observe import RanKernel
+    from workbench.judge.ncu_watch import RanKernel
 
     x_bytes = 2048 * 4096 * 2
     once = [RanKernel("k", metrics={ncu.LOAD_SECTORS: 2 * x_bytes / 32})]

@@ -725,7 +725,7 @@ def test_where_no_line_info_build_is_possible_the_profile_goes_on_without_lines(
     monkeypatch.setattr(ndarray_build, "can_build_cuda", lambda: False)
     p = wb.profile("bias_gelu", "scalar", shape=(8192, 8192))
     assert "--section" not in fake_ncu()[-1] and p.kernels[0].lines == []
-    assert fake_ncu()[-1][-3:-1] == ["-m", "workbench.judge.pyrunner"]
+    assert fake_ncu()[-1][-3:-1] == ["-m", "workbench.judge.python_runner"]
     assert any(n.startswith("no source lines: the variants cannot be built with -lineinfo here") for n in p.notes)
 
 

@@ -1,5 +1,5 @@
 """Where the workbench's own processes (`python -m workbench ...`, the Python runner
-judge/pyrunner.py, the exercise checker's child) keep Python bytecode when the environment turned
+judge/python_runner.py, the exercise checker's child) keep Python bytecode when the environment turned
 its cache off.
 
 Where PYTHONDONTWRITEBYTECODE is set (as on the lent H100 image, whose torch ships without .pyc

@@ -1,6 +1,6 @@
 """python -m workbench list | build | check | gradcheck | bench | profile | plot | demo | sanitize | doctor | clean |
 export | exercise | serve: the command line, and only that (runners start through their own entry
-points: bindings/runner/wb_runner.cu, workbench/judge/pyrunner.py)."""
+points: bindings/runner/wb_runner.cu, workbench/judge/python_runner.py)."""
 from __future__ import annotations
 
 import argparse

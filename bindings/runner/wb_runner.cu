@@ -485,7 +485,7 @@ class Runner {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: wb_runner SOCKET_FD (started by workbench/judge/runner.py)\n");
+    std::fprintf(stderr, "usage: wb_runner SOCKET_FD (started by workbench/judge/remote.py)\n");
     return 2;
   }
   dup2(2, 1);  // whatever a library prints goes to the log, never into the protocol

@@ -7,7 +7,7 @@
     checks.py        the checks that run it: load, declared dtypes, correctness, gradcheck
     sass.py          the SASS rules, on the kernels that ran (observed by Nsight Compute) or, without a GPU,
                      on the machine code as built
-    observed.py      what ran during the checked calls, observed by Nsight Compute (the student's, the starter's)
+    rule_calls.py    the checked calls the rules judge, and what ran during them, observed by Nsight Compute (the student's, the starter's)
     global_loads.py  the optional counter rule: bytes of global loads of the kernels that ran
     speedcheck.py    speed against the reference variant, on the judge's clock (workbench/judge/clock.py)
     report.py        the report the checks fill, and how it prints
@@ -43,8 +43,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..model import registry
 from ..build import toolchain
-from ..judge import observe, sandbox
-from . import checks, global_loads, observed, speedcheck, submission
+from ..judge import ncu_watch, sandbox
+from . import checks, global_loads, rule_calls, speedcheck, submission
 from .registration import (CHECKS, EXERCISES_DIR, Exercise, ExerciseConfigError, SassRule, Sizes, Speed, exercises, get, load_exercise, tomllib)
 from .report import LAYOUTS, NEEDS_GPU, Check, ExerciseReport
 from .sass import check_sass
@@ -143,7 +143,7 @@ def _run(ex: Exercise, source: pathlib.Path, report: ExerciseReport, speed: bool
         # launchers decline, so the GPU checks say why instead of failing every case.
         unmet = toolchain.unmet_arch(source, "cuda") if gpu and built.device == "cuda" else None
         run_gpu = gpu and loaded.status == "ok" and not unmet
-        not_seen = observe.unavailable(run_gpu and built.device == "cuda")
+        not_seen = ncu_watch.unavailable(run_gpu and built.device == "cuda")
         watch = None
         if not not_seen and (ex.sass or ex.global_loads):  # observed beside the correctness checks
             watch = pool.submit(_observe, ex, sub, report.seed)
@@ -224,8 +224,8 @@ def _warm_up(ex: Exercise, seed: int) -> None:
 def _observe(ex: Exercise, sub: submission.Submission, seed: int):
     """(what ran in the student's runner, the starter's where a counting rule needs it)."""
     started = time.perf_counter()
-    seen = observed.observe_rules(ex, lambda prefix: sub.start(prefix=prefix, network=True), seed)
-    starter = observed.observe_starter(ex, seed) if any(r.kind == "fewer_than_starter" for r in ex.sass) else None
+    seen = rule_calls.observe_rules(ex, lambda prefix: sub.start(prefix=prefix, network=True), seed)
+    starter = rule_calls.observe_starter(ex, seed) if any(r.kind == "fewer_than_starter" for r in ex.sass) else None
     return seen, starter, time.perf_counter() - started
 
 

@@ -1,15 +1,7 @@
 """The checks of an exercise that run the student's library, each returning a Check: load, declared
 dtypes, correctness, gradcheck (the build is in submission.py, the SASS rules in sass.py, the speed
-in speedcheck.py).
-
-The student's code never runs in the checker's process, and nothing its process says becomes a
-verdict. The file is built here (torch-free, as the NumPy front end builds; compiling is safe), and
-the library is copied into the judge's own folder and hashed before anything runs it (Submission).
-A runner (workbench/judge) loads that copy in a sandbox and makes the calls the checker asks for,
-on memory the checker owns: the matrix of cases, gradcheck and the timed batches all run HERE, on
-outputs this process reads back itself. A runner that dies, hangs or refuses makes its own check
-fail; it never makes one pass.
-"""
+in speedcheck.py). Every call is made by the student's sandboxed runner on memory this process
+owns, and every output is read back and judged here (the package's docstring says how)."""
 from __future__ import annotations
 
 import signal
@@ -17,7 +9,7 @@ import signal
 from .. import dtypes as dtypes_
 from ..errors import IsolatedRunError
 from ..judge import sandbox as sandbox_
-from ..judge.runner import CallRefused
+from ..judge.remote import CallRefused
 from ..model import registry
 from .registration import Exercise
 from .report import LAYOUTS, Check
@@ -126,7 +118,7 @@ def inputs_text(op: str) -> str:
 
 def case_lines(c, op: str) -> list[str]:
     rel_limit = dtypes_.tolerance(c.dtype)[0]
-    shape = "x".join(map(str, c.shape)) or "scalar"
+    shape = c.shape_text
     lines = [f"first failing case: {c.what}",
              f"  shape   {shape} ({inputs_text(op)})",
              f"  dtype   {c.dtype}",

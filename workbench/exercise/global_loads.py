@@ -39,7 +39,7 @@ class GlobalLoads:
 def check(ex, kernels, why_not: str = "") -> Check:
     """The bytes the kernels' global load instructions requested in the rule's call, as Nsight
     Compute counted them at L1 (every load, hit or miss) while the checker watched the student's
-    runner (observed.observe_rules: `kernels`, the judge.observe.RanKernel list of that call), against
+    runner (rule_calls.observe_rules: `kernels`, the judge.ncu_watch.RanKernel list of that call), against
     what the rule allows. why_not: why nothing was observed (the check is skipped)."""
     from ..explain import ncu
 

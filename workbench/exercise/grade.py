@@ -147,10 +147,9 @@ def grade(exercise, folder, *, seed: int | None = None, speed: bool = True, time
           spread=None) -> list[dict]:
     """Every submission's row, by name. spread(jobs) -> rows grades them elsewhere (a cluster's
     workers: workbench/cluster/grading.py); None grades them here, one after another."""
-    from ..judge import sandbox
+    from . import _sandboxed
 
-    if sandbox.missing():
-        raise ValueError(f"grading needs the sandbox the student's code runs in, and {sandbox.missing()}")
+    _sandboxed(required=True)
     todo = jobs(exercise, folder, seed=seed, speed=speed, timeout_s=timeout_s)
     rows = spread(todo) if spread is not None else [grade_job(j) for j in todo]
     return sorted(rows, key=lambda r: r["submission"])

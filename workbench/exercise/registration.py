@@ -20,15 +20,10 @@ and exercise.toml, read and validated here.
                accesses must move at least that share of the bytes every executed access of their
                kind (global loads, say) moved. On a GPU every rule judges the kernels that ran
                during the checked calls, instructions counted as executed (sass.py)
-    [sizes]    optional: the sizes a check draws (sizes.py). kind = "elementwise" (the default:
-               eight sizes whose innermost dim takes every remainder mod 8, and an empty one),
-               "reduction" (the innermost dim is reduced: one size per remainder of its length
-               modulo moduli[0]; 0, 1, m/2, m/2 + 1 and m - 1 modulo each further modulus; one
-               huge 1-D row; 10000+ short rows; an empty size) or "tiled" (every dim is tiled, as
-               a GEMM's: each takes in turn 1, a few, a tile less one, a tile, a tile and one, a
-               few tiles and a remainder, and ~1000; an empty size per dim). moduli (reduction:
-               default [32, 1024]; tiled: the tiles, default [32]): increasing, each dividing the
-               next, the first at most 64
+    [sizes]    optional: the sizes a check draws (sizes.py): kind = "elementwise" (the default),
+               "reduction", "tiled" or "tiled_aligned"; moduli (reduction: default [32, 1024];
+               tiled: the tiles, default [32]): increasing, each dividing the next, the first at
+               most 64
     [global_loads]  optional: a counter rule, measured on the GPU with Nsight Compute (workbench/explain/ncu.py):
                one `direction` call at `shape` and `dtype` may request at most `slack` times the bytes
                of `reads` from global memory, counted at L1 (every load instruction's sectors, cached
@@ -140,8 +135,13 @@ class Exercise:
                 f"{'x'.join(map(str, s.shape))})")
 
 
-def _field(data: dict, key: str, kind, where: str):
+_REQUIRED = object()
+
+
+def _field(data: dict, key: str, kind, where: str, default=_REQUIRED):
     if key not in data:
+        if default is not _REQUIRED:
+            return default
         raise ExerciseConfigError(f"{where}: missing field {key!r}")
     value = data[key]
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
@@ -226,7 +226,7 @@ def parse_global_loads(data, op: str, where: str) -> GlobalLoads:
     if not 1.0 <= slack < 2.0:
         raise ExerciseConfigError(f"{where}: slack must be in [1, 2); got {slack!r}")
     return GlobalLoads(direction, dtype, tuple(shape), tuple(reads.items()), slack, _field(data, "message", str, where),
-                       _field(data, "hint", str, where) if "hint" in data else "")
+                       _field(data, "hint", str, where, ""))
 
 
 def _regex(rule: dict, key: str, where: str) -> str:
@@ -247,15 +247,15 @@ def _sass_rule(rule, where: str) -> SassRule:
     unknown = set(rule) - {*_SASS_KINDS, "message", "hint", "kernels", "scope", "bytes_share"}
     if unknown:
         raise ExerciseConfigError(f"{where}: unknown field {sorted(unknown)[0]!r}")
-    scope = _field(rule, "scope", str, where) if "scope" in rule else "kernel"
+    scope = _field(rule, "scope", str, where, "kernel")
     if scope not in _SASS_SCOPES or (scope != "kernel" and kinds[0] == "require_kernel"):
         raise ExerciseConfigError(f"{where}: scope (of an opcode rule) must be one of {list(_SASS_SCOPES)}; "
                                   f"got {scope!r}")
-    share = _field(rule, "bytes_share", float, where) if "bytes_share" in rule else 0.0
+    share = _field(rule, "bytes_share", float, where, 0.0)
     if "bytes_share" in rule and (kinds[0] != "require" or not 0 < share <= 1):
         raise ExerciseConfigError(f"{where}: bytes_share (a share in (0, 1]) belongs to a require rule; got {share!r}")
     return SassRule(kinds[0], _regex(rule, kinds[0], where), _field(rule, "message", str, where),
-                    _field(rule, "hint", str, where) if "hint" in rule else "",
+                    _field(rule, "hint", str, where, ""),
                     _regex(rule, "kernels", where) if "kernels" in rule else "", scope, share)
 
 
@@ -265,7 +265,7 @@ def _sizes(data, where: str) -> Sizes:
     unknown = set(data) - {"kind", "moduli"}
     if unknown:
         raise ExerciseConfigError(f"{where}: unknown field {sorted(unknown)[0]!r} (known: kind, moduli)")
-    kind = _field(data, "kind", str, where) if "kind" in data else "elementwise"
+    kind = _field(data, "kind", str, where, "elementwise")
     if kind not in sizes_.KINDS:
         raise ExerciseConfigError(f"{where}: kind must be one of {list(sizes_.KINDS)}; got {kind!r}")
     if "moduli" not in data:

@@ -3,7 +3,7 @@ than the starter's.
 
 On a GPU they judge what RAN: the kernels the student's runner launched during the checked calls
 (one call per speed row, at the speed shape), observed by Nsight Compute started by the checker
-(workbench/judge/observe.py), with the times each instruction executed. A kernel that is never
+(workbench/judge/ncu_watch.py), with the times each instruction executed. A kernel that is never
 launched counts for nothing; a counting rule counts executed instructions (a rolled loop runs its
 barrier as often as the unrolled one); a rule with `bytes_share` counts the bytes the matching
 accesses moved, as a share of all the accesses of their kind. The machine code is the checker's
@@ -30,7 +30,7 @@ Code = dict     # (arch, mangled kernel) -> its instructions in order, as ptxas.
 
 
 def check_sass(ex: Exercise, sub, observed=None, starter_observed=None, static_why: str = "") -> Check:
-    """The rules on what ran (`observed`: judge.observe.Observation of the student's runner;
+    """The rules on what ran (`observed`: judge.ncu_watch.Observation of the student's runner;
     `starter_observed`: the starter's, for a counting rule), else on the machine code as written
     (static_why says why nothing was observed)."""
     if not ex.sass:
@@ -79,15 +79,20 @@ def check_sass(ex: Exercise, sub, observed=None, starter_observed=None, static_w
                 evidence = found
         if bad_archs:
             failed.append(rule.message)
-            lines += [f"{rule.message} (SASS for {', '.join(bad_archs)}; {_describe(rule)})",
-                      *[f"    {e}" for e in evidence]]
-            if rule.hint:
-                lines.append(f"    hint: {rule.hint}")
+            lines += _broken(rule, f"SASS for {', '.join(bad_archs)}; {_describe(rule)}", evidence)
     how = f"the machine code as built, not what ran ({static_why})" if static_why else "the machine code as built"
     if failed:
         return Check("SASS rules", "FAIL", "; ".join(failed), lines + [f"judged on {how}"])
-    return Check("SASS rules", "ok", f"{len(ex.sass)} rule{'s hold' if len(ex.sass) != 1 else ' holds'} on "
-                                     f"{', '.join(archs)}: {how}")
+    return Check("SASS rules", "ok", f"{_holds(len(ex.sass))} on {', '.join(archs)}: {how}")
+
+
+def _broken(rule: SassRule, where: str, evidence: list[str]) -> list[str]:
+    hint = [f"    hint: {rule.hint}"] if rule.hint else []
+    return [f"{rule.message} ({where})", *[f"    {e}" for e in evidence], *hint]
+
+
+def _holds(n: int) -> str:
+    return f"{n} rule{'s hold' if n != 1 else ' holds'}"
 
 
 RAN = "ran"   # the "arch" of an observed kernel's counts: executed, whatever it was built for
@@ -107,7 +112,7 @@ def ran_counts(observed, scope: str = "kernel") -> Listing:
 
 
 def _check_observed(ex: Exercise, sub, code: Code, observed, starter_observed) -> Check:
-    from ..judge.observe import MARKER
+    from ..judge.ncu_watch import MARKER
 
     calls = len(ex.speed.directions) * len(ex.speed.dtypes) + (1 if ex.global_loads else 0)
     own = [ptxas.kernel_label(k) for (_, k) in code if MARKER in k]
@@ -125,17 +130,14 @@ def _check_observed(ex: Exercise, sub, code: Code, observed, starter_observed) -
             found = _bytes_share(rule, observed)
         if found is not None:
             failed.append(rule.message)
-            lines += [f"{rule.message} ({_describe(rule)}, counted as the kernels ran)", *[f"    {e}" for e in found]]
-            if rule.hint:
-                lines.append(f"    hint: {rule.hint}")
+            lines += _broken(rule, f"{_describe(rule)}, counted as the kernels ran", found)
     ran = sorted({ptxas.kernel_label(k.name) for k in observed.kernels})
     note = (f"judged on what ran during the {calls} checked calls (Nsight Compute, started by the checker): "
             f"{', '.join(ran) or 'no kernel'}" + (f"; {observed.at_load} kernel(s) launched while the library loaded "
                                                   f"were not counted" if observed.at_load else ""))
     if failed:
         return Check("SASS rules", "FAIL", "; ".join(failed), lines + [note])
-    return Check("SASS rules", "ok", f"{len(ex.sass)} rule{'s hold' if len(ex.sass) != 1 else ' holds'} on the "
-                                     f"kernels that ran", [note])
+    return Check("SASS rules", "ok", f"{_holds(len(ex.sass))} on the kernels that ran", [note])
 
 
 def _bytes_share(rule: SassRule, observed) -> list[str] | None:

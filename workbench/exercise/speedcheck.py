@@ -17,7 +17,7 @@ from .report import Check
 
 
 def speed(ex: Exercise, sub: Submission, reference) -> Check:
-    """`reference`: the reference variant's judge.runner.Remote."""
+    """`reference`: the reference variant's judge.remote.Remote."""
     import torch
 
     s, spec = ex.speed, registry.spec(ex.op)

@@ -12,12 +12,11 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-from .. import config
 from ..build import toolchain
 from ..explain import ptxas
 from ..judge import sandbox as sandbox_
-from ..judge.runner import Remote, kernel as remote_kernel
-from ..judge.start import binding_library, isolated, runner_executable, start_cxx, start_python
+from ..judge.remote import Remote, kernel as remote_kernel
+from ..judge.start import binding_library, build_library, isolated, runner_executable, start_cxx, start_python
 from ..model import registry
 from .registration import Exercise
 from .report import Check
@@ -89,7 +88,7 @@ class Submission:
 
     def start(self, *, prefix=(), network: bool = False):
         """A runner holding the student's library, in the sandbox: (runner, what it read of it).
-        network: sharing a profiler's network namespace (judge/observe.py), as the checker's user."""
+        network: sharing a profiler's network namespace (judge/ncu_watch.py), as the checker's user."""
         sb = self.sandbox
         if sb is not None and network:
             sb = sandbox_.Sandbox(**{**sb.__dict__, "network": True, "drop": False, "clear": False,
@@ -198,10 +197,6 @@ def build(ex: Exercise, source: pathlib.Path, name: str):
 
 
 def _build_variant(op: str, source: pathlib.Path, name: str) -> Built:
-    from ..build.toolchain import arch_list
-    from ..ship import ndarray_build
-
     info = registry.static_variant(op, source, name)
-    include = [config.COMMON_DIR, registry.sources(op).kernel_dir, source.parent]
-    lib, bdir, built, key = ndarray_build.build_variant(f"exercise-{op}/{name}", source, include, arch_list)
+    lib, bdir, built, key = build_library(op, source, name, "exercise")
     return Built(op, name, source, lib, bdir / "build.log", built, 0.0, key, info.device, info.dtypes)

@@ -174,7 +174,7 @@ def _run(op: str, variant, call: dict, ncu_args: list[str], line_info: bool, tim
     ncu (ncu_args), all of it stopped after timeout_s: (its check, what the runner and ncu printed,
     the error that ended the runner where one did, whether the time ran out). A runner lost is not
     started again: ncu's report is the first one's."""
-    from ..judge.runner import TOOL_GRACE_S, time_limit
+    from ..judge.remote import TOOL_GRACE_S, time_limit
     from ..judge.start import isolated
 
     kernel = isolated(op, variant, prefix=[*time_limit(timeout_s), *ncu_args], line_info=line_info)

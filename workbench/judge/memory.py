@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import mmap
 import os
 
@@ -89,14 +90,8 @@ class Arena:
         self._next = 0
 
     def view(self, offset: int, shape, dtype: torch.dtype) -> torch.Tensor:
-        n = 1
-        for s in shape:
-            n *= int(s)
-        size = n * torch.empty((), dtype=dtype).element_size()
+        size = math.prod(int(s) for s in shape) * dtype.itemsize
         return self.data[offset:offset + size].view(dtype).view(tuple(shape))
-
-    def offset_of(self, t: torch.Tensor) -> int:
-        return t.data_ptr() - self.data.data_ptr()
 
     def lend(self, arena_id: int) -> tuple[str, int | None]:
         """(the runner's "arena" message, the descriptor to send with it or None)."""

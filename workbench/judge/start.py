@@ -1,4 +1,4 @@
-"""Starting a runner (runner.py): the C++ runner holding a variant library of the workbench's ABI
+"""Starting a runner (remote.py): the C++ runner holding a variant library of the workbench's ABI
 and its op's binding (start_cxx), the Python runner holding anything else (start_python), and
 isolated(op, variant), which serves a variant by name, source, Kernel, callable or extension from a
 runner of its own as a Kernel the checks call."""
@@ -13,7 +13,7 @@ import torch
 from .. import config, dtypes as dtypes_
 from ..build.toolchain import arch_list
 from ..model import registry
-from .runner import START_TIMEOUT_S, CallRefused, Remote, Runner, hex_text, kernel
+from .remote import START_TIMEOUT_S, CallRefused, Remote, Runner, hex_text, kernel
 from .sandbox import Sandbox
 
 
@@ -44,6 +44,16 @@ def binding_library(op: str) -> pathlib.Path:
     return ndarray_build.build_binding(op)[0]
 
 
+def build_library(op: str, source: pathlib.Path, name: str, folder: str, line_info: bool = False):
+    """A variant library of the workbench's ABI, built torch-free: ndarray_build.build_variant's
+    (library, build folder, whether it was built, key)."""
+    from ..ship import ndarray_build
+
+    include = [config.COMMON_DIR, registry.sources(op).kernel_dir, source.parent]
+    return ndarray_build.build_variant(f"{folder}-{op}/{name}", source, include, arch_list,
+                                       extra_flags=["-lineinfo"] if line_info else [])
+
+
 def start_cxx(op: str, variant_library, binding_library, label: str, *, executable=None,
               sandbox: Sandbox | None = None, prefix=(), timeout_s: float = START_TIMEOUT_S) -> tuple[Runner, dict]:
     """A C++ runner holding a variant library (torch-free: the NumPy front end's builds) and its
@@ -60,8 +70,8 @@ def start_cxx(op: str, variant_library, binding_library, label: str, *, executab
 
 def start_python(address: dict, label: str, *, sandbox: Sandbox | None = None, prefix=(),
                  timeout_s: float = START_TIMEOUT_S) -> tuple[Runner, dict]:
-    """A Python runner (pyrunner.py) holding the variant at `address` (pyrunner.address_of)."""
-    argv = [sys.executable, "-m", "workbench.judge.pyrunner"]
+    """A Python runner (python_runner.py) holding the variant at `address` (python_runner.address_of)."""
+    argv = [sys.executable, "-m", "workbench.judge.python_runner"]
     if sandbox is not None:
         sandbox = Sandbox(**{**sandbox.__dict__, "readable": (*sandbox.readable, config.REPO_ROOT),
                              "env": (*sandbox.env, ("PYTHONPATH", str(config.REPO_ROOT)))})
@@ -94,14 +104,12 @@ def isolated(op: str, variant, *, sandbox: Sandbox | None = None, prefix=(), lin
     if source is not None and (source.suffix == ".cpp" or source.suffix == ".cu" and ndarray_build.can_build_cuda()):
         name = v if isinstance(v, str) and not pathlib.Path(v).is_file() else getattr(v, "name", source.stem)
         info = registry.static_variant(op, source, name)
-        include = [config.COMMON_DIR, registry.sources(op).kernel_dir, source.parent]
-        library = ndarray_build.build_variant(f"runner-{op}/{name}", source, include, arch_list,
-                                              extra_flags=["-lineinfo"] if line_info else [])[0]
+        library = build_library(op, source, name, "runner", line_info)[0]
         binding = binding_library(op)
         remote = Remote(op, info.device, lambda: start_cxx(op, library, binding, name, sandbox=sandbox, prefix=prefix),
                         own_memory=own_memory)
         return kernel(remote, name, info.dtypes, source=source, library=library, description=info.description)
-    from .pyrunner import address_of
+    from .python_runner import address_of
 
     address = address_of(op, v)
     if line_info:

@@ -25,7 +25,6 @@ from ..model.opspec import DIRECTIONS, as_tuple
 
 
 def _progress(i: int, n: int, what: str) -> None:
-    """A one-line progress bar on a terminal or in a notebook, one line per step elsewhere (logs)."""
     if config.quiet():
         return
     width = 24
@@ -53,9 +52,8 @@ class _Compiled:
 
 
 def _providers(op: str, spec, names: list[str], baselines, device: torch.device, dname: str, own=None):
-    """(name -> (kind, forward callable over (inputs, attrs), or a _Compiled to instantiate per
-    group), name -> why a variant named is not timed here). own: name -> a variant brought by the
-    user (byo.CallableKernel: a callable or a torch extension)."""
+    """({name: (kind, callable or _Compiled)}, {name: why it is not timed here}); own: the variants
+    brought by the user, by name."""
     out, skipped = {}, {}
     for b in baselines:
         if b == "eager":
@@ -168,7 +166,6 @@ class _Group:
         return _Timed(fn, self, attrs)
 
     def switch(self, i: int) -> None:
-        """Set i takes its other version's values, in place (its gradients, for a backward)."""
         self.current[i] = (self.current[i] + 1) % self.VERSIONS
         v, (inputs, grads) = self.versions[i][self.current[i]], self.live[i]
         pairs = [] if self.direction == "bwd" else list(zip(inputs, v.inputs))  # a backward's inputs stay
@@ -186,9 +183,8 @@ _NOT_TIMED = dict(median_ms=math.nan, p20_ms=math.nan, p80_ms=math.nan, n_sample
 
 
 def _measure_provider(kind_fn, group: _Group, attrs: dict, device: torch.device, stop: dict) -> dict:
-    """One provider of a group: checked on fresh inputs, timed over the rotating sets (with the
-    GPU's clocks sampled meanwhile), the last timed call's output checked, then checked once more
-    on new inputs. A provider wrong before timing is not timed."""
+    """One provider of a group: checked, timed (the GPU's clocks sampled meanwhile), its last timed
+    call's output checked, checked again on new inputs; one wrong before timing is not timed."""
     kind, fn = kind_fn
     if isinstance(fn, _Compiled):
         fn = fn.fresh()
@@ -260,12 +256,6 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
     sweep_started = time.perf_counter()
     if baselines is None:
         baselines = baselines_of(registry.spec(op))
-    if isinstance(variants, loader.Kernel) or (isinstance(variants, (list, tuple)) and variants
-                                                and all(isinstance(v, loader.Kernel) for v in variants)):
-        from ..run import byo
-
-        variants = [v if isinstance(v, byo.CallableKernel) else v.name
-                    for v in ([variants] if isinstance(variants, loader.Kernel) else variants)]
     variants, own, unusable = _own_variants(op, variants)
     spec = registry.spec(op)
     device = torch.device(device or ("cuda" if toolchain.gpu_available() else "cpu"))
@@ -368,10 +358,8 @@ def bench(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=N
 
 
 def _own_variants(op: str, variants):
-    """(variants with every callable or brought variant replaced by its name, {name: that variant},
-    {name: why it cannot run here}): a callable (a function, an autograd.Function's apply, an
-    extension's forward) is made a variant by byo.variant (probed once), and times beside the op's
-    own; one that runs on no device here (CUDA code without a GPU) is left out, saying why."""
+    """(the variants by name, {name: a brought variant (byo.variant: a callable or an extension)},
+    {name: why it cannot run here})."""
     if isinstance(variants, str):
         return variants, {}, {}
     from ..errors import WorkbenchError
@@ -395,11 +383,9 @@ def _own_variants(op: str, variants):
 
 
 def _preflight(op: str, spec, names, own: dict, dtypes, shapes, directions, attrs: dict, device) -> None:
-    """isolate=True: each variant called once in a runner of its own (judge.start.isolated) at every
-    dtype, size and direction the sweep will time, before it runs here; a call that ends the runner
-    (an illegal address, a crash) raises IsolatedRunError naming the variant and the call. The
-    timing stays here (a runner's copies would be in the numbers): a fault only a later call hits
-    is not found."""
+    """isolate=True: each variant called once in a runner of its own at every point the sweep will
+    time; a call that ends the runner raises IsolatedRunError naming it. The timing stays here (a
+    runner's copies would be in the numbers)."""
     from ..errors import IsolatedRunError
     from ..judge.start import isolated
 

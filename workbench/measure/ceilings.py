@@ -18,10 +18,7 @@ from .timing import _require_cuda, _resolve_cuda_device, time_cuda
 
 
 def driver_version() -> str:
-    """NVIDIA driver version ("550.54.15"), or "" when it cannot be found.
-
-    torch does not expose the driver version, so ask nvidia-smi, then the kernel module.
-    """
+    """NVIDIA driver version ("550.54.15"), or "": torch does not say, so nvidia-smi, then the kernel module."""
     if shutil.which("nvidia-smi"):
         try:
             out = subprocess.run(
@@ -86,12 +83,8 @@ def _stream_bytes(torch: Any, dev: Any, name: str) -> int:
 def copy_bandwidth_gbps(
     device: Any = None, *, cache_dir: pathlib.Path, refresh: bool = False
 ) -> dict[str, Any]:
-    """The device's own device-to-device copy bandwidth (GB/s, read + written bytes), cached.
-
-    Measured once per GPU model with ``dst.copy_(src)`` on 1 GiB buffers (less if memory is
-    short) and stored in ``cache_dir/ceilings/<device name>.json``. A cached entry for the same
-    device name is returned without touching the GPU unless ``refresh``.
-    """
+    """The device's device-to-device copy bandwidth (GB/s, read + written bytes): ``dst.copy_(src)``
+    on 1 GiB buffers (less if memory is short), cached in ``<device name>.json``."""
     def measure(torch: Any, dev: Any, name: str) -> dict[str, Any]:
         nbytes = _stream_bytes(torch, dev, name)
         with torch.cuda.device(dev):
@@ -111,10 +104,8 @@ def copy_bandwidth_gbps(
 def read_bandwidth_gbps(
     device: Any = None, *, cache_dir: pathlib.Path, refresh: bool = False
 ) -> dict[str, Any]:
-    """The device's read-only bandwidth (GB/s): a max-reduction over 1 GiB of int32 (it reads
-    every byte and writes 4), cached like the copy ceiling in ``<device name>-read.json``. Ops
-    that mostly read (a sum, a norm's statistics) can run faster than a copy, which turns the bus
-    around between reads and writes; the benchmark's physics guard allows for that."""
+    """The device's read-only bandwidth (GB/s): a max-reduction over 1 GiB of int32, cached in
+    ``<device name>-read.json``. Ops that mostly read can beat a copy, which turns the bus around."""
     def measure(torch: Any, dev: Any, name: str) -> dict[str, Any]:
         nbytes = _stream_bytes(torch, dev, name)
         with torch.cuda.device(dev):
@@ -133,10 +124,8 @@ MATMUL_CEILING_SIZE = 8192
 def matmul_ceiling_tflops(
     device: Any = None, dtype: str = "float32", *, cache_dir: pathlib.Path, refresh: bool = False
 ) -> dict[str, Any]:
-    """The device's own matmul throughput (TFLOP/s) for `dtype`: cuBLAS (torch.matmul) on square
-    MATMUL_CEILING_SIZE^3 operands, float32 with TF32 off (CUDA cores, the ceiling a float32
-    kernel on CUDA cores is measured against). Measured once per GPU model and dtype, cached in
-    ``cache_dir/ceilings/<device name>-gemm-<dtype>.json`` like the copy ceiling."""
+    """The device's cuBLAS matmul throughput (TFLOP/s) for `dtype` at MATMUL_CEILING_SIZE^3, float32
+    with TF32 off (what a kernel on CUDA cores is held to); cached in ``<device name>-gemm-<dtype>.json``."""
     def measure(torch: Any, dev: Any, name: str) -> dict[str, Any]:
         n = MATMUL_CEILING_SIZE
         tf32 = torch.backends.cuda.matmul.allow_tf32

@@ -1,14 +1,7 @@
 """The conditions of a measurement: SM and memory clocks, temperature, power and the clock-event
-(throttle) reasons, sampled through NVML while a row is timed.
-
-A median means little if the GPU changed speed under it: a power cap or a hot chip lowers the SM
-clock mid-run, and the row then compares two different machines. Each benchmark row carries what
-NVML saw during its timing (min/max clocks, peak temperature and power, every throttle reason seen)
-and a warning when the clocks moved or a throttle reason other than idle was set.
-
-NVML comes from the nvidia-ml-py package (module `pynvml`), used only where a GPU is timed; without
-it the rows say the conditions were not recorded and how to fix that.
-"""
+(throttle) reasons, sampled through NVML (nvidia-ml-py's `pynvml`) while a row is timed. A median
+means little if the GPU changed speed under it, so each row carries what NVML saw and a warning
+when the clocks moved or something other than idle throttled them."""
 from __future__ import annotations
 
 import functools

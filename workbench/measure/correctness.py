@@ -40,13 +40,17 @@ class Case:
         return _measured(self.rel_err) or _measured(self.max_abs_err)
 
     @property
+    def shape_text(self) -> str:
+        return "x".join(map(str, self.shape)) or "scalar"
+
+    @property
     def label(self) -> str:
         """Which case: "forward 3x5 float32 strided"."""
-        return f"{self.what} {'x'.join(map(str, self.shape)) or 'scalar'} {self.dtype} {self.layout}"
+        return f"{self.what} {self.shape_text} {self.dtype} {self.layout}"
 
     def line(self) -> str:
         mark = "ok  " if self.passed else "FAIL"
-        shape = "x".join(map(str, self.shape)) or "scalar"
+        shape = self.shape_text
         nums = ""
         if _measured(self.rel_err):
             nums += f" rel {self.rel_err:.2e}"
@@ -141,8 +145,7 @@ def _first_line(e: BaseException) -> str:
 
 
 def _raised(what: str, e: Exception, size, dname: str, layout: str) -> Case:
-    """A failed case for a kernel call that raised, naming the case and the likely cause of a CUDA
-    error or of a runner's death (whether this process's context survived is _after_case's to say)."""
+    """A failed case for a kernel call that raised, naming the likely cause of a CUDA error."""
     from ..run.cuda_errors import error_name, explained
 
     msg = _first_line(e)
@@ -172,13 +175,17 @@ def _after_case(device: torch.device, cases: list[Case]) -> str:
     return explained(err) if state == "lost" else ""
 
 
-def _context_lost(report: Report, err: str) -> Report:
-    """The report of a matrix whose case (its last) lost this process's CUDA context."""
-    report.skipped.append(
-        f"the cases after {report.cases[-1].label} were not run: this process's CUDA context is lost ({err}); "
-        f"every later CUDA call here fails: restart the process. isolate=True runs a variant in a runner process "
-        f"of its own, where a fault ends that runner and fails only its case")
-    return report
+def _record(report: Report, device: torch.device, cases: list[Case]) -> bool:
+    """Add one case's results to the report; True where that case lost this process's CUDA context
+    (the report then says why the rest did not run)."""
+    lost = _after_case(device, cases)
+    report.cases += cases
+    if lost:
+        report.skipped.append(
+            f"the cases after {report.cases[-1].label} were not run: this process's CUDA context is lost ({lost}); "
+            f"every later CUDA call here fails: restart the process. isolate=True runs a variant in a runner process "
+            f"of its own, where a fault ends that runner and fails only its case")
+    return bool(lost)
 
 
 def _device_for(kernel) -> torch.device:
@@ -222,11 +229,9 @@ def _isolated(run, op: str, variant, kwargs: dict, note: str = "") -> Report:
 
 
 def _in_a_runner(op: str, variant, isolate: bool | None) -> tuple[object, bool, str]:
-    """(the variant, whether its calls go through a runner, a note for the report). isolate=None:
-    a torch extension or a callable brought from outside (byo.py) does, since its native code can
-    fault and a fault takes the CUDA context of the process it runs in; the op's own variants run
-    here. A callable a runner cannot import (defined in __main__, a lambda) runs here, saying so
-    where that puts this process's CUDA context at stake."""
+    """(the variant, whether its calls go through a runner, a note for the report). isolate=None: a
+    torch extension or a brought callable does (a fault in native code takes its process's CUDA
+    context), unless a runner cannot import it (__main__, a lambda); the op's own variants run here."""
     if isolate is not None:
         return variant, isolate, ""
     from ..errors import WorkbenchError
@@ -246,8 +251,7 @@ def _in_a_runner(op: str, variant, isolate: bool | None) -> tuple[object, bool, 
 
 
 def _start(op: str, variant, note: str):
-    """(spec, kernel, device, an empty Report) for a check run here; the report's notes say what a
-    callable's or extension's probe found (what it ran on, whether autograd flows) and `note`."""
+    """(spec, kernel, device, a Report noting what a brought variant's probe found, and `note`)."""
     spec = registry.spec(op)
     if isinstance(variant, loader.Kernel):
         kernel = variant
@@ -276,18 +280,13 @@ def check(op: str, variant, *, dtypes=None, shapes=None, layouts=("contiguous", 
           seed: int | None = None, backward: bool = True, verbose: bool = False, isolate: bool | None = None,
           on_case=None) -> Report:
     """Run the correctness matrix for one variant (a name, a Kernel, or any callable: byo.py's
-    wb.variant, probed where undeclared): every supported dtype x size x layout (x the
-    spec's attribute samples, in turn), forward and backward, against the float64 reference.
-    `shapes`: sizes for the op's size pattern (default: the spec's check sizes). Returns a Report
-    (report.ok, report.table()). No case ends the matrix: a call that raises (a CUDA error with its
-    likely cause) is its case's failure. isolate=True makes every call in a runner process
-    (workbench/judge): a call that faults or ends the runner fails its case, leaves this process,
-    its CUDA context and its tensors as they were, and the next case starts a fresh runner; a
-    runner that cannot start raises IsolatedRunError. isolate=None (the default) does that for a
-    torch extension or a callable brought from outside (_in_a_runner) and runs the op's own
-    variants here, where after each case on the GPU the context is tried: an error the case left
-    pending fails it, and a lost context fails it and ends the matrix, saying so. on_case(
-    description) is called before each case runs."""
+    wb.variant): every supported dtype x size x layout (x the spec's attribute samples, in turn),
+    forward, backward and determinism, against the float64 reference. `shapes`: sizes for the op's
+    size pattern (default: the spec's check sizes). Returns a Report (report.ok, report.table()).
+    No case ends the matrix: a call that raises is its case's failure, a lost CUDA context ends it,
+    saying so. isolate=True makes every call in a runner process (workbench/judge), where a fault
+    fails only its case; None (the default) does that for a torch extension or a callable brought
+    from outside (_in_a_runner). on_case(description) is called before each case runs."""
     variant, isolate, note = _in_a_runner(op, variant, isolate)
     if isolate:
         return _isolated(check, op, variant, dict(dtypes=dtypes, shapes=shapes, layouts=layouts, seed=seed,
@@ -356,13 +355,11 @@ def check(op: str, variant, *, dtypes=None, shapes=None, layouts=("contiguous", 
                         refused = True
                         report.skipped.append(f"{dname}: the rest of its cases, after the launcher refused it "
                                               f"in {step} {label}")
-                lost = _after_case(device, cases)
-                report.cases += cases
                 if verbose:
                     for c in cases:
                         print(c.line())
-                if lost:
-                    return _context_lost(report, lost)
+                if _record(report, device, cases):
+                    return report
                 if refused:
                     break
     if device.type == "cuda":

@@ -8,9 +8,10 @@ import math
 
 import torch
 
-from .correctness import (DTYPE_REFUSED, Case, Report, _after_case, _compare_all, _context_lost, _first_line,
-                          _generator, _in_a_runner, _isolated, _raised, _start)
+from .correctness import (DTYPE_REFUSED, Case, Report, _compare_all, _first_line, _generator, _in_a_runner,
+                          _isolated, _raised, _record, _start)
 from ..model.opspec import as_tuple
+from .verify import index_of
 
 
 def gradcheck(op: str, variant, *, seed: int | None = None, shapes=None, isolate: bool | None = None) -> Report:
@@ -33,49 +34,49 @@ def gradcheck(op: str, variant, *, seed: int | None = None, shapes=None, isolate
     gen = _generator(device, seed)
     attrs = spec.sample_attrs()[0]
     diff = [t.differentiable for t in spec.inputs]
+    fn = lambda *a: kernel(*a, **attrs)  # noqa: E731
     if "float64" in kernel.dtypes:
         report.method = f"torch.autograd.gradcheck in float64 (eps {GRADCHECK_EPS:g}, atol {GRADCHECK_ATOL:g}, " \
                         f"rtol {GRADCHECK_RTOL:g})"
-        fn = lambda *a: kernel(*a, **attrs)  # noqa: E731
-        for size in sizes:
-            inputs = tuple(t.requires_grad_(d) for t, d in zip(spec.new_inputs(size, "float64", device, gen), diff))
-            try:
-                torch.autograd.gradcheck(fn, inputs, eps=GRADCHECK_EPS, atol=GRADCHECK_ATOL, rtol=GRADCHECK_RTOL)
-            except _GradcheckError as e:
-                cases = [_gradcheck_failure(spec, fn, inputs, diff, size, e)]
-            except Exception as e:  # noqa: BLE001 - the kernel raised: a failed case, not a crash
-                cases = [_raised("gradcheck", e, size, "float64", "contiguous")]
+        runs, what = [("float64", size) for size in sizes], "gradcheck"
+    else:
+        report.method = "gradients vs the float64 reference at the dtype's tolerance (no float64 support)"
+        runs, what = [(dname, size) for dname in kernel.dtypes for size in sizes], "grad"
+    refused = set()  # dtypes the launcher refused: one failed case says so, the rest skip
+    for dname, size in runs:
+        if dname in refused:
+            continue
+        try:
+            inputs = [t.requires_grad_(d) for t, d in zip(spec.new_inputs(size, dname, device, gen), diff)]
+            if what == "gradcheck":
+                cases = [_gradcheck(spec, fn, tuple(inputs), diff, size)]
             else:
-                cases = [Case("gradcheck", size, "float64", "contiguous", True,
-                              note="Jacobians agree (numerical vs analytical)")]
-            lost = _after_case(device, cases)
-            report.cases += cases
-            if lost:
-                return _context_lost(report, lost)
-            if DTYPE_REFUSED in cases[-1].note:
-                break
-        return report
-    report.method = "gradients vs the float64 reference at the dtype's tolerance (no float64 support)"
-    names = [t.name for t in spec.differentiable]
-    for dname in kernel.dtypes:
-        for size in sizes:
-            try:
-                inputs = [t.requires_grad_(d) for t, d in zip(spec.new_inputs(size, dname, device, gen), diff)]
-                outs = as_tuple(kernel(*inputs, **attrs))
-                grads = [torch.randn(o.shape, generator=gen, device=device, dtype=torch.float32).to(o.dtype)
-                         for o in outs]
-                got = torch.autograd.grad(outs, [t for t, d in zip(inputs, diff) if d], grads)
-                cases = _compare_all("grad ", names, got, spec.run_reference_backward(grads, inputs, attrs),
-                                     spec.terms(size)[1], size, dname, "contiguous")
-            except Exception as e:  # noqa: BLE001
-                cases = [_raised("grad", e, size, dname, "contiguous")]
-            lost = _after_case(device, cases)
-            report.cases += cases
-            if lost:
-                return _context_lost(report, lost)
-            if DTYPE_REFUSED in cases[-1].note:
-                break
+                cases = _gradients(spec, fn, inputs, diff, size, dname, attrs, gen)
+        except Exception as e:  # noqa: BLE001 - the kernel raised: a failed case, not a crash
+            cases = [_raised(what, e, size, dname, "contiguous")]
+        if _record(report, device, cases):
+            return report
+        if DTYPE_REFUSED in cases[-1].note:
+            refused.add(dname)
     return report
+
+
+def _gradcheck(spec, fn, inputs, diff, size) -> Case:
+    try:
+        torch.autograd.gradcheck(fn, inputs, eps=GRADCHECK_EPS, atol=GRADCHECK_ATOL, rtol=GRADCHECK_RTOL)
+    except _GradcheckError as e:
+        return _gradcheck_failure(spec, fn, inputs, diff, size, e)
+    return Case("gradcheck", size, "float64", "contiguous", True, note="Jacobians agree (numerical vs analytical)")
+
+
+def _gradients(spec, fn, inputs, diff, size, dname, attrs, gen) -> list[Case]:
+    """The variant's gradients for random output gradients, against the float64 reference's."""
+    outs = as_tuple(fn(*inputs))
+    grads = [torch.randn(o.shape, generator=gen, device=o.device, dtype=torch.float32).to(o.dtype) for o in outs]
+    got = torch.autograd.grad(outs, [t for t, d in zip(inputs, diff) if d], grads)
+    return _compare_all("grad ", [t.name for t in spec.differentiable], got,
+                        spec.run_reference_backward(grads, inputs, attrs), spec.terms(size)[1], size, dname,
+                        "contiguous")
 
 
 GRADCHECK_EPS, GRADCHECK_ATOL, GRADCHECK_RTOL = 1e-6, 1e-6, 1e-4
@@ -87,18 +88,16 @@ _GradcheckError = getattr(importlib.import_module("torch.autograd.gradcheck"), "
 def _jacobians(fn, inputs, diff, eps: float):
     """The two Jacobians gradcheck compares, as {(input index, output index): (analytical,
     numerical)}, each [input elements, output elements]: the numerical one by central differences
-    (eps) on a copy of each input, the analytical one by one backward call per output element."""
+    (eps) on a copy of each input, the analytical one by backward calls (autograd.functional)."""
     xs = [t.detach().contiguous().clone() for t in inputs]
-    with torch.no_grad():
-        outs0 = [o.detach() for o in as_tuple(fn(*xs))]
+    idx = [i for i, d in enumerate(diff) if d]
     num = {}
     with torch.no_grad():
-        for i, (x, d) in enumerate(zip(xs, diff)):
-            if not d:
-                continue
-            flat = x.view(-1)
-            cols = [torch.empty(x.numel(), o.numel(), dtype=torch.float64, device=x.device) for o in outs0]
-            for j in range(x.numel()):
+        outs0 = [o.detach() for o in as_tuple(fn(*xs))]
+        for i in idx:
+            flat = xs[i].view(-1)
+            cols = [torch.empty(xs[i].numel(), o.numel(), dtype=torch.float64, device=o.device) for o in outs0]
+            for j in range(xs[i].numel()):
                 orig = flat[j].item()
                 flat[j] = orig + eps
                 plus = [o.detach().to(torch.float64).reshape(-1).clone() for o in as_tuple(fn(*xs))]
@@ -107,23 +106,17 @@ def _jacobians(fn, inputs, diff, eps: float):
                 flat[j] = orig
                 for k, (p_, m_) in enumerate(zip(plus, minus)):
                     cols[k][j] = (p_ - m_) / (2 * eps)
-            for k, c in enumerate(cols):
-                num[(i, k)] = c
-    xg = [x.clone().requires_grad_(d) for x, d in zip(xs, diff)]
-    wrt = [x for x, d in zip(xg, diff) if d]
-    idx = [i for i, d in enumerate(diff) if d]
-    outs = as_tuple(fn(*xg))
-    ana = {(i, k): torch.zeros(xg[i].numel(), o.numel(), dtype=torch.float64, device=o.device)
-           for i in idx for k, o in enumerate(outs)}
-    for k, o in enumerate(outs):
-        for m in range(o.numel()):
-            g = torch.zeros(o.shape, dtype=o.dtype, device=o.device)
-            g.view(-1)[m] = 1
-            got = torch.autograd.grad(o, wrt, g, retain_graph=True, allow_unused=True)
-            for i, gi in zip(idx, got):
-                if gi is not None:
-                    ana[(i, k)][:, m] = gi.detach().to(torch.float64).reshape(-1)
-    return {key: (ana[key], num[key]) for key in num}
+            num.update(((i, k), c) for k, c in enumerate(cols))
+
+    def of_wanted(*wanted):
+        args = list(xs)
+        for i, w in zip(idx, wanted):
+            args[i] = w
+        return as_tuple(fn(*args))
+
+    jac = torch.autograd.functional.jacobian(of_wanted, tuple(xs[i] for i in idx))  # [output][input]
+    return {(i, k): (jac[k][n].reshape(outs0[k].numel(), -1).T.to(torch.float64), num[(i, k)])
+            for n, i in enumerate(idx) for k in range(len(outs0))}
 
 
 def _gradcheck_failure(spec, fn, inputs, diff, size, err: Exception) -> Case:
@@ -156,8 +149,8 @@ def _gradcheck_failure(spec, fn, inputs, diff, size, err: Exception) -> Case:
         case.note += " (recomputed, the Jacobians agree: the failure is in what gradcheck checks besides them)"
         return case
     m, i, k, j, col, a_v, n_v, rel = worst
-    x_idx = _unravel(j, inputs[i].shape)
-    y_idx = _unravel(col, as_tuple(fn(*[t.detach() for t in inputs]))[k].shape)
+    x_idx = index_of(j, inputs[i].shape)
+    y_idx = index_of(col, as_tuple(fn(*[t.detach() for t in inputs]))[k].shape)
     x_name = spec.inputs[i].name
     y_name = out_names[k] if k < len(out_names) else f"output {k}"
     tol = GRADCHECK_ATOL + GRADCHECK_RTOL * abs(n_v)
@@ -166,14 +159,6 @@ def _gradcheck_failure(spec, fn, inputs, diff, size, err: Exception) -> Case:
                  f"|difference| {m:.3g} > tolerance {tol:.3g} (atol {GRADCHECK_ATOL:g} + rtol {GRADCHECK_RTOL:g} "
                  f"x |numerical|); {n_bad} of {total} Jacobian entries beyond it (gradcheck: {told})")
     return case
-
-
-def _unravel(flat: int, shape) -> tuple:
-    out = []
-    for dim in reversed(tuple(shape)):
-        flat, r = divmod(flat, dim) if dim else (flat, 0)
-        out.append(r)
-    return tuple(reversed(out))
 
 
 def gradcheck_sizes(spec) -> list[tuple]:

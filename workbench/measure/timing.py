@@ -1,11 +1,7 @@
-"""The one place timing lives: adaptive sampling, CPU and CUDA timers, peak memory (the device's
-ceilings, measured with these timers, are in ceilings.py).
-
-Method (as in Triton ``do_bench``, nvbench, KernelBench): warm-up outside the timed region,
-CUDA events around each sample, L2 flushed between samples, median with p20/p80 spread, and
-samples drawn until the median is stable. CUDA-graph replay is used where launch overhead would
-dominate. torch is imported inside the functions so that importing this module stays cheap.
-"""
+"""The one place timing lives: adaptive sampling, CPU and CUDA timers, peak memory. As in Triton's
+do_bench and nvbench: warm-up outside the timed region, CUDA events around each sample, L2 flushed
+between samples, median with p20/p80 spread, samples drawn until the median is stable. torch is
+imported inside the functions so that importing this module stays cheap."""
 from __future__ import annotations
 
 import dataclasses
@@ -67,7 +63,6 @@ class Measurement:
     host_ms: float = math.nan
 
     def to_dict(self, include_samples: bool = False) -> dict[str, Any]:
-        """Plain-JSON dict; the raw samples are left out unless asked for (they can be large)."""
         d = dataclasses.asdict(self)
         if not include_samples:
             del d["samples_ms"]
@@ -85,7 +80,7 @@ def _rel_std_err(median: float, std: float, n: int) -> float:
 
 
 def summarize(samples_ms: Sequence[float], *, method: str, stop_reason: str) -> Measurement:
-    """Summarize raw samples. Percentiles interpolate linearly (numpy's default); std is ddof=1."""
+    """Percentiles interpolate linearly (numpy's default); std is ddof=1."""
     if len(samples_ms) == 0:
         raise ValueError("summarize() needs at least one sample")
     a = np.asarray(samples_ms, dtype=np.float64)
@@ -116,15 +111,10 @@ def sample_until_stable(
     clock: Callable[[], float] = time.perf_counter,
     method: str = "cpu",
 ) -> Measurement:
-    """Call ``run_once()`` (one sample in ms) until the median is stable.
-
-    Stops, checked after every sample in this order, when:
-      * "stable": n >= min_samples and the median's relative standard error <= target_rse;
-      * "max-samples": n == max_samples;
-      * "budget": ``clock()`` has advanced by >= budget_s since the start, once at least
-        min(3, max_samples) samples exist (a median of fewer is meaningless).
-    ``clock`` is injectable so the rule can be tested with a deterministic fake clock.
-    """
+    """Call ``run_once()`` (one sample in ms) until, checked after every sample in this order:
+    "stable" (n >= min_samples and the median's relative standard error <= target_rse),
+    "max-samples", or "budget" (``clock()``, injectable for tests, has run budget_s, and at least
+    min(3, max_samples) samples exist)."""
     if max_samples < 1:
         raise ValueError(f"max_samples must be >= 1, got {max_samples}")
     if min_samples < 1:
@@ -158,12 +148,8 @@ def sample_until_stable(
 
 def time_cpu(fn: Callable[[], object], *, warmup: int = 3, between: Callable[[], object] | None = None,
              **stop_kwargs: Any) -> Measurement:
-    """Wall-clock time per call of ``fn`` with ``time.perf_counter`` (no device sync).
-
-    ``between()``, where given, runs before each sample, outside the timed region (the benchmark
-    draws new inputs there). ``stop_kwargs`` go to :func:`sample_until_stable` (min_samples,
-    max_samples, target_rse, budget_s, clock).
-    """
+    """Wall-clock time per call of ``fn`` (no device sync); ``between()`` runs before each sample,
+    untimed; ``stop_kwargs`` go to sample_until_stable."""
     for _ in range(warmup):
         fn()
 
@@ -258,22 +244,13 @@ def time_cuda(
     between: Callable[[], object] | None = None,
     **stop_kwargs: Any,
 ) -> Measurement:
-    """GPU time per call of ``fn`` (which launches work on the current CUDA device and stream).
-
-    ``between()``, where given, runs before each sample (before the L2 flush), outside the timed
-    region: the benchmark draws new inputs there, so no sample can replay an earlier answer.
-
-    Warm-up calls (~warmup_ms worth) run before sampling. Each sample is one call between two
-    CUDA events; with ``flush_l2`` the L2 is flushed by reading a buffer of 2x its size before
-    the start event (outside the timed region). The flush also keeps the GPU busy while the call
-    is being launched, so host-side dispatch cost does not leak into the sample.
-
-    ``use_graph=None`` (auto) captures K back-to-back calls into a CUDA graph when a warm call's GPU
-    time (its launch hidden behind a spin) is under 6 us, K chosen so a replay runs ~1 ms (at most
-    1000), and reports replay_time / K per sample with method "cuda-graph".
-    Then host_ms and synced_ms come from loops of calls back to back (loop_ms_per_call).
-    ``stop_kwargs`` go to :func:`sample_until_stable`.
-    """
+    """GPU time per call of ``fn`` (work on the current CUDA device and stream): after ~warmup_ms of
+    warm-up, each sample is one call between two CUDA events, the L2 flushed before it (flush_l2)
+    and its launch hidden behind a GPU spin. ``between()`` runs before each sample, untimed (the
+    benchmark's fresh inputs). ``use_graph=None`` (auto) times a CUDA graph of K calls (a ~1 ms
+    replay, method "cuda-graph") where a warm call's GPU time is under 6 us. host_ms and synced_ms
+    come from loops of calls back to back (loop_ms_per_call). ``stop_kwargs`` go to
+    sample_until_stable."""
     torch = _require_cuda("time_cuda")
     device = torch.cuda.current_device()
 
@@ -418,11 +395,8 @@ def _resolve_cuda_device(torch: Any, device: Any) -> torch.device:
 
 
 def peak_memory_bytes(fn: Callable[[], object], device: Any = None) -> int:
-    """Peak CUDA memory allocated by one call of ``fn`` above what was allocated before it.
-
-    ``device=None`` means the current CUDA device, or CPU when CUDA is unavailable. For a CPU
-    device the peak is not measured: ``fn`` is not called and -1 is returned.
-    """
+    """Peak CUDA memory allocated by one call of ``fn`` above what was allocated before it; -1
+    (``fn`` not called) on a CPU device, or where device=None and CUDA is unavailable."""
     import torch
 
     if device is None:

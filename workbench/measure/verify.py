@@ -85,29 +85,26 @@ def _float64_fits(spec, size, device: torch.device) -> bool:
     return 3 * 8 * numel <= _REFERENCE_MEMORY_SHARE * _free_bytes(device)
 
 
-def _eager_step(spec, inputs, attrs: dict, direction: str, grads=None) -> tuple:
+def eager_step(spec, inputs, attrs: dict, direction: str, grads=None) -> tuple:
     """The op's eager math (PyTorch at the inputs' dtype) for one `direction` step."""
-    if direction == "fwd":
-        with torch.no_grad():
-            return as_tuple(spec.eager(*inputs, **attrs))
-    leaves = [t.detach().requires_grad_(s.differentiable) for s, t in zip(spec.inputs, inputs)]
-    outs = as_tuple(spec.eager(*leaves, **attrs))
-    wanted = [x for s, x in zip(spec.inputs, leaves) if s.differentiable]
-    got = torch.autograd.grad(outs, wanted, grads, allow_unused=True)
-    return tuple(torch.zeros_like(w) if g is None else g.detach() for g, w in zip(got, wanted))
+    with torch.no_grad() if direction == "fwd" else contextlib.nullcontext():
+        return run_step(spec.eager, spec, inputs, attrs, direction, grads, unused_as_zeros=True)
 
 
-def expected(spec, size, inputs, attrs: dict, direction: str, grads=None) -> tuple[tuple, str, int]:
-    """(trusted results, what they are, tolerance scale) for one `direction` step on `inputs`:
-    the forward's outputs ("fwd"), the differentiable inputs' gradients for `grads` ("bwd",
+def expected(spec, size, inputs, attrs: dict, direction: str, grads=None) -> tuple[tuple, str, int, tuple | None]:
+    """(trusted results, what they are, tolerance scale, eager floors) for one `direction` step on
+    `inputs`: the forward's outputs ("fwd"), the differentiable inputs' gradients for `grads` ("bwd",
     "fwd+bwd": what the timed call returns)."""
     device = inputs[0].device if inputs else torch.device("cpu")
-    if _float64_fits(spec, size, device):
-        if direction == "fwd":
-            return spec.run_reference(inputs, attrs), "float64 reference", 1
-        return spec.run_reference_backward(grads, inputs, attrs), "float64 reference", 1
-    dname = str(inputs[0].dtype).replace("torch.", "")
-    return _eager_step(spec, inputs, attrs, direction, grads), f"eager {dname} (float64 copies do not fit in memory)", 2
+    if not _float64_fits(spec, size, device):
+        dname = str(inputs[0].dtype).replace("torch.", "")
+        return (eager_step(spec, inputs, attrs, direction, grads), f"eager {dname} (float64 copies do not fit in "
+                f"memory)", 2, None)
+    if direction == "fwd":
+        refs = spec.run_reference(inputs, attrs)
+    else:
+        refs = spec.run_reference_backward(grads, inputs, attrs)
+    return refs, "float64 reference", 1, eager_floors(spec, inputs, attrs, direction, grads, refs)
 
 
 # At a timed shape a tensor has up to billions of elements, and the tails of the rounding error
@@ -121,7 +118,7 @@ EAGER_FACTOR = 4
 def eager_floors(spec, inputs, attrs: dict, direction: str, grads, refs) -> tuple[float, ...]:
     """EAGER_FACTOR x the largest |eager - reference| per output (0 where eager cannot run)."""
     try:
-        ours = _eager_step(spec, inputs, attrs, direction, grads)
+        ours = eager_step(spec, inputs, attrs, direction, grads)
     except Exception:  # noqa: BLE001 - no floor then: the dtype's bound alone
         return tuple(0.0 for _ in refs)
     floors = []
@@ -170,7 +167,7 @@ def judge(spec, size, dname: str, direction: str, got, refs, against: str, scale
     return worst
 
 
-def run_step(call, spec, inputs, attrs: dict, direction: str, grads=None):
+def run_step(call, spec, inputs, attrs: dict, direction: str, grads=None, *, unused_as_zeros: bool = False):
     """One `direction` step of `call` (the op's signature) on `inputs`, with autograd where it
     needs it; returns the outputs (fwd) or the differentiable inputs' gradients."""
     if direction == "fwd":  # grad mode left on: torch.compile's guards would recompile under no_grad
@@ -178,7 +175,10 @@ def run_step(call, spec, inputs, attrs: dict, direction: str, grads=None):
     leaves = [t.detach().requires_grad_(s.differentiable) for s, t in zip(spec.inputs, inputs)]
     outs = as_tuple(call(*leaves, **attrs))
     wanted = [x for s, x in zip(spec.inputs, leaves) if s.differentiable]
-    return torch.autograd.grad(outs, wanted, grads)
+    got = torch.autograd.grad(outs, wanted, grads, allow_unused=unused_as_zeros)
+    if not unused_as_zeros:
+        return got
+    return tuple(torch.zeros_like(w) if g is None else g.detach() for g, w in zip(got, wanted))
 
 
 class Probe:
@@ -195,13 +195,10 @@ class Probe:
             for s in spec.output_shapes(self.size)]
         self._expected = None
 
-    def expected(self) -> tuple[tuple, str, int, tuple]:
-        """(trusted results, what they are, tolerance scale, eager floors), computed once."""
+    def expected(self) -> tuple[tuple, str, int, tuple | None]:
+        """expected() of the probe's inputs, computed once."""
         if self._expected is None:
-            refs, against, scale = expected(self.spec, self.size, self.inputs, self.attrs, self.direction, self.grads)
-            floors = eager_floors(self.spec, self.inputs, self.attrs, self.direction, self.grads, refs) \
-                if scale == 1 else None
-            self._expected = (refs, against, scale, floors)
+            self._expected = expected(self.spec, self.size, self.inputs, self.attrs, self.direction, self.grads)
         return self._expected
 
     def judge(self, got, when: str) -> Verdict:
@@ -309,13 +306,13 @@ def compare(out: torch.Tensor, ref: torch.Tensor, dtype, *, terms: int = 1
                          diff.max(), worst.double(), first_nan.double()]).tolist()  # the one sync
     any_nan_mismatch, r_norm, diff_norm, n_bad, max_abs, worst_flat, nan_flat = stats
     if any_nan_mismatch:
-        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(int(nan_flat)), o.shape))
+        idx = index_of(int(nan_flat), o.shape)
         return False, math.inf, math.inf, idx, "NaN where the reference has none (unwritten element?)" \
             if bool(nan_o[idx]) else "reference is NaN here, output is not"
     # Floor the norm at what the absolute tolerance allows, so a tensor of tiny values (GELU of a
     # very negative input, which fp16 rounds to 0) is not judged by its relative error alone.
     rel = diff_norm / max(r_norm, atol * math.sqrt(r.numel()))
-    where = tuple(int(i) for i in torch.unravel_index(torch.tensor(int(worst_flat)), o.shape))
+    where = index_of(int(worst_flat), o.shape)
     # The norm criterion needs enough elements to mean something: over a handful, one element
     # near a zero of the function (where any float32 formula cancels) decides it alone. Small
     # tensors are held to the element-wise bound only.
@@ -324,3 +321,8 @@ def compare(out: torch.Tensor, ref: torch.Tensor, dtype, *, terms: int = 1
     note = "" if passed else (f"{int(n_bad)} elements beyond atol {atol:g} + rtol {rtol:g}" if n_bad
                               else f"relative error above {rel_tol:g}")
     return passed, rel, max_abs, where, note
+
+
+def index_of(flat: int, shape) -> tuple:
+    """The index of element `flat` of a tensor of `shape`, in row-major order."""
+    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(shape)))

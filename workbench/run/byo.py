@@ -79,7 +79,7 @@ def variant(fn, op: str, backward=None, dtypes=None, device=None, name: str | No
     rows and plots call it (default module.qualname). out: for a function that writes its result
     into a tensor it is given (`elementwise_mult(a, b, result)`), that parameter's name or position
     (a list: one per output of the op); the workbench allocates it, of the declared shape. kind and
-    the rest: an extension's or a runner's (load_extension, judge/runner.py)."""
+    the rest: an extension's or a runner's (load_extension, judge/remote.py)."""
     start = time.perf_counter()
     registry.check_op(op)
     if isinstance(fn, CallableKernel):
@@ -403,7 +403,7 @@ def origin_of(fn) -> dict | None:
 
 
 def child_address(op: str, kernel: CallableKernel) -> dict:
-    """How a runner (judge.pyrunner) re-makes this variant: an extension by its source, a callable
+    """How a runner (judge.python_runner) re-makes this variant: an extension by its source, a callable
     by module path; a callable that cannot be imported there raises WorkbenchError."""
     if kernel.kind == "extension":  # with its build options (line info): the runner loads that same build
         options = {"options": kernel.options.as_dict()} if kernel.options.as_dict() else {}

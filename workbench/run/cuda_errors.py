@@ -32,7 +32,7 @@ _CAUSES = (
 )
 
 # What a runner killed by a signal was most likely doing (the case's code ended it; correctness.py
-# fails the case it was in, judge/runner.py says which signal).
+# fails the case it was in, judge/remote.py says which signal).
 SIGNAL_CAUSES = {
     "SIGFPE": "an integer division by zero in host code (such as numel() / size(-1) for a tensor whose last "
               "dimension is 0)",

@@ -91,7 +91,7 @@ def run(op: str, variant, tools=TOOLS, *, timeout_s: float = 900) -> list[ToolRe
 
 
 def _run_tool(op: str, variant, exe: str, tool: str, timeout_s: float) -> ToolResult:
-    from ..judge.runner import time_limit
+    from ..judge.remote import time_limit
     from ..judge.start import isolated
     from ..measure.correctness import check
 

@@ -2,7 +2,7 @@
 
 A Runner is a process that loads a variant's library and makes the calls it is told to make on
 memory its caller owns (memory.py), answering only whether each went (bindings/runner/wb_runner.cu
-has the protocol; pyrunner.py speaks it for variants that need Python). It may be started in a
+has the protocol; python_runner.py speaks it for variants that need Python). It may be started in a
 sandbox (sandbox.py), and behind a tool (Nsight Compute, compute-sanitizer). Its output is a log
 the caller may show, never a result.
 
@@ -16,6 +16,7 @@ variant) does it all for a variant by name, source, Kernel, callable or extensio
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import pathlib
@@ -84,7 +85,7 @@ class Runner:
         theirs.close()
         self.started = time.perf_counter()
         self.fronted = bool(prefix)  # a tool in front of it writes its report as the runner ends
-        self.keeps_layout = False    # hand its variant strided inputs as views (pyrunner: an extension sees them as they are)
+        self.keeps_layout = False    # hand its variant strided inputs as views (python_runner: an extension sees them as they are)
 
     # ------------------------------------------------------------------ the protocol
 
@@ -369,10 +370,7 @@ class Remote:
 
 
 def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
+    return math.prod(int(s) for s in shape)
 
 
 def kernel(remote: Remote, name: str, dtypes, **fields):

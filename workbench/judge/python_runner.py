@@ -2,7 +2,7 @@
 variant, a tree variant loaded through the torch harness): the protocol of bindings/runner/wb_runner.cu,
 spoken by a Python process with torch, on memory its caller owns.
 
-    python -m workbench.judge.pyrunner SOCKET_FD
+    python -m workbench.judge.python_runner SOCKET_FD
 
 Its "variant" command carries the variant's address (address_of: a name in the tree, a source
 file, an extension's source, a callable's module path) instead of a library's path. A call's
@@ -207,7 +207,7 @@ def _own_copy(t: torch.Tensor, device: str) -> torch.Tensor:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or not argv[0].isdigit():
-        print("usage: python -m workbench.judge.pyrunner SOCKET_FD (started by workbench/judge/runner.py)", file=sys.stderr)
+        print("usage: python -m workbench.judge.python_runner SOCKET_FD (started by workbench/judge/remote.py)", file=sys.stderr)
         return 2
     os.dup2(2, 1)  # what a variant prints goes to the log, never into the protocol
     return PyRunner(int(argv[0])).serve()

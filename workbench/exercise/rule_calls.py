@@ -1,6 +1,6 @@
 """What ran: the checked calls the SASS rules and the counter rule judge (one per speed row at the
 speed shape), made by a runner on fresh inputs in memory this process owns and observed by Nsight
-Compute (judge/observe.py); the student's run, and the starter's, kept in the cache per build."""
+Compute (judge/ncu_watch.py); the student's run, and the starter's, kept in the cache per build."""
 from __future__ import annotations
 
 import hashlib
@@ -19,10 +19,10 @@ def rule_calls(ex: Exercise) -> list[tuple[str, str, tuple]]:
 
 def observe_rules(ex: Exercise, start, seed: int = 0):
     """What ran in a runner (start(prefix) -> (runner, reported)) during the rule_calls, each on
-    fresh inputs in memory this process owns, observed by Nsight Compute (judge/observe.py)."""
+    fresh inputs in memory this process owns, observed by Nsight Compute (judge/ncu_watch.py)."""
     import torch
 
-    from ..judge import clock, observe
+    from ..judge import clock, ncu_watch
     from ..judge.memory import Arena
 
     def calls(runner):
@@ -37,7 +37,7 @@ def observe_rules(ex: Exercise, start, seed: int = 0):
             runner.forget(arena)
             arena.close()
 
-    return observe.observe(start, calls)
+    return ncu_watch.observe(start, calls)
 
 
 def observe_starter(ex: Exercise, seed: int = 0):
@@ -48,7 +48,7 @@ def observe_starter(ex: Exercise, seed: int = 0):
     import torch
 
     from .. import config
-    from ..judge import observe
+    from ..judge import ncu_watch
     from ..judge.start import start_cxx
     from . import variant_name
     from .submission import _build_variant, binding_library
@@ -59,7 +59,7 @@ def observe_starter(ex: Exercise, seed: int = 0):
     path = config.cache_dir() / "judge" / f"starter-{ex.slug}-{key}.json"
     if path.is_file():
         data = json.loads(path.read_text())
-        return observe.Observation([[observe.RanKernel(k["name"], [observe.Executed(*i) for i in k["code"]])
+        return ncu_watch.Observation([[ncu_watch.RanKernel(k["name"], [ncu_watch.Executed(*i) for i in k["code"]])
                                      for k in data["kernels"]]])
     binding = binding_library(ex.op)
     seen = observe_rules(ex, lambda prefix: start_cxx(ex.op, built.library, binding, built.name, prefix=prefix), seed)
