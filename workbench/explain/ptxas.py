@@ -20,7 +20,7 @@ _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) b
 _USED = re.compile(r"Used (\d+) registers")
 # A SASS instruction line: "/*0070*/   @!P0 LDG.E.128 R4, desc[UR4][R2.64] ;" -> 0x70, "LDG.E.128",
 # its operands. A branch's operands end with its target's address: "@P0 BRA 0x5d0 ;", "BRA.U !UP0, 0x1d0 ;".
-_SASS_OP = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)([^;]*)")
+_SASS_OP = re.compile(r"/\*([0-9a-f]{4,})\*/\s+((?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)([^;]*))")
 BRANCH_TARGET = re.compile(r"\b0x([0-9a-f]+)\s*$")
 
 
@@ -132,6 +132,7 @@ class Instruction:
     address: int               # its offset in the kernel's code, in bytes
     opcode: str                # with its modifiers: "LDG.E.128"
     target: int | None = None  # a branch (BRA...) to a written address: where it goes
+    text: str = ""             # as written, spaces collapsed: "@!P0 BRA 0x5d0"
 
 
 def sass_instructions(text: str) -> dict[tuple[str, str], list[Instruction]]:
@@ -140,9 +141,9 @@ def sass_instructions(text: str) -> dict[tuple[str, str], list[Instruction]]:
     code: dict[tuple[str, str], list[Instruction]] = {}
     arch, key = "", None
     for line in text.splitlines():
-        m = re.search(r"\barch = (sm_\w+)", line)
+        m = re.search(r"\barch = (sm_\w+)|code for (sm_\w+)", line)
         if m:
-            arch, key = m.group(1), None
+            arch, key = m.group(1) or m.group(2), None
             continue
         m = re.search(r"Function : (\S+)", line)
         if m:
@@ -151,8 +152,9 @@ def sass_instructions(text: str) -> dict[tuple[str, str], list[Instruction]]:
             continue
         m = _SASS_OP.search(line)
         if m and key:
-            target = BRANCH_TARGET.search(m.group(3)) if re.match(r"BRA\b", m.group(2)) else None
-            code[key].append(Instruction(int(m.group(1), 16), m.group(2), int(target.group(1), 16) if target else None))
+            target = BRANCH_TARGET.search(m.group(4)) if re.match(r"BRA\b", m.group(3)) else None
+            code[key].append(Instruction(int(m.group(1), 16), m.group(3), int(target.group(1), 16) if target else None,
+                                         " ".join(m.group(2).split())))
     return code
 
 
