@@ -233,14 +233,10 @@ def ladder_at(by_shape: dict[str, dict[str, Row]], ladder: tuple[str, ...], shap
 
 def draw_ladder(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direction: str,
                  shape: str | None = None, ladder: tuple[str, ...]) -> None:
-    """Draw the ladder at one size of the newest run: a bar of achieved GB/s per rung with rows, in
-    ladder order, each labelled with its GB/s and (from the second on) its speedup over the rung
-    before it; the first-to-last speedup in a text box; the baselines after the rungs as grey
-    hatched bars outside that chain; the copy ceiling as a dashed line where the rows have one.
-    A compute-bound op's rows (_rate): TFLOP/s and the matmul ceiling instead.
-
-    shape: a shape label such as "16384x16384" (default: the largest size with two or more rungs).
-    """
+    """Draw the ladder at one size of the newest run (shape: e.g. "16384x16384"; default: the largest
+    with two or more rungs): a bar of achieved GB/s (TFLOP/s: _rate) per rung in ladder order, each
+    labelled with its speedup over the rung before; the first-to-last speedup in a text box; the
+    baselines as grey hatched bars after them; the ceiling as a dashed line where known."""
     sel = newest_run(rows, op=op, dtype=dtype, direction=direction)
     by_shape = rows_by_shape(sel)
     shape, rungs = ladder_at(by_shape, ladder, shape, f"{op} {direction} {dtype}")

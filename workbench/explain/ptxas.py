@@ -48,9 +48,8 @@ class Report:
 
 
 def parse_resources(text: str) -> list[KernelResources]:
-    """Every kernel ptxas -v reported in `text` (a compiler's output or a build log holding
-    several architectures), one entry per (kernel, arch), in the order reported. A non-inlined
-    device function's own properties come as an entry of their own."""
+    """Every kernel (and non-inlined device function) ptxas -v reported in `text`, one entry per
+    (kernel, arch), in the order reported."""
     out: list[KernelResources] = []
     current = None
     lines = text.splitlines()
@@ -159,10 +158,8 @@ def sass_instructions(text: str) -> dict[tuple[str, str], list[Instruction]]:
 
 
 def loops(code: list[Instruction]) -> list[tuple[int, int]]:
-    """The loops of one kernel's machine code, as (first, last) addresses: a branch back to an
-    address before it closes a loop that starts there (the loop's header) and ends at the branch.
-    Branches back to one header (a loop's `continue`s) make one loop, to its last branch.
-    A branch to itself (the trap after a kernel's last EXIT) has no body: not a loop."""
+    """The loops of one kernel's machine code as (first, last) addresses: each backward branch closes
+    a loop from its target to the last branch back there (not a branch to itself: the final trap)."""
     ends: dict[int, int] = {}
     for i in code:
         if i.target is not None and i.target < i.address:
