@@ -165,9 +165,8 @@ def _notebook_figure_class() -> type:
 
 
 def figure(rows: list[Row]) -> Figure:
-    """Every plot that plot_all() would save, drawn into one Figure and returned, nothing written:
-    a row of panels (speedup over eager, over torch.compile, achieved GB/s) per (op, dtype,
-    direction). The last expression of a notebook cell displays it inline."""
+    """Every panel plot_all() would save, in one Figure (a row per (op, dtype, direction)), nothing
+    written: a notebook cell that ends with it displays it."""
     panels = _panels(list(rows))
     if not panels:
         raise ValueError("figure: no benchmark rows to plot")
@@ -216,11 +215,9 @@ class BenchResult:
     notes: list[str] = field(default_factory=list)
 
     def table(self) -> str:
-        """Medians, spread, GB/s, % of the copy ceiling and speedups, one line per row; then the host's
-        time to issue a call and what bounds the row ("host" where that exceeds the GPU time, "gpu",
-        "-" where not measured: CPU rows), what the output checks found ("check": ok, WRONG,
-        IMPOSSIBLE) and the SM clock during the row (MHz, min-max; "!" where the clocks moved or
-        throttled); the notes say why."""
+        """One line per row: medians, spread, GB/s (TFLOP/s), % of the ceiling, speedups, the host's
+        time per call and what bounds the row (host, gpu, "-" for CPU rows), what the output checks
+        found (ok, WRONG, IMPOSSIBLE) and the SM clock (MHz, min-max, "!" where it moved); then the notes."""
         w = max([10] + [len(str(r["variant"])) for r in self.rows])  # ladder rungs have long names
         # Compute-bound rows (matmul) show TFLOP/s and % of the matmul ceiling in those columns.
         compute = any("pct_of_matmul_ceiling" in r for r in self.rows)
@@ -260,8 +257,7 @@ class BenchResult:
         return figure(self.rows)
 
     def ladder_figure(self, op=None, **kw):
-        """The op's ladder (its spec's variants in teaching order) as one Figure, returned and not
-        saved (plot.ladder_figure; kw: dtype, direction, shape). op defaults to the rows' only op."""
+        """The op's ladder as one Figure, not saved (ladder_figure; op defaults to the rows' only op)."""
         if op is None:
             ops = sorted({r["op"] for r in self.rows})
             if len(ops) != 1:
