@@ -21,6 +21,7 @@ import argparse
 import collections
 import dataclasses
 import difflib
+import functools
 import pathlib
 import re
 import sys
@@ -268,16 +269,15 @@ def nvrtc_build(op: str, variant: str, arch: str) -> tuple[dict[str, list[str]],
     if not built.record.get("nvrtc_unit"):
         return {}, Facts(), built.record
     unit = nvrtc_kernels.unit(built.record["nvrtc_unit"])
-    read: dict[pathlib.Path, tuple[dict, Facts]] = {}  # a cubin may hold several kernels
+    read = functools.cache(lambda cubin: _read(cubin, arch))  # a cubin may hold several kernels
     code, facts = {}, Facts()
     for kernel in unit.kernels:
         cubin, lowered = nvrtc_kernels.compiled(unit, kernel)
-        if cubin not in read:
-            read[cubin] = _read(cubin, arch)
+        their_code, their_facts = read(cubin)
         lowered = canonical_name(lowered)
-        code[kernel] = read[cubin][0][lowered]
-        facts.resources[kernel] = read[cubin][1].resources.get(lowered, {})
-        facts.loops[kernel] = read[cubin][1].loops.get(lowered, [])
+        code[kernel] = their_code[lowered]
+        facts.resources[kernel] = their_facts.resources.get(lowered, {})
+        facts.loops[kernel] = their_facts.loops.get(lowered, [])
     return code, facts, built.record
 
 

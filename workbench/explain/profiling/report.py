@@ -165,22 +165,23 @@ class Profile:
         def col(fn):
             return [fn(k) for k in ks]
 
-        def per_s(k, total):
-            return total / k.seconds if total and k.seconds else None
+        def rate(work: str, unit: float, ceiling: float = 0.0):  # the kernel's declared work per second
+            def one(k):
+                v = getattr(k, work) / k.seconds / unit if getattr(k, work) and k.seconds else None
+                return (100 * v / ceiling if ceiling else v) if v else None
+            return col(one)
 
         rows = [("output at this shape", col(lambda k: {"ok": "ok", "wrong": "WRONG"}.get(self.checked(k.variant),
                                                                                           "not checked")), "s"),
                 ("duration (us)", col(lambda k: (k.metrics.get("duration_ns") or 0) / 1e3 or None), ".1f")]
         if self.nbytes:
-            rows.append(("GB/s (declared bytes)", col(lambda k: (per_s(k, k.nbytes) or 0) / 1e9 or None), ".0f"))
+            rows.append(("GB/s (declared bytes)", rate("nbytes", 1e9), ".0f"))
             if self.copy_GBps:
-                rows.append(("% of copy ceiling", col(lambda k: 100 * (per_s(k, k.nbytes) or 0) / 1e9 / self.copy_GBps
-                                                       or None), ".0f"))
+                rows.append(("% of copy ceiling", rate("nbytes", 1e9, self.copy_GBps), ".0f"))
         if self.flops and (self.compute_bound or self.gemm_TFLOPs):
-            rows.append(("TFLOP/s (declared FLOPs)", col(lambda k: (per_s(k, k.flops) or 0) / 1e12 or None), ".2f"))
+            rows.append(("TFLOP/s (declared FLOPs)", rate("flops", 1e12), ".2f"))
             if self.gemm_TFLOPs:
-                rows.append(("% of GEMM ceiling", col(lambda k: 100 * (per_s(k, k.flops) or 0) / 1e12 / self.gemm_TFLOPs
-                                                       or None), ".0f"))
+                rows.append(("% of GEMM ceiling", rate("flops", 1e12, self.gemm_TFLOPs), ".0f"))
         g = lambda key: col(lambda k: k.metrics.get(key))  # noqa: E731
         rows += [
             ("DRAM throughput (% of peak)", g("dram_pct"), ".0f"),
