@@ -58,6 +58,13 @@ def test_a_listing_of_several_arches_gives_the_one_asked_for():
     assert sass_diff.kernel_code(both, "sm_80")["_ZN12_GLOBAL__N_16kernelEv"][0].startswith("MOV R1")
 
 
+def test_a_lone_cubins_listing_names_its_arch_and_keeps_each_instructions_text():
+    """A cubin's listing says "code for sm_XX" and no "arch =": that names the arch of its kernels."""
+    ((arch, name), code), = ptxas.sass_instructions(_listing(0)).items()
+    assert (arch, name) == (ARCH, "_ZN12_GLOBAL__N_16kernelEv")
+    assert [i.text for i in code[:2]] == ["LDC R1, c[0x0][0x28]", "@!P0 BRA 0x40"] and code[1].target == 0x40
+
+
 def test_each_kind_of_difference_has_its_status():
     code = ["S2R R0, SR_TID.X", "IMAD R2, R0, 0x4, RZ", "@!P0 EXIT", "STG.E [R2.64], R0"]
     other_registers = [line.replace("R2", "R6") for line in code]

@@ -1,22 +1,14 @@
 """Hardware counters for one call of a variant, from Nsight Compute (ncu).
 
-`measure(op, variant, size, dtype, direction, metrics)` serves the variant from a runner
-(judge.start.isolated) started under ncu, and drives the call from here (profiled_call): warms it
-up, then makes it once more inside the runner's NVTX range "wb_measure", checked at its shape. ncu
-profiles exactly the kernels launched in that range: not the warm-up, and nothing of torch's (the
-inputs, the copies, the reference run in this process, which ncu does not watch). Returns one dict
+measure() serves the variant from a runner started under ncu (judge.start.isolated) and drives the
+call from here (profiled_call): a warm-up, then one checked call inside the runner's NVTX range
+RANGE, the only kernels ncu profiles (not torch's inputs, copies or reference). Returns one dict
 per kernel: its name and the metrics, in base units (bytes, sectors, ns).
 
-Where ncu is missing, or the driver does not let it read the counters (ERR_NVGPUCTRPERM, a
-sandboxed container), NcuUnavailable says so and how to go on without it; the run has a time
-limit (NcuTimeout: ncu and the runner are stopped), so a stuck profiler fails instead of hanging.
-A metric this ncu or this GPU does not know ("Failed to find metric") is left out and the run
-repeated without it; the result's `dropped` names what was left out.
-
-With source_lines=True the same run also samples warp stalls per instruction (the SourceCounters
-section) into a report, and ncu's source page of that report (CUDA lines with their SASS) comes
-back as `source_csv`: parse_source_csv() turns it into stall samples per source line. Lines exist
-only where the build carries line info (nvcc -lineinfo); without it the page has none.
+NcuUnavailable: ncu missing, or no access to the counters (ERR_NVGPUCTRPERM); NcuTimeout: the run
+took too long (ncu and the runner are stopped). A metric this ncu or GPU lacks is left out and the
+run repeated (the result's `dropped`). source_lines=True also samples warp stalls per instruction;
+parse_source_csv() reads ncu's source page of that report (lines only where built with -lineinfo).
 """
 from __future__ import annotations
 
@@ -60,15 +52,11 @@ class NcuTimeout(WorkbenchError):
 
 
 class Kernels(list):
-    """The profiled kernels (one dict each, as parse_csv returns them); `dropped`: the requested
-    metrics this ncu or GPU does not have, left out of the run."""
+    """The profiled kernels (one dict each, as parse_csv returns them)."""
 
-    dropped: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()   # the requested metrics this ncu or GPU lacks, left out of the run
     source_csv: str = ""            # ncu's source page (--print-source cuda,sass) where asked for
-    # The check of the profiled call made here (profiled_call): the size, dtype and direction, and
-    # its output's verdict at that shape (verified: "ok", "wrong", "not checked"; verify_detail,
-    # verify_max_abs_err, verify_where, verify_against). None: not checked.
-    measured: dict | None = None
+    measured: dict | None = None    # profiled_call's check of the call (its verified, verify_detail ...)
 
 
 def find() -> str | None:
@@ -103,11 +91,10 @@ def parse_csv(text: str) -> list[dict]:
 
 
 def parse_source_csv(text: str) -> list[dict]:
-    """ncu --page source --csv --print-source cuda,sass: blocks of "File Path" / "Function Name"
-    lines, a header, then a row per CUDA source line (its number and text, the stall samples of its
-    instructions) followed by its SASS rows (no line number). Returns one dict per source line that
-    was sampled: function, file, line, text, samples (all warp-state samples at it), stalls
-    ({reason: samples}, the stall_* columns without the "(Not Issued)" twins)."""
+    """ncu --page source --csv --print-source cuda,sass (per function and file: a header, then each
+    CUDA line followed by its SASS rows): one dict per sampled source line: function, file, line,
+    text, samples (all warp-state samples at it), stalls ({reason: samples}, without the "(Not
+    Issued)" twins)."""
     out: list[dict] = []
     file = function = ""
     header: list[str] | None = None
@@ -163,17 +150,15 @@ _UNKNOWN_METRIC = re.compile(r"Failed to find metrics?\s*:?\s*['\"]?(?:regex:)?\
 
 
 def unknown_metrics(text: str, metrics) -> list[str]:
-    """The requested metrics ncu's output says it cannot find ("==ERROR== Failed to find metric
-    regex:^NAME\\.(sum|...)$" or "... metric NAME.sum")."""
+    """The requested metrics ncu's output says it cannot find ("Failed to find metric ...")."""
     missing = set(_UNKNOWN_METRIC.findall(text))
     return [m for m in metrics if m.split(".")[0] in missing]
 
 
 def _run(op: str, variant, call: dict, ncu_args: list[str], line_info: bool, timeout_s: float):
-    """The profiled call (profiled_call, driven from here) of the variant served from a runner behind
-    ncu (ncu_args), all of it stopped after timeout_s: (its check, what the runner and ncu printed,
-    the error that ended the runner where one did, whether the time ran out). A runner lost is not
-    started again: ncu's report is the first one's."""
+    """The profiled call of the variant served from a runner behind ncu (ncu_args), stopped after
+    timeout_s: (its check, what the runner and ncu printed, the error that ended the runner or
+    None, whether the time ran out). A lost runner is not restarted: ncu's report is the first one's."""
     from ..judge.remote import TOOL_GRACE_S, time_limit
     from ..judge.start import isolated
 
@@ -197,11 +182,8 @@ def measure(op: str, variant, size, dtype: str, direction: str = "fwd", metrics=
             timeout_s: float = 300, keep_csv=None, extra_args=(), source_lines: bool = False,
             line_info: bool = False) -> Kernels:
     """Per-kernel counters of one `direction` call of the variant at `size`, `dtype` (see module).
-    keep_csv: a path to copy ncu's raw CSV to (test fixtures are captured this way; the source page
-    goes beside it as <name>_source.csv). extra_args: more ncu options (e.g. ["--clock-control",
-    "none"]). timeout_s: for the whole profiled run. source_lines: also the stall samples per
-    source line (the result's source_csv). line_info: the runner's build made with nvcc -lineinfo
-    (the lines of that page)."""
+    keep_csv: a path to copy ncu's raw CSV to (and the source page beside it as <name>_source.csv).
+    extra_args: more ncu options. line_info: the runner's build made with nvcc -lineinfo."""
     exe = require()
     name = getattr(variant, "name", variant)
     metrics, dropped = list(metrics), []
@@ -258,14 +240,10 @@ def total(kernels: list[dict], metric: str) -> float:
 
 
 def profiled_call(op: str, kernel, size, dtype: str, direction: str) -> dict:
-    """measure()'s call, driven here: warm it up (CUDA's lazy module loading, the runner's
-    workspace), then make it once inside the NVTX range RANGE (the runner's, where the kernel is
-    served from one: isolated's kind "runner"); inputs and gradients are made before the range
-    opens. The profiled call is checked at its shape (issue 23): first on fresh inputs with its
-    outputs poisoned (verify.check_kernel_at), then the profiled call's own output, on inputs drawn
-    after the warm-up (an answer replayed from the warm-up is wrong for them), against the trusted
-    result (float64 reference, or eager where that does not fit). Returns the verdict
-    (Kernels.measured)."""
+    """measure()'s call: warm-ups, then one call inside the NVTX range RANGE (inputs made before it
+    opens). Checked at its shape (issue 23): first on fresh inputs with poisoned outputs
+    (verify.check_kernel_at), then the profiled call's own output, on inputs drawn after the
+    warm-up (an answer replayed from it is wrong for them). Returns the verdict (Kernels.measured)."""
     import torch
 
     from ..measure import verify

@@ -2,11 +2,9 @@
 op's ladder (its spec's variants in teaching order: GB/s per rung at one size, each step's speedup).
 BenchResult, what wb.bench returns, is a run's rows with their table, frame, saved file and plots.
 
-Figures are built with matplotlib's object API (``matplotlib.figure.Figure``) and saved through
-the Agg renderer. That never touches pyplot's global state or backend, so it works headless
-and does not change the backend of a notebook that imports the workbench. The ``draw_*``
-helpers (plot_axes.py) draw onto a given Axes so tests (and notebooks) can inspect what was drawn;
-``figure()`` draws every plot into one Figure that a notebook displays inline, writing nothing.
+Figures use matplotlib's object API (``matplotlib.figure.Figure``), never pyplot: headless, and a
+notebook's backend is left alone. plot_axes.py draws onto a given Axes; ``figure()`` draws every
+plot into one Figure that a notebook displays inline, writing nothing.
 """
 
 from __future__ import annotations
@@ -16,13 +14,14 @@ import io
 import math
 import pathlib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .. import config
 from ..measure.bench_rows import BASELINES, append_rows, clock_text, host_bound, row_status, to_dataframe
-from .plot_axes import (Row, compute_bound, draw_bandwidth, draw_ladder, draw_speedup, draw_throughput, gbps, ladder_at, newest_run, rows_by_shape)
+from .plot_axes import (Row, compute_bound, draw_bandwidth, draw_ladder, draw_speedup, draw_throughput, gbps, ladder_at,
+                        newest_run, rows_by_shape)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -31,17 +30,15 @@ if TYPE_CHECKING:
 __all__ = ["BenchResult", "figure", "ladder_figure", "plot_all", "plot_bandwidth", "plot_ladder", "plot_speedup"]
 
 _DPI = 120
+_LADDER_SIZE = (9.0, 5.0)
 
 
-
-def _new_figure(figsize: tuple[float, float] = (7.0, 4.5)) -> tuple[Figure, Axes]:
+def _png(out_path, draw: Callable[[Axes], object], figsize: tuple[float, float] = (7.0, 4.5)) -> pathlib.Path:
+    """A Figure drawn by draw(ax), saved as a PNG at out_path."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=figsize, layout="constrained")
-    return fig, fig.add_subplot()
-
-
-def _save(fig: Figure, out_path: pathlib.Path) -> pathlib.Path:
+    draw(fig.add_subplot())
     out_path = pathlib.Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_path, dpi=_DPI, format="png")
@@ -52,35 +49,24 @@ def _save(fig: Figure, out_path: pathlib.Path) -> pathlib.Path:
 def plot_speedup(rows: list[Row], out_path: pathlib.Path, *, op: str, dtype: str, direction: str,
                  baseline: str = "eager") -> pathlib.Path:
     """Save a PNG of speedup over ``baseline`` against size, one line per other provider."""
-    fig, ax = _new_figure()
-    draw_speedup(ax, rows, op=op, dtype=dtype, direction=direction, baseline=baseline)
-    return _save(fig, out_path)
+    return _png(out_path, lambda ax: draw_speedup(ax, rows, op=op, dtype=dtype, direction=direction, baseline=baseline))
 
 
 def plot_bandwidth(rows: list[Row], out_path: pathlib.Path, *, op: str, dtype: str,
                    direction: str) -> pathlib.Path:
     """Save a PNG of achieved GB/s against size, one line per provider, with the copy ceiling."""
-    fig, ax = _new_figure()
-    draw_bandwidth(ax, rows, op=op, dtype=dtype, direction=direction)
-    return _save(fig, out_path)
+    return _png(out_path, lambda ax: draw_bandwidth(ax, rows, op=op, dtype=dtype, direction=direction))
 
 
-_LADDER_SIZE = (9.0, 5.0)
-
-
-def _ladder_of(op: str) -> tuple[str, ...]:
-    """The op's declared ladder; () when it declares none or is not an op in this checkout."""
+def _ladder_of(op: str, required: bool = False) -> tuple[str, ...]:
+    """The op's declared ladder; () when it declares none or is not an op here (required: ValueError)."""
     from ..model import registry
 
     try:
-        return tuple(getattr(registry.spec(op), "ladder", ()) or ())
+        ladder = tuple(getattr(registry.spec(op), "ladder", ()) or ())
     except ValueError:
-        return ()
-
-
-def _declared_ladder(op: str) -> tuple[str, ...]:
-    ladder = _ladder_of(op)
-    if not ladder:
+        ladder = ()
+    if required and not ladder:
         raise ValueError(f"op {op!r} declares no ladder (its spec's ladder is empty, or it is not an op "
                          f"in this checkout)")
     return ladder
@@ -88,11 +74,10 @@ def _declared_ladder(op: str) -> tuple[str, ...]:
 
 def plot_ladder(rows: list[Row], out_path: pathlib.Path, *, op: str, dtype: str, direction: str,
                 shape: str | None = None) -> pathlib.Path:
-    """Save a PNG of the op's ladder (its spec's ``ladder``) at one size: GB/s per rung with the
-    step-to-step speedups, the baselines and the copy ceiling. See draw_ladder."""
-    fig, ax = _new_figure(_LADDER_SIZE)
-    draw_ladder(ax, rows, op=op, dtype=dtype, direction=direction, shape=shape, ladder=_declared_ladder(op))
-    return _save(fig, out_path)
+    """Save a PNG of the op's ladder at one size (see draw_ladder)."""
+    ladder = _ladder_of(op, required=True)
+    return _png(out_path, lambda ax: draw_ladder(ax, rows, op=op, dtype=dtype, direction=direction, shape=shape,
+                                                 ladder=ladder), _LADDER_SIZE)
 
 
 def _token(s: str) -> str:
@@ -100,10 +85,9 @@ def _token(s: str) -> str:
 
 
 def _panels(rows: list[Row]) -> list[tuple[str, str, str, list[Row], list[str]]]:
-    """(op, dtype, direction, its newest run's rows, panels) for each combination in the rows, where
-    the panels are those the rows support, in order: "speedup_vs_eager" and "speedup_vs_compile"
-    when that baseline was run, and "throughput" (TFLOP/s) for a compute-bound op's rows or else
-    "bandwidth" when bandwidth is known."""
+    """(op, dtype, direction, its newest run's rows, panels) for each combination in the rows; the
+    panels, in order: "speedup_vs_eager" and "speedup_vs_compile" where that baseline was run, then
+    "throughput" (a compute-bound op's) or "bandwidth" where bandwidth is known."""
     out = []
     for op, dtype, direction in sorted({(str(r["op"]), str(r["dtype"]), str(r["direction"])) for r in rows}):
         sel = newest_run(rows, op=op, dtype=dtype, direction=direction)
@@ -130,34 +114,29 @@ def _draw_panel(ax: Axes, panel: str, rows: list[Row], *, op: str, dtype: str, d
 def plot_all(rows: list[Row], out_dir: pathlib.Path) -> list[pathlib.Path]:
     """Every plot the rows support, for each (op, dtype, direction) present; returns the paths.
 
-    Per combination (its newest run): ``<op>_<direction>_<dtype>_speedup_vs_eager.png`` and
-    ``..._speedup_vs_compile.png`` when that baseline was run, and ``..._throughput.png`` (TFLOP/s,
-    compute-bound ops) or ``..._bandwidth.png`` when bandwidth is known; ``..._ladder.png`` when the op's spec declares a ladder and two or more of
-    its rungs have rows at some size (drawn at the largest such size). "fwd+bwd" is written
-    "fwdbwd" in file names. ``roofline_fwd.png`` (and ``roofline_fwdbwd.png``): every op's best
-    variant per dtype by arithmetic intensity and TFLOP/s (workbench/explain/roofline.py).
+    Per combination (its newest run): ``<op>_<direction>_<dtype>_<panel>.png`` for each of its
+    panels (_panels), and ``..._ladder.png`` where the op declares a ladder and two or more of its
+    rungs have rows at some size (drawn at the largest such size). "fwd+bwd" is written "fwdbwd" in
+    file names. ``roofline_fwd.png`` (and ``roofline_fwdbwd.png``): every op's best variant per
+    dtype by arithmetic intensity and TFLOP/s (roofline.py).
     """
+    from . import roofline
+
     out_dir = pathlib.Path(out_dir)
     paths: list[pathlib.Path] = []
-    ladders: dict[str, tuple[str, ...]] = {}
     for op, dtype, direction, sel, panels in _panels(rows):
         stem = f"{_token(op)}_{_token(direction)}_{_token(dtype)}"
         for panel in panels:
-            fig, ax = _new_figure()
-            _draw_panel(ax, panel, sel, op=op, dtype=dtype, direction=direction)
-            paths.append(_save(fig, out_dir / f"{stem}_{panel}.png"))
-        if op not in ladders:
-            ladders[op] = _ladder_of(op)
-        if _has_ladder(sel, ladders[op]):
-            fig, ax = _new_figure(_LADDER_SIZE)
-            draw_ladder(ax, sel, op=op, dtype=dtype, direction=direction, ladder=ladders[op])
-            paths.append(_save(fig, out_dir / f"{stem}_ladder.png"))
-    from . import roofline
+            paths.append(_png(out_dir / f"{stem}_{panel}.png", lambda ax: _draw_panel(
+                ax, panel, sel, op=op, dtype=dtype, direction=direction)))
+        ladder = _ladder_of(op)
+        if _has_ladder(sel, ladder):
+            paths.append(_png(out_dir / f"{stem}_ladder.png", lambda ax: draw_ladder(
+                ax, sel, op=op, dtype=dtype, direction=direction, ladder=ladder), _LADDER_SIZE))
     for direction in ("fwd", "fwd+bwd"):  # every op's best variant per dtype under the measured roofs
         if roofline.points(rows, direction=direction):
-            fig, ax = _new_figure((12.0, 6.0))
-            roofline.draw(ax, rows, direction=direction)
-            paths.append(_save(fig, out_dir / f"roofline_{_token(direction)}.png"))
+            paths.append(_png(out_dir / f"roofline_{_token(direction)}.png",
+                              lambda ax: roofline.draw(ax, rows, direction=direction), (12.0, 6.0)))
     return paths
 
 
@@ -186,9 +165,8 @@ def _notebook_figure_class() -> type:
 
 
 def figure(rows: list[Row]) -> Figure:
-    """Every plot that plot_all() would save, drawn into one Figure and returned, nothing written:
-    a row of panels (speedup over eager, over torch.compile, achieved GB/s) per (op, dtype,
-    direction). The last expression of a notebook cell displays it inline."""
+    """Every panel plot_all() would save, in one Figure (a row per (op, dtype, direction)), nothing
+    written: a notebook cell that ends with it displays it."""
     panels = _panels(list(rows))
     if not panels:
         raise ValueError("figure: no benchmark rows to plot")
@@ -208,7 +186,7 @@ def ladder_figure(rows: Iterable[Row], *, op: str, dtype: str | None = None, dir
     """The op's ladder (see plot_ladder) drawn into a Figure and returned, nothing written: one
     panel per (dtype, direction), or only those named. Unnamed combinations whose rows cannot
     make a ladder (fewer than two rungs at the size) are left out; named ones raise instead."""
-    ladder = _declared_ladder(op)
+    ladder = _ladder_of(op, required=True)
     rows = [r for r in rows if r.get("op") == op]
     combos = sorted({(str(r["dtype"]), str(r["direction"])) for r in rows
                      if dtype in (None, r.get("dtype")) and direction in (None, r.get("direction"))})
@@ -237,11 +215,9 @@ class BenchResult:
     notes: list[str] = field(default_factory=list)
 
     def table(self) -> str:
-        """Medians, spread, GB/s, % of the copy ceiling and speedups, one line per row; then the host's
-        time to issue a call and what bounds the row ("host" where that exceeds the GPU time, "gpu",
-        "-" where not measured: CPU rows), what the output checks found ("check": ok, WRONG,
-        IMPOSSIBLE) and the SM clock during the row (MHz, min-max; "!" where the clocks moved or
-        throttled); the notes say why."""
+        """One line per row: medians, spread, GB/s (TFLOP/s), % of the ceiling, speedups, the host's
+        time per call and what bounds the row (host, gpu, "-" for CPU rows), what the output checks
+        found (ok, WRONG, IMPOSSIBLE) and the SM clock (MHz, min-max, "!" where it moved); then the notes."""
         w = max([10] + [len(str(r["variant"])) for r in self.rows])  # ladder rungs have long names
         # Compute-bound rows (matmul) show TFLOP/s and % of the matmul ceiling in those columns.
         compute = any("pct_of_matmul_ceiling" in r for r in self.rows)
@@ -281,8 +257,7 @@ class BenchResult:
         return figure(self.rows)
 
     def ladder_figure(self, op=None, **kw):
-        """The op's ladder (its spec's variants in teaching order) as one Figure, returned and not
-        saved (plot.ladder_figure; kw: dtype, direction, shape). op defaults to the rows' only op."""
+        """The op's ladder as one Figure, not saved (ladder_figure; op defaults to the rows' only op)."""
         if op is None:
             ops = sorted({r["op"] for r in self.rows})
             if len(ops) != 1:

@@ -5,7 +5,7 @@ Tests and notebooks inspect what was drawn."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..measure.bench_rows import BASELINES, host_bound, row_status, trusted
@@ -14,21 +14,18 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 Row = dict[str, Any]
+# Appended to a host-bound provider's legend entry (or ladder bar): bench_rows.host_bound.
+HOST_MARK = "\u2020"
 
 
 def _untrusted(r: Row) -> str:
-    """"WRONG" or "IMPOSSIBLE" for a row whose output check failed or whose rate is beyond the
-    device (bench_rows.trusted): never drawn as a speedup or a rate; "" for any other row."""
+    """"WRONG" or "IMPOSSIBLE" for a row never drawn (bench_rows.trusted); "" for any other."""
     return "" if trusted(r) else row_status(r)
 
 
 def newest_run(rows: Iterable[Row], *, op: str, dtype: str, direction: str, untrusted: bool = False) -> list[Row]:
-    """The trusted rows for op/dtype/direction from the newest run_id among them (untrusted=True:
-    that run's WRONG and IMPOSSIBLE rows instead, which the plots name but do not draw).
-
-    "Newest" is the run with the latest timestamp (ISO 8601 UTC strings sort chronologically).
-    Rows already filtered to one run come back unchanged.
-    """
+    """The trusted rows for op/dtype/direction from the run_id with the latest timestamp
+    (untrusted=True: that run's WRONG and IMPOSSIBLE rows, which the plots name but do not draw)."""
     sel = [r for r in rows if r.get("op") == op and r.get("dtype") == dtype and r.get("direction") == direction]
     if not sel:
         raise ValueError(f"no rows for op={op!r} dtype={dtype!r} direction={direction!r}")
@@ -40,13 +37,8 @@ def newest_run(rows: Iterable[Row], *, op: str, dtype: str, direction: str, untr
     return [r for r in sel if r.get("run_id") == newest and bool(_untrusted(r)) == untrusted]
 
 
-# Appended to a host-bound provider's legend entry (or ladder bar): bench_rows.host_bound.
-HOST_MARK = "\u2020"
-
-
 def host_bound_shapes(sel: Iterable[Row]) -> dict[str, list[str]]:
-    """provider -> the shapes at which its row is host-bound (the host took longer to issue a call
-    than the GPU to run it), for the rows drawn."""
+    """provider -> the shapes at which its row is host-bound, for the rows drawn."""
     out: dict[str, list[str]] = {}
     for r in sel:
         if host_bound(r):
@@ -82,25 +74,27 @@ def _mark_rows(ax: Axes, rows: Iterable[Row], sel: list[Row], *, op: str, dtype:
                     "dimgray")
 
 
-def _median_by_provider(rows: list[Row]) -> dict[str, dict[str, tuple[int, float]]]:
-    """provider -> shape -> (numel, median_ms); a later row for the same point wins."""
-    out: dict[str, dict[str, tuple[int, float]]] = {}
+Points = dict[str, dict[str, tuple[float, float]]]
+
+
+def _points(rows: list[Row], x: Callable[[Row], float], y: Callable[[Row], float | None]) -> Points:
+    """provider -> shape -> (x, y) for the rows where y is known; a later row for the same point wins."""
+    out: Points = {}
     for r in rows:
-        if r.get("median_ms") is None:
-            continue
-        out.setdefault(str(r["variant"]), {})[str(r["shape"])] = (int(r["numel"]), float(r["median_ms"]))
+        v = y(r)
+        if v is not None:
+            out.setdefault(str(r["variant"]), {})[str(r["shape"])] = (x(r), v)
     return out
 
 
+def _numel(r: Row) -> int:
+    return int(r["numel"])
+
+
 def _order(providers: Iterable[str]) -> list[str]:
-    # Variants first in the order they were benchmarked, then the baselines in fixed order, so
-    # colours and legend order are stable between plots.
+    # Variants in the order benchmarked, then the baselines in fixed order: stable colours and legends.
     ps = list(providers)
     return [p for p in ps if p not in BASELINES] + [b for b in BASELINES if b in ps]
-
-
-def _style(provider: str) -> dict[str, Any]:
-    return {"linestyle": ":", "marker": "s"} if provider in BASELINES else {"linestyle": "-", "marker": "o"}
 
 
 def _gpu_title(rows: list[Row]) -> str | None:
@@ -108,53 +102,61 @@ def _gpu_title(rows: list[Row]) -> str | None:
     return str(next(iter(gpus))) if len(gpus) == 1 else None
 
 
+def _draw_curves(ax: Axes, rows: Iterable[Row], sel: list[Row], points: Points, *, level: float | None,
+                 level_label: str, level_color: str, xlabel: str, ylabel: str, title: str, op: str, dtype: str,
+                 direction: str, legend_size: str = "small", from_zero: bool = True) -> None:
+    """One curve per provider through its (size, value) points, a horizontal line at `level` (a
+    ceiling, or the baseline), and the rows that are not drawn (wrong, impossible) named under the axes."""
+    hosts = host_bound_shapes(sel)
+    for provider in _order(points):
+        xs, ys = zip(*sorted(points[provider].values()))
+        style = {"linestyle": ":", "marker": "s"} if provider in BASELINES else {"linestyle": "-", "marker": "o"}
+        ax.plot(xs, ys, label=_label(provider, hosts), **style)
+    if level is not None:
+        ax.axhline(level, color=level_color, linestyle="--", linewidth=1.0, label=level_label)
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{op} {direction} {dtype}: {title}")
+    _mark_rows(ax, rows, sel, op=op, dtype=dtype, direction=direction)
+    if from_zero:
+        ax.set_ylim(bottom=0)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(title=_gpu_title(sel), fontsize=legend_size, loc="best")
+
+
 def draw_speedup(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direction: str,
-                  baseline: str = "eager") -> None:
+                 baseline: str = "eager") -> None:
     """Draw speedup over ``baseline`` (baseline median / provider median, same shape) vs numel."""
     sel = newest_run(rows, op=op, dtype=dtype, direction=direction)
-    medians = _median_by_provider(sel)
-    base = medians.get(baseline)
+    medians = _points(sel, _numel, lambda r: None if r.get("median_ms") is None else float(r["median_ms"]))
+    base = medians.pop(baseline, None)
     if not base:
         raise ValueError(f"no {baseline!r} rows for {op} {direction} {dtype}: cannot plot speedup over it")
-    hosts = host_bound_shapes(sel)
-    for provider in _order(p for p in medians if p != baseline):
-        pts = sorted(
-            (numel, base[shape][1] / ms)
-            for shape, (numel, ms) in medians[provider].items()
-            if shape in base and ms > 0
-        )
-        if pts:
-            xs, ys = zip(*pts)
-            ax.plot(xs, ys, label=_label(provider, hosts), **_style(provider))
-    ax.axhline(1.0, color="gray", linestyle="--", linewidth=1.0,
-               label=f"{baseline} (baseline)" + (f" {HOST_MARK}" if baseline in hosts else ""))
-    ax.set_xscale("log")
-    ax.set_xlabel("size (elements)")
-    ax.set_ylabel(f"speedup over {baseline} (x)")
-    ax.set_title(f"{op} {direction} {dtype}: speedup over {baseline}")
-    _mark_rows(ax, rows, sel, op=op, dtype=dtype, direction=direction)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(title=_gpu_title(sel), fontsize="small")
+    speedups = {p: {s: (n, base[s][1] / ms) for s, (n, ms) in at.items() if s in base and ms > 0}
+                for p, at in medians.items()}
+    _draw_curves(ax, rows, sel, {p: at for p, at in speedups.items() if at}, level=1.0, level_color="gray",
+                 level_label=f"{baseline} (baseline)" + (f" {HOST_MARK}" if baseline in host_bound_shapes(sel) else ""),
+                 xlabel="size (elements)", ylabel=f"speedup over {baseline} (x)", title=f"speedup over {baseline}",
+                 op=op, dtype=dtype, direction=direction, from_zero=False)
 
 
 def gbps(r: Row) -> float | None:
+    """The row's GB/s, or its declared bytes over its median where a writer left GBps empty."""
     if r.get("GBps") is not None:
         return float(r["GBps"])
-    # Fall back to the declared bytes when a writer left GBps empty.
     if r.get("bytes") and r.get("median_ms"):
         return float(r["bytes"]) / (float(r["median_ms"]) * 1e-3) / 1e9
     return None
 
 
 def _ceiling(rows: list[Row], key: str = "ceiling_GBps") -> float | None:
-    """The rows' ceiling (copy GB/s, or matmul_ceiling_TFLOPs), or None where there is none (CPU
-    rows carry NaN). One GPU per run, so the rows agree; max() only guards against a stray value."""
+    """The rows' ceiling (copy GB/s, or matmul_ceiling_TFLOPs), or None (CPU rows carry NaN)."""
     return max((float(r[key]) for r in rows if r.get(key) and math.isfinite(float(r[key]))), default=None)
 
 
 def compute_bound(rows: list[Row]) -> bool:
-    """Whether the rows are a compute-bound op's (they carry TFLOP/s against the GEMM ceiling):
-    their plots show TFLOP/s and that ceiling, not GB/s and the copy ceiling."""
+    """Whether the rows are a compute-bound op's (TFLOP/s against the GEMM ceiling, not GB/s)."""
     return any(r.get("matmul_ceiling_TFLOPs") is not None for r in rows)
 
 
@@ -171,66 +173,33 @@ def _rate(rows: list[Row]) -> tuple[Any, Any, str, float | None, str]:
         return (_tflops, lambda t: f"{t:.1f} TFLOP/s" if t >= 1 else f"{t:.2g} TFLOP/s", "achieved TFLOP/s", c,
                 f"compute ceiling: cuBLAS at 8192^3, {c:.0f} TFLOP/s" if c else "")
     c = _ceiling(rows)
-    return (gbps, _fmt_gbps, "achieved GB/s", c,
+    return (gbps, lambda g: f"{g:.0f} GB/s" if g >= 10 else f"{g:.2g} GB/s", "achieved GB/s", c,
             f"memory ceiling: copy rate {c:.0f} GB/s (bytes read + written)" if c else "")
 
 
-def _draw_curves(ax: Axes, rows: Iterable[Row], sel: list[Row], points: dict[str, dict[str, tuple[int, float]]], *,
-                 ceiling: float | None, ceiling_label: str, xlabel: str, ylabel: str, title: str, op: str,
-                 dtype: str, direction: str, legend_size: str) -> None:
-    """One curve per provider through its (size, rate) points, the ceiling as a horizontal line,
-    and the rows that are not drawn (wrong, impossible) named under the axes."""
-    hosts = host_bound_shapes(sel)
-    for provider in _order(points):
-        xs, ys = zip(*sorted(points[provider].values()))
-        ax.plot(xs, ys, label=_label(provider, hosts), **_style(provider))
-    if ceiling is not None:
-        ax.axhline(ceiling, color="black", linestyle="--", linewidth=1.0, label=ceiling_label)
-    ax.set_xscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(f"{op} {direction} {dtype}: {title}")
-    _mark_rows(ax, rows, sel, op=op, dtype=dtype, direction=direction)
-    ax.set_ylim(bottom=0)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(title=_gpu_title(sel), fontsize=legend_size, loc="best")
-
-
 def draw_throughput(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direction: str) -> None:
-    """A compute-bound op's counterpart of the bandwidth panel: achieved TFLOP/s against size per
-    provider, and cuBLAS's rate (the matmul ceiling) as a horizontal line."""
+    """A compute-bound op's bandwidth panel: achieved TFLOP/s against work per provider, under
+    cuBLAS's rate (the matmul ceiling)."""
     sel = newest_run(rows, op=op, dtype=dtype, direction=direction)
-    value, _, ylabel, c, ceiling_label = _rate(sel)
-    points: dict[str, dict[str, tuple[int, float]]] = {}
-    for r in sel:
-        t = value(r)
-        if t is not None and r.get("flops"):
-            points.setdefault(str(r["variant"]), {})[str(r["shape"])] = (int(r["flops"]), t)
+    points = _points(sel, lambda r: int(r["flops"]), lambda r: _tflops(r) if r.get("flops") else None)
     if not points:
         raise ValueError(f"no TFLOP/s in the rows for {op} {direction} {dtype}")
-    _draw_curves(ax, rows, sel, points, ceiling=c, ceiling_label=ceiling_label, xlabel="work (FLOPs per call)",
-                 ylabel=ylabel, title="achieved TFLOP/s", op=op, dtype=dtype, direction=direction,
-                 legend_size="x-small")
+    _, _, ylabel, c, ceiling_label = _rate(sel)
+    _draw_curves(ax, rows, sel, points, level=c, level_label=ceiling_label, level_color="black",
+                 xlabel="work (FLOPs per call)", ylabel=ylabel, title="achieved TFLOP/s", op=op, dtype=dtype,
+                 direction=direction, legend_size="x-small")
 
 
 def draw_bandwidth(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direction: str) -> None:
     """Draw achieved GB/s vs numel per provider, and the copy ceiling as a horizontal line."""
     sel = newest_run(rows, op=op, dtype=dtype, direction=direction)
-    points: dict[str, dict[str, tuple[int, float]]] = {}
-    for r in sel:
-        g = gbps(r)
-        if g is not None:
-            points.setdefault(str(r["variant"]), {})[str(r["shape"])] = (int(r["numel"]), g)
+    points = _points(sel, _numel, gbps)
     if not points:
         raise ValueError(f"no bandwidth (GBps or bytes) in the rows for {op} {direction} {dtype}")
     c = _ceiling(sel)
-    _draw_curves(ax, rows, sel, points, ceiling=c, ceiling_label=f"copy ceiling {c:.0f} GB/s" if c else "",
-                 xlabel="size (elements)", ylabel="achieved GB/s", title="achieved bandwidth", op=op, dtype=dtype,
-                 direction=direction, legend_size="small")
-
-
-def _fmt_gbps(g: float) -> str:
-    return f"{g:.0f} GB/s" if g >= 10 else f"{g:.2g} GB/s"
+    _draw_curves(ax, rows, sel, points, level=c, level_label=f"copy ceiling {c:.0f} GB/s" if c else "",
+                 level_color="black", xlabel="size (elements)", ylabel="achieved GB/s", title="achieved bandwidth",
+                 op=op, dtype=dtype, direction=direction)
 
 
 def rows_by_shape(sel: list[Row]) -> dict[str, dict[str, Row]]:
@@ -264,14 +233,10 @@ def ladder_at(by_shape: dict[str, dict[str, Row]], ladder: tuple[str, ...], shap
 
 def draw_ladder(ax: Axes, rows: Iterable[Row], *, op: str, dtype: str, direction: str,
                  shape: str | None = None, ladder: tuple[str, ...]) -> None:
-    """Draw the ladder at one size of the newest run: a bar of achieved GB/s per rung with rows, in
-    ladder order, each labelled with its GB/s and (from the second on) its speedup over the rung
-    before it; the first-to-last speedup in a text box; the baselines after the rungs as grey
-    hatched bars outside that chain; the copy ceiling as a dashed line where the rows have one.
-    A compute-bound op's rows (_rate): TFLOP/s and the matmul ceiling instead.
-
-    shape: a shape label such as "16384x16384" (default: the largest size with two or more rungs).
-    """
+    """Draw the ladder at one size of the newest run (shape: e.g. "16384x16384"; default: the largest
+    with two or more rungs): a bar of achieved GB/s (TFLOP/s: _rate) per rung in ladder order, each
+    labelled with its speedup over the rung before; the first-to-last speedup in a text box; the
+    baselines as grey hatched bars after them; the ceiling as a dashed line where known."""
     sel = newest_run(rows, op=op, dtype=dtype, direction=direction)
     by_shape = rows_by_shape(sel)
     shape, rungs = ladder_at(by_shape, ladder, shape, f"{op} {direction} {dtype}")

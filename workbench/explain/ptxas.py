@@ -20,7 +20,7 @@ _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) b
 _USED = re.compile(r"Used (\d+) registers")
 # A SASS instruction line: "/*0070*/   @!P0 LDG.E.128 R4, desc[UR4][R2.64] ;" -> 0x70, "LDG.E.128",
 # its operands. A branch's operands end with its target's address: "@P0 BRA 0x5d0 ;", "BRA.U !UP0, 0x1d0 ;".
-_SASS_OP = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)([^;]*)")
+_SASS_OP = re.compile(r"/\*([0-9a-f]{4,})\*/\s+((?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)([^;]*))")
 BRANCH_TARGET = re.compile(r"\b0x([0-9a-f]+)\s*$")
 
 
@@ -48,9 +48,8 @@ class Report:
 
 
 def parse_resources(text: str) -> list[KernelResources]:
-    """Every kernel ptxas -v reported in `text` (a compiler's output or a build log holding
-    several architectures), one entry per (kernel, arch), in the order reported. A non-inlined
-    device function's own properties come as an entry of their own."""
+    """Every kernel (and non-inlined device function) ptxas -v reported in `text`, one entry per
+    (kernel, arch), in the order reported."""
     out: list[KernelResources] = []
     current = None
     lines = text.splitlines()
@@ -132,6 +131,7 @@ class Instruction:
     address: int               # its offset in the kernel's code, in bytes
     opcode: str                # with its modifiers: "LDG.E.128"
     target: int | None = None  # a branch (BRA...) to a written address: where it goes
+    text: str = ""             # as written, spaces collapsed: "@!P0 BRA 0x5d0"
 
 
 def sass_instructions(text: str) -> dict[tuple[str, str], list[Instruction]]:
@@ -140,9 +140,9 @@ def sass_instructions(text: str) -> dict[tuple[str, str], list[Instruction]]:
     code: dict[tuple[str, str], list[Instruction]] = {}
     arch, key = "", None
     for line in text.splitlines():
-        m = re.search(r"\barch = (sm_\w+)", line)
+        m = re.search(r"\barch = (sm_\w+)|code for (sm_\w+)", line)
         if m:
-            arch, key = m.group(1), None
+            arch, key = m.group(1) or m.group(2), None
             continue
         m = re.search(r"Function : (\S+)", line)
         if m:
@@ -151,16 +151,15 @@ def sass_instructions(text: str) -> dict[tuple[str, str], list[Instruction]]:
             continue
         m = _SASS_OP.search(line)
         if m and key:
-            target = BRANCH_TARGET.search(m.group(3)) if re.match(r"BRA\b", m.group(2)) else None
-            code[key].append(Instruction(int(m.group(1), 16), m.group(2), int(target.group(1), 16) if target else None))
+            target = BRANCH_TARGET.search(m.group(4)) if re.match(r"BRA\b", m.group(3)) else None
+            code[key].append(Instruction(int(m.group(1), 16), m.group(3), int(target.group(1), 16) if target else None,
+                                         " ".join(m.group(2).split())))
     return code
 
 
 def loops(code: list[Instruction]) -> list[tuple[int, int]]:
-    """The loops of one kernel's machine code, as (first, last) addresses: a branch back to an
-    address before it closes a loop that starts there (the loop's header) and ends at the branch.
-    Branches back to one header (a loop's `continue`s) make one loop, to its last branch.
-    A branch to itself (the trap after a kernel's last EXIT) has no body: not a loop."""
+    """The loops of one kernel's machine code as (first, last) addresses: each backward branch closes
+    a loop from its target to the last branch back there (not a branch to itself: the final trap)."""
     ends: dict[int, int] = {}
     for i in code:
         if i.target is not None and i.target < i.address:

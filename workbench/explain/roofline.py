@@ -1,14 +1,7 @@
-"""The roofline: ops placed by arithmetic intensity (FLOPs per byte the op must move, from its spec)
-and achieved FLOP/s (from benchmark rows), under the device's own measured ceilings: the copy rate
-(a memory roof of slope one, FLOP/s = bytes/s x intensity) and cuBLAS's matmul rate per dtype (flat
-compute roofs, TF32 off for float32). It needs timings only, no profiler: a point below the memory
-roof moves fewer bytes per second than a copy does; a point under a compute roof and right of the
-ridge is limited by arithmetic.
-
-    points(rows)             each op's best variant per dtype (at the size where it does best)
-    points(rows, every=True) every variant, for comparing an op's variants
-    figure(rows, path=...)   a matplotlib Figure (inline in a notebook), and a PNG where path is given
-"""
+"""The roofline from timings alone: ops placed by arithmetic intensity (FLOPs per byte the op must
+move, from its spec) and achieved FLOP/s (benchmark rows), under the device's measured ceilings: the
+copy rate (a memory roof, FLOP/s = bytes/s x intensity) and cuBLAS's matmul rate per dtype (flat
+compute roofs, TF32 off for float32)."""
 from __future__ import annotations
 
 import math
@@ -24,8 +17,8 @@ def _finite(v) -> bool:
 
 def points(rows: list[Row], *, ops=None, direction: str = "fwd", every: bool = False) -> list[dict]:
     """One point per (op, dtype) for its best variant (highest FLOP/s over the sizes timed), or per
-    (op, dtype, variant) with every=True; each {op, dtype, variant, shape, intensity, TFLOPs}.
-    The newest row of each (op, dtype, variant, shape) counts. Rows without FLOPs are skipped."""
+    (op, dtype, variant) with every=True: {op, dtype, variant, shape, intensity, TFLOPs}, from the
+    newest row of each (op, dtype, variant, shape) with FLOPs."""
     newest: dict[tuple, Row] = {}
     for r in rows:
         if r.get("kind") != "variant" or r.get("direction") != direction or (ops and r.get("op") not in ops):
@@ -89,8 +82,7 @@ def draw(ax, rows: list[Row], *, ops=None, direction: str = "fwd", every: bool =
 
 
 def figure(rows: list[Row], path=None, **kw):
-    """The roofline as a Figure (displayed inline by a notebook cell that ends with it); also a PNG
-    at `path` where given."""
+    """The roofline as a Figure; also a PNG at `path` where given."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(12, 6), layout="constrained")

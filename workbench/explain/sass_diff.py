@@ -2,28 +2,18 @@
 reports; the NVRTC build's SASS is shown where it differs).
 
 `compare(op, variant, arch)` builds one CUDA variant both ways for one arch (no GPU needed): nvcc's
-build of the whole file (the arch list set to that one arch) and the NVRTC tier's (every kernel
-compiled, each its own program). Each kernel's SASS comes from cuobjdump -sass (ptxas.sass), nvcc's
-from its library's ELF for that arch, NVRTC's from the kernel's cubin. Kernels are paired by nvcc's
-mangled name (canonical_name: the two spell an anonymous namespace differently).
+build (the arch list set to that arch) and the NVRTC tier's (each kernel its own program), reads
+each kernel's SASS with cuobjdump and pairs the kernels by nvcc's mangled name (canonical_name).
 
-What is not code is left out before comparing: the instruction addresses (/*0070*/), the encodings
-in comments (/* 0x000fe2... */), and the code addresses a branch, call or convergence barrier names
-(BRA 0x5d0, CALL.REL.NOINC 0x1070, BSSY B0, 0x3c0), which become labels numbered in address order:
-one instruction more at the top shifts every address below it without changing what runs. Registers
-are compared as written (their allocation is the compiler's output too, and a register's number
-picks its bank): a kernel whose instructions agree one for one but for their register numbers is
-reported as "same instructions, other registers", not identical (the allocators reused registers
-differently, so no one renaming maps one onto the other); one whose opcodes agree one for one but
-whose operands differ otherwise, as "same opcodes, operands differ"; any other, as "differs". Each
-kernel's registers (and any other resource that differs: shared, local, constant bytes) come from
-cuobjdump -res-usage of the same binaries; a kernel that is not identical also gets its innermost
-loops' sizes and opcodes (ptxas.inner_loops: the code that runs most), where a difference costs time.
+Addresses, encodings and the code addresses a branch, call or barrier names (as labels in address
+order) are left out: one instruction more at the top changes none of what runs. Registers are
+compared as written: "same instructions, other registers" where only their numbers differ, "same
+opcodes, operands differ", else "differs". Each kernel's resources (cuobjdump -res-usage) and, where
+not identical, its innermost loops' opcodes (ptxas.inner_loops: the code that runs most) come along.
 
 `python -m workbench build OP VARIANT --compiler nvrtc --sass-diff [--arch sm_90a]` prints the
 report (cli_report); `python -m workbench.explain.sass_diff OP/VARIANT ... | --all [--nvcc-arch sm_90]
-[--diff-lines N]` prints several and a line per variant, and compares against nvcc's build for another
-arch where asked (what a JIT build compiles on an H100: sm_90, not sm_90a).
+[--diff-lines N]` prints several and a line per variant.
 """
 from __future__ import annotations
 
@@ -31,6 +21,7 @@ import argparse
 import collections
 import dataclasses
 import difflib
+import functools
 import pathlib
 import re
 import sys
@@ -132,24 +123,16 @@ def canonical_name(name: str) -> str:
     return "".join(out) + name[at:]
 
 
-def normalize(code: list[str]) -> list[str]:
-    """One kernel's instruction lines (cuobjdump's, address and encoding still in them) as
-    'PRED OPCODE operands', code addresses as labels L0, L1 ... in address order."""
-    parsed = []
-    for line in code:
-        m = re.match(r"\s*/\*([0-9a-f]+)\*/\s+(.*?)\s*;", line)
-        if m:
-            parsed.append(" ".join(m.group(2).split()))
-    targets = {int(m.group(1), 16) for text in parsed
-               if (m := ptxas.BRANCH_TARGET.search(text)) and _opcode_base(text) in _CODE_ADDRESS_OPS}
-    labels = {address: f"L{k}" for k, address in enumerate(sorted(targets))}
-    out = []
-    for text in parsed:
-        m = ptxas.BRANCH_TARGET.search(text)
-        if m and _opcode_base(text) in _CODE_ADDRESS_OPS:
-            text = text[:m.start()] + labels[int(m.group(1), 16)]
-        out.append(text)
-    return out
+def normalize(code: list[ptxas.Instruction]) -> list[str]:
+    """One kernel's instructions as 'PRED OPCODE operands', code addresses as labels L0, L1 ... in
+    address order."""
+    def address(i):  # the code address an instruction names, where it names one
+        m = ptxas.BRANCH_TARGET.search(i.text)
+        return m if m and i.opcode.split(".")[0] in _CODE_ADDRESS_OPS else None
+
+    targets = sorted({int(m.group(1), 16) for m in map(address, code) if m})
+    labels = {a: f"L{k}" for k, a in enumerate(targets)}
+    return [i.text[:m.start()] + labels[int(m.group(1), 16)] if (m := address(i)) else i.text for i in code]
 
 
 def _opcode(text: str) -> str:
@@ -158,57 +141,30 @@ def _opcode(text: str) -> str:
     return words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
 
 
-def _opcode_base(text: str) -> str:
-    return _opcode(text).split(".")[0]
-
-
-def _kernel_lines(listing: str, arch: str, function: str):
-    """(canonical kernel name, line) for each line of a cuobjdump listing inside a kernel of the ELF
-    for `arch` (a listing that names no arch, a lone cubin's, is taken whole); `function` is the
-    pattern that opens a kernel, its name the first group."""
-    current, listed = None, ""
-    for line in listing.splitlines():
-        m = re.search(r"\barch = (sm_\w+)|code for (sm_\w+)", line)
-        if m:
-            listed, current = m.group(1) or m.group(2), None
-        elif m := re.search(function, line):
-            current = canonical_name(m.group(1)) if listed in ("", arch) else None
-            if current is not None:
-                yield current, None  # a kernel whose code is empty is still listed
-        elif current is not None:
-            yield current, line
+def _kernels(listing: str, arch: str) -> dict[str, list[ptxas.Instruction]]:
+    """Canonical kernel name -> its instructions, from a cuobjdump -sass listing (the ELF for
+    `arch`; a listing that names no arch, a lone cubin's, is taken whole)."""
+    return {canonical_name(name): code for (listed, name), code in ptxas.sass_instructions(listing).items()
+            if listed in ("", arch)}
 
 
 def kernel_code(listing: str, arch: str) -> dict[str, list[str]]:
-    """Canonical kernel name -> its normalized instructions, from a cuobjdump -sass listing (the ELF
-    for `arch`: _kernel_lines)."""
-    code: dict[str, list[str]] = {}
-    for name, line in _kernel_lines(listing, arch, r"Function : (\S+)"):
-        code.setdefault(name, [])
-        if line is not None and "/*" in line:
-            code[name].append(line)
-    return {name: normalize(lines) for name, lines in code.items()}
-
-
-def innermost_loops(listing: str, arch: str) -> dict[str, list[collections.Counter]]:
-    """Canonical kernel name -> the opcodes of each of its innermost loops (ptxas.inner_loops: what
-    runs most), in address order, from a cuobjdump -sass listing (the ELF for `arch`)."""
-    found = {}
-    for (listed, name), code in ptxas.sass_instructions(listing).items():
-        if listed in ("", arch):
-            found[canonical_name(name)] = [
-                collections.Counter(i.opcode for i in code if first <= i.address <= last)
-                for first, last in ptxas.inner_loops(code)]
-    return found
+    """Canonical kernel name -> its normalized instructions, from a cuobjdump -sass listing."""
+    return {name: normalize(code) for name, code in _kernels(listing, arch).items()}
 
 
 def kernel_resources(binary: pathlib.Path, arch: str) -> dict[str, dict[str, int]]:
     """Canonical kernel name -> its resources as cuobjdump -res-usage reports them (REG, STACK,
     SHARED, LOCAL, CONSTANT[0] ... in bytes but REG), the ELF for `arch` alone (a lone cubin: all)."""
     found: dict[str, dict[str, int]] = {}
-    for name, line in _kernel_lines(ptxas.sass(binary, "-res-usage"), arch, r"^\s*Function (\S+):"):
-        if line is not None and "REG:" in line and name not in found:
-            found[name] = {k: int(v) for k, v in re.findall(r"(\S+?):(\d+)", line)}
+    listed, name = "", None
+    for line in ptxas.sass(binary, "-res-usage").splitlines():
+        if m := re.search(r"\barch = (sm_\w+)", line):
+            listed, name = m.group(1), None
+        elif m := re.match(r"\s*Function (\S+):", line):
+            name = canonical_name(m.group(1)) if listed in ("", arch) else None
+        elif name is not None and "REG:" in line:
+            found.setdefault(name, {k: int(v) for k, v in re.findall(r"(\S+?):(\d+)", line)})
     return found
 
 
@@ -218,10 +174,18 @@ def _counts_that_differ(a, b) -> dict:
 
 @dataclasses.dataclass
 class Facts:
-    """What one build says of each kernel beside its code: resources (kernel_resources) and innermost
-    loops (innermost_loops), by canonical name."""
+    """What one build says of each kernel beside its code, by canonical name: its resources
+    (kernel_resources) and the opcodes of each of its innermost loops (ptxas.inner_loops: what runs most)."""
     resources: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
     loops: dict[str, list[collections.Counter]] = dataclasses.field(default_factory=dict)
+
+
+def _read(binary: pathlib.Path, arch: str) -> tuple[dict[str, list[str]], Facts]:
+    """(each kernel's normalized SASS, Facts) of a cubin or a library, the ELF for `arch`."""
+    kernels = _kernels(ptxas.sass(binary), arch)
+    loops = {name: [collections.Counter(i.opcode for i in code if first <= i.address <= last)
+                    for first, last in ptxas.inner_loops(code)] for name, code in kernels.items()}
+    return {name: normalize(code) for name, code in kernels.items()}, Facts(kernel_resources(binary, arch), loops)
 
 
 def _with_facts(k: KernelDiff, nvcc: Facts, nvrtc: Facts) -> KernelDiff:
@@ -291,11 +255,10 @@ def nvcc_build(op: str, variant: str, arch: str) -> tuple[dict[str, list[str]], 
     cuda_source(op, variant)
     with environment(TORCH_CUDA_ARCH_LIST=nvrtc_tier.arch_list_entry(arch)):
         name, built = build_variant(op, variant, BuildOptions(compiler="nvcc"))
-    listing = ptxas.sass(built.library)
-    code = kernel_code(listing, arch)
+    code, facts = _read(built.library, arch)
     if not code:
         raise RuntimeError(f"{op}/{name}: nvcc's build {built.library} holds no SASS for {arch}")
-    return code, Facts(kernel_resources(built.library, arch), innermost_loops(listing, arch))
+    return code, facts
 
 
 def nvrtc_build(op: str, variant: str, arch: str) -> tuple[dict[str, list[str]], Facts, dict]:
@@ -306,17 +269,15 @@ def nvrtc_build(op: str, variant: str, arch: str) -> tuple[dict[str, list[str]],
     if not built.record.get("nvrtc_unit"):
         return {}, Facts(), built.record
     unit = nvrtc_kernels.unit(built.record["nvrtc_unit"])
-    read: dict[pathlib.Path, tuple[dict, Facts]] = {}  # a cubin may hold several kernels
+    read = functools.cache(lambda cubin: _read(cubin, arch))  # a cubin may hold several kernels
     code, facts = {}, Facts()
     for kernel in unit.kernels:
         cubin, lowered = nvrtc_kernels.compiled(unit, kernel)
-        if cubin not in read:
-            listing = ptxas.sass(cubin)
-            read[cubin] = kernel_code(listing, arch), Facts(kernel_resources(cubin, arch), innermost_loops(listing, arch))
+        their_code, their_facts = read(cubin)
         lowered = canonical_name(lowered)
-        code[kernel] = read[cubin][0][lowered]
-        facts.resources[kernel] = read[cubin][1].resources.get(lowered, {})
-        facts.loops[kernel] = read[cubin][1].loops.get(lowered, [])
+        code[kernel] = their_code[lowered]
+        facts.resources[kernel] = their_facts.resources.get(lowered, {})
+        facts.loops[kernel] = their_facts.loops.get(lowered, [])
     return code, facts, built.record
 
 

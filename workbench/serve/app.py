@@ -1,8 +1,5 @@
-"""The pages and the HTTP API (Starlette, pages rendered by Jinja2): exercises with their README,
-the submission form, a submission's verdict streamed as the checker prints it (server-sent events),
-each student's history, a leaderboard per exercise, and the instructor's roster, tokens, grades
-CSV and re-judge. Every page but /login needs a token: the cookie the login form sets, or
-`Authorization: Bearer TOKEN`; a student sees only their own sources."""
+"""The pages and the HTTP API (Starlette, Jinja2 templates). Every page but /login needs a token:
+the login form's cookie, or `Authorization: Bearer TOKEN`; a student sees only their own sources."""
 from __future__ import annotations
 
 import asyncio
@@ -195,13 +192,11 @@ def make_app(store: Store, queue: Queue, *, max_upload_kb: int = 256, per_minute
     async def new_token(request):
         user(request, instructor=True)
         uid = int(request.path_params["uid"])
+        name = next((u["name"] for u in store.users() if u["id"] == uid), "")
         try:
-            return _csv([("name", "token"), (_name_of(uid), store.new_token(uid))], "token.csv")
+            return _csv([("name", "token"), (name, store.new_token(uid))], "token.csv")
         except KeyError:
             raise HTTPException(404, f"no user {uid}")
-
-    def _name_of(uid: int) -> str:
-        return next((u["name"] for u in store.users() if u["id"] == uid), "")
 
     async def grades(request):
         """One row per student for an exercise, the columns of `exercise grade`: the submission that

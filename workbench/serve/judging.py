@@ -1,12 +1,6 @@
-"""Judging the queue: one thread per judge, each claiming the oldest queued submission, judging it,
-and recording its verdict. A judge is a callable judge(job, on_line) -> the verdict row of
-exercise.grade (job: exercise.grade's job dict, the source inside it); the student's code runs only
-inside the checker that judge starts.
-
-    local_judges()     one per local GPU: a process pinned to it (CUDA_VISIBLE_DEVICES) running
-                       exercise.grade.grade_one, each checker line streamed back as it is printed
-    ray_judges(addr)   one per worker of the cluster's pool (workbench/cluster): the worker's grade()
-"""
+"""Judging the queue: one thread per judge, each claiming the oldest queued submission, judging it
+and recording its verdict. A judge is a callable judge(job, on_line) -> exercise.grade's verdict row;
+the student's code runs only inside the checker that judge starts."""
 from __future__ import annotations
 
 import multiprocessing

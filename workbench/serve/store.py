@@ -1,11 +1,7 @@
-"""The server's store: one SQLite file (the standard library's sqlite3) holding the class (who may
-submit, their tokens hashed), every submission (stored before it is judged) and every judgment.
-
-A submission's `state` is its place in the queue: queued -> judging (claimed by one judge, in one
-statement, so no two judges take it) -> done (its verdict recorded in the same transaction that
-checks the claim is still that judge's). A server that stops mid-judging leaves `judging` rows:
-the next one puts them back in the queue (their verdicts were never recorded), so nothing
-submitted is lost and nothing has two verdicts from one turn in the queue."""
+"""The server's store: one SQLite file holding the class (tokens hashed), every submission and every
+judgment. A submission's `state`: queued -> judging (claimed by one judge in one statement) -> done
+(its verdict recorded in the transaction that checks the claim is still that judge's). `judging`
+rows a stopped server left go back to the queue at the next start: nothing is lost or judged twice."""
 from __future__ import annotations
 
 import csv

@@ -9,15 +9,12 @@ roofline.
 
     python -m workbench profile bias_gelu scalar vec4 --shape 8192x8192 --dtype float32 [--direction fwd]
 
-How: the variant is built here (a compile error is raised before anything is profiled), then
-ncu.measure profiles one checked call of it in a runner (see ncu.py), with one set of metrics
-(METRICS, STALLS) and the GPU clocks left as they are (--clock-control none), so durations compare
-with wb.bench's and with the measured ceilings. With the runner's build made with nvcc -lineinfo
-(profile makes it, cached), each kernel's table ends with its source lines that collected the most
-stall samples, and why (lines=False leaves this out).
-
-The verdict's rules: profiling/rules.py. Its modules: metrics (what ncu is asked for and how a
-row is read), rules (the verdict), report (the tables), this one (the runs).
+The variant is built here (a compile error is raised before anything is profiled), then
+ncu.measure profiles one checked call of it in a runner with the GPU clocks left as they are
+(NCU_ARGS), so durations compare with wb.bench's and the measured ceilings; with the runner's build
+made with -lineinfo, each kernel's table ends with its source lines with the most stall samples.
+Modules: metrics (what ncu is asked for, how a row is read), rules (the verdict), report (the
+tables), this one (the runs).
 """
 from __future__ import annotations
 
@@ -45,13 +42,11 @@ def default_shape(spec) -> tuple:
 def from_reports(op: str, reports: dict, shape, dtype: str = "float32", direction: str = "fwd", *,
                  copy_GBps: float | None = None, gemm_TFLOPs: float | None = None, notes=(),
                  sources: dict | None = None, checks: dict | None = None) -> Profile:
-    """A Profile from ncu's rows per variant ({variant: ncu.parse_csv(text)}): the metrics, each
-    kernel's share of the op's declared bytes and FLOPs (all of them for a one-kernel call; split by
-    DRAM traffic and by duration where a call launches several), and the verdicts. No GPU needed:
-    tests build one from committed CSVs. sources: {variant: ncu.parse_source_csv(...)}, the stall
-    samples per source line, matched to the kernels by name (by order where the names differ).
-    checks: {variant: the profiled call's check (ncu.Kernels.measured)}: a variant whose output
-    was wrong at this shape gets the verdict "wrong" for each kernel, and no performance verdict."""
+    """A Profile from ncu's rows per variant ({variant: ncu.parse_csv(text)}; no GPU needed): the
+    metrics, each kernel's share of the op's declared bytes and FLOPs (split by DRAM traffic and by
+    duration where a call launches several kernels), and the verdicts. sources: {variant:
+    ncu.parse_source_csv(...)}, matched to the kernels by name (else by order). checks: {variant:
+    ncu.Kernels.measured}: a variant whose output was wrong gets the verdict "wrong" for each kernel."""
     spec = registry.spec(op)
     shape = tuple(shape)
     dtype = dtypes_.name_of(dtype)
@@ -97,17 +92,15 @@ def _attach_lines(ks: list[KernelProfile], lines: list[dict]) -> None:
 
 def from_csv(op: str, texts: dict, shape, dtype: str = "float32", direction: str = "fwd", *,
              sources: dict | None = None, **kw) -> Profile:
-    """from_reports over ncu's raw CSV text per variant ({variant: text}); sources: ncu's source
-    page per variant ({variant: text}), where captured."""
+    """from_reports over ncu's raw CSV text (and source page, where captured) per variant."""
     parsed = {v: ncu.parse_source_csv(t) for v, t in (sources or {}).items()}
     return from_reports(op, {v: ncu.parse_csv(t) for v, t in texts.items()}, shape, dtype, direction,
                         sources=parsed, **kw)
 
 
 def ceilings(spec, dtype: str) -> tuple[float | None, float | None, list[str]]:
-    """(copy GB/s, GEMM TFLOP/s or None, notes): the device's measured ceilings, cached per GPU
-    (ceilings.copy_bandwidth_gbps, ceilings.matmul_ceiling_tflops: what wb.bench uses); the GEMM one
-    only for an op declared compute_bound."""
+    """(copy GB/s, GEMM TFLOP/s or None, notes): the device's measured ceilings as wb.bench uses
+    them; the GEMM one only for an op declared compute_bound."""
     try:
         import torch
 
@@ -126,14 +119,11 @@ def ceilings(spec, dtype: str) -> tuple[float | None, float | None, list[str]]:
 
 def profile(op: str, variant, shape=None, dtype: str = "float32", direction: str = "fwd", *,
             timeout_s: float = TIMEOUT_S, keep_csv=None, lines: bool = True) -> Profile:
-    """Nsight Compute on one `direction` call of the variant (a name, a Kernel, or a list of them to
-    compare side by side) at `shape` (default: default_shape) and `dtype`; see the module. Returns
-    a Profile. keep_csv: a folder to keep ncu's raw CSV in (profile_<op>_<variant>_<direction>.csv,
-    and its source page beside it). lines: the source lines with the most warp stalls per kernel;
-    for them the runner's build of each C++ variant is made (once, cached) with nvcc -lineinfo,
-    which leaves the machine code as it is and adds the line table.
-    Raises ncu.NcuUnavailable (ncu missing, or no access to the counters: the message says how to go
-    on without) and ncu.NcuTimeout (the run took longer than timeout_s)."""
+    """Nsight Compute on one `direction` call of the variant (a name, a Kernel, or a list of them
+    side by side) at `shape` (default: default_shape); see the module. Returns a Profile.
+    keep_csv: a folder for ncu's raw CSV (profile_<op>_<variant>_<direction>.csv). lines: the hot
+    source lines, for which the runner's build is made with nvcc -lineinfo (same machine code).
+    Raises ncu.NcuUnavailable (saying how to go on without) and ncu.NcuTimeout."""
     from ...run import byo, loader
     from ...ship import ndarray_build
 
@@ -184,14 +174,11 @@ def profile(op: str, variant, shape=None, dtype: str = "float32", direction: str
             notes.append(f"{k.name}: ncu's source page has no sampled CUDA lines (no line info in this build?)")
     copy, gemm, why = ceilings(spec, dtype)
     return from_reports(op, reports, shape, dtype, direction, copy_GBps=copy, gemm_TFLOPs=gemm, notes=notes + why,
-                        checks=checks,
-                        sources=sources)
+                        checks=checks, sources=sources)
 
 
 def prebuild(op: str, variant, lines: bool = True) -> None:
-    """The builds profile() makes of `variant` (a name, a Kernel, a callable), made now: its build
-    here, the runner, and the runner's build of it (with -lineinfo where `lines`). A profile timed
-    after this times no build."""
+    """The builds profile() makes of `variant` (its own, the runner and the runner's), made now."""
     from ...judge.start import isolated, runner_executable
     from ...run import byo, loader
 
@@ -212,13 +199,9 @@ def command(op: str, variants, shape, dtype: str, direction: str = "fwd", source
 
 def roofline(ops, variants="all", shape=None, dtype: str = "float32", direction: str = "fwd", *, rows=None,
              path=None, budget_s: float = 0.3):
-    """The roofline of every variant of `ops` (an op or a list) from timing alone, no profiler:
-    each variant placed by arithmetic intensity (declared FLOPs per declared byte) and achieved
-    FLOP/s, under the measured copy and GEMM ceilings (roofline.figure). rows: benchmark rows (a
-    list, or a JSONL path such as results/bench.jsonl) to draw instead of timing now; otherwise each
-    op is timed (wb.bench, no baselines) at `shape` (one op; default and for several ops:
-    default_shape), every variant of one op (or `variants`), every variant of several. Returns the
-    Figure; path: also a PNG there."""
+    """The roofline of every variant of `ops` (an op or a list) from timing alone (roofline.figure;
+    also a PNG at `path`). rows: benchmark rows (a list or a JSONL path) to draw instead of timing
+    each op now (wb.bench, no baselines, at `shape` for one op, default_shape for several)."""
     from ...measure import bench_rows
 
     ops = [ops] if isinstance(ops, str) else list(ops)

@@ -98,27 +98,15 @@ def short_name(name: str) -> str:
     demangled name), or for a mangled one."""
     from ..ptxas import kernel_label
 
-    name = kernel_label(str(name)).strip()
-    name = re.sub(r"^void\s+", "", name)
-    depth, cut = 0, len(name)
-    for i, ch in enumerate(name):  # the argument list: the first '(' outside template brackets
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif ch == "(" and depth == 0 and i > 0:
-            cut = i
-            break
-    name = name[:cut]
+    name = re.sub(r"^void\s+", "", kernel_label(str(name)).strip())
     depth, start = 0, 0
-    for i, ch in enumerate(name):  # namespaces: the last '::' outside template brackets
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif depth == 0 and name[i:i + 2] == "::":
+    for i, ch in enumerate(name):  # outside template brackets: the last '::' before the first '('
+        depth += (ch == "<") - (ch == ">")
+        if depth == 0 and ch == "(" and i > 0:
+            return name[start:i] or name[:i]
+        if depth == 0 and name.startswith("::", i):
             start = i + 2
-    return name[start:] or str(name)
+    return name[start:] or name
 
 
 def kernel_metrics(row: dict) -> dict:

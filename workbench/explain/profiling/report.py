@@ -158,9 +158,6 @@ class Profile:
         return out
 
     # -- the table
-    def _columns(self) -> list[tuple[str, str, KernelProfile | None]]:
-        return [(k.variant, k.name, k) for k in self.kernels]
-
     def _rows(self) -> list[tuple[str, list, str]]:
         """(label, one value per kernel, format) for every row of the table."""
         ks = self.kernels
@@ -168,22 +165,23 @@ class Profile:
         def col(fn):
             return [fn(k) for k in ks]
 
-        def per_s(k, total):
-            return total / k.seconds if total and k.seconds else None
+        def rate(work: str, unit: float, ceiling: float = 0.0):  # the kernel's declared work per second
+            def one(k):
+                v = getattr(k, work) / k.seconds / unit if getattr(k, work) and k.seconds else None
+                return (100 * v / ceiling if ceiling else v) if v else None
+            return col(one)
 
         rows = [("output at this shape", col(lambda k: {"ok": "ok", "wrong": "WRONG"}.get(self.checked(k.variant),
                                                                                           "not checked")), "s"),
                 ("duration (us)", col(lambda k: (k.metrics.get("duration_ns") or 0) / 1e3 or None), ".1f")]
         if self.nbytes:
-            rows.append(("GB/s (declared bytes)", col(lambda k: (per_s(k, k.nbytes) or 0) / 1e9 or None), ".0f"))
+            rows.append(("GB/s (declared bytes)", rate("nbytes", 1e9), ".0f"))
             if self.copy_GBps:
-                rows.append(("% of copy ceiling", col(lambda k: 100 * (per_s(k, k.nbytes) or 0) / 1e9 / self.copy_GBps
-                                                       or None), ".0f"))
+                rows.append(("% of copy ceiling", rate("nbytes", 1e9, self.copy_GBps), ".0f"))
         if self.flops and (self.compute_bound or self.gemm_TFLOPs):
-            rows.append(("TFLOP/s (declared FLOPs)", col(lambda k: (per_s(k, k.flops) or 0) / 1e12 or None), ".2f"))
+            rows.append(("TFLOP/s (declared FLOPs)", rate("flops", 1e12), ".2f"))
             if self.gemm_TFLOPs:
-                rows.append(("% of GEMM ceiling", col(lambda k: 100 * (per_s(k, k.flops) or 0) / 1e12 / self.gemm_TFLOPs
-                                                       or None), ".0f"))
+                rows.append(("% of GEMM ceiling", rate("flops", 1e12, self.gemm_TFLOPs), ".0f"))
         g = lambda key: col(lambda k: k.metrics.get(key))  # noqa: E731
         rows += [
             ("DRAM throughput (% of peak)", g("dram_pct"), ".0f"),
@@ -214,8 +212,17 @@ class Profile:
         ]
         return rows
 
-    def _ratio_column(self) -> bool:
-        return len(self.variants) == 2 and all(len(self.of(v)) == 1 for v in self.variants)
+    def _grid(self) -> tuple[list[tuple[str, str]], list[tuple[str, list[str]]]]:
+        """The table's column heads (variant, kernel) and its rows (label, cells), with a ratio
+        column (the second over the first) for two variants of one kernel each."""
+        rows = self._rows()
+        heads = [(k.variant, k.name) for k in self.kernels]
+        grid = [(label, [_fmt(x, f) for x in vals]) for label, vals, f in rows]
+        if len(self.variants) == 2 and all(len(self.of(v)) == 1 for v in self.variants):
+            heads.append((f"{self.variants[1]}/{self.variants[0]}", "ratio"))
+            for (_, cells), (_, vals, f) in zip(grid, rows):
+                cells.append(_ratio(vals, f))
+        return heads, grid
 
     def header(self) -> str:
         ceil = []
@@ -232,24 +239,17 @@ class Profile:
                 f"(Nsight Compute)" + (f"; {', '.join(work)}" if work else "") + (f"; {', '.join(ceil)}" if ceil else ""))
 
     def table(self) -> str:
-        """The metrics (rows) of every kernel (columns), a ratio column for two one-kernel variants,
-        then a verdict per kernel, the comparison and the notes."""
-        rows = self._rows()
-        ratio = self._ratio_column()
-        heads = [(v, n) for v, n, _ in self._columns()]
-        cells = [[_fmt(x, f) for x in vals] for _, vals, f in rows]
-        if ratio:
-            heads.append((f"{self.variants[1]}/{self.variants[0]}", "ratio"))
-            for c, (_, vals, f) in zip(cells, rows):
-                c.append(_ratio(vals, f))
-        lw = max(len(label) for label, _, _ in rows)
-        widths = [max(len(h[0]), len(h[1]), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
+        """The metrics (rows) of every kernel (columns), then a verdict per kernel, its hot source
+        lines, the comparison and the notes."""
+        heads, grid = self._grid()
+        lw = max(len(label) for label, _ in grid)
+        widths = [max(len(h[0]), len(h[1]), *(len(c[i]) for _, c in grid)) for i, h in enumerate(heads)]
         lines = [self.header(), *self._wrong_lines(), ""]
         lines.append(" " * lw + "  " + "  ".join(h[0].rjust(w) for h, w in zip(heads, widths)))
         lines.append(" " * lw + "  " + "  ".join(h[1].rjust(w) for h, w in zip(heads, widths)))
         lines.append("-" * len(lines[-1]))
-        for (label, _, _), c in zip(rows, cells):
-            lines.append(label.ljust(lw) + "  " + "  ".join(x.rjust(w) for x, w in zip(c, widths)))
+        for label, cells in grid:
+            lines.append(label.ljust(lw) + "  " + "  ".join(x.rjust(w) for x, w in zip(cells, widths)))
         lines.append("")
         lines += [f"verdict {k.variant}/{k.name}: {k.verdict.line}" for k in self.kernels if k.verdict]
         for k in self.kernels:
@@ -264,18 +264,12 @@ class Profile:
         return self.table()
 
     def _repr_html_(self) -> str:
-        rows = self._rows()
-        ratio = self._ratio_column()
         e = html.escape
-        head = "".join(f"<th>{e(v)}<br><code>{e(n)}</code></th>" for v, n, _ in self._columns())
-        if ratio:
-            head += f"<th>{e(self.variants[1])}/{e(self.variants[0])}</th>"
-        body = []
-        for label, vals, f in rows:
-            tds = "".join(f"<td style='text-align:right'>{e(_fmt(x, f))}</td>" for x in vals)
-            if ratio:
-                tds += f"<td style='text-align:right'>{_ratio(vals, f)}</td>"
-            body.append(f"<tr><th style='text-align:left'>{e(label)}</th>{tds}</tr>")
+        heads, grid = self._grid()
+        head = "".join(f"<th>{e(v)}<br><code>{e(n)}</code></th>" for v, n in heads)
+        body = "".join(f"<tr><th style='text-align:left'>{e(label)}</th>"
+                       + "".join(f"<td style='text-align:right'>{e(c)}</td>" for c in cells) + "</tr>"
+                       for label, cells in grid)
         verdicts = "".join(f"<li><b>{e(k.variant)}/{e(k.name)}</b>: {e(k.verdict.summary)}. <i>Try:</i> "
                            f"{e(k.verdict.advice)}</li>" for k in self.kernels if k.verdict)
         hot = "".join(f"<p><b>hot source lines {e(k.variant)}/{e(k.name)}</b>:<br>"
@@ -283,7 +277,7 @@ class Profile:
                       for k in self.kernels if k.lines)
         extra = hot + "".join(f"<p>{e(c)}</p>" for c in self.compare()) + "".join(f"<p><i>note: {e(n)}</i></p>" for n in self.notes)
         wrong = "".join(f"<p style='color:#b00020'><b>{e(w)}</b></p>" for w in self._wrong_lines())
-        return (f"<p>{e(self.header())}</p>{wrong}<table><thead><tr><th></th>{head}</tr></thead><tbody>{''.join(body)}"
+        return (f"<p>{e(self.header())}</p>{wrong}<table><thead><tr><th></th>{head}</tr></thead><tbody>{body}"
                 f"</tbody></table><ul>{verdicts}</ul>{extra}")
 
     # -- the roofline

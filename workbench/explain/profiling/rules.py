@@ -13,13 +13,8 @@ FLOPs) is, first rule that holds:
                     copy rate, cached per GPU, as wb.bench uses), or DRAM >= 60% of peak
     latency-bound   none of these: a grid under one wave, occupancy under 50% possible (with its
                     limiter: registers, shared memory, block size), or warps stalled (top 3 reasons)
-each with what to try next.
-
-The profiled call is checked at its shape first (ncu.profiled_call, verify.check_kernel_at: fresh inputs,
-outputs poisoned, the float64 reference or eager where that does not fit), and the profiled call's
-own output on inputs drawn after the warm-up; the table's first row says "ok", "WRONG" or "not
-checked". A variant whose output is wrong is named above the table, its kernels' verdict is "wrong"
-(no performance verdict for a call that computed the wrong thing), and the CLI exits 1.
+each with what to try next. A kernel whose profiled call computed the wrong output (ncu.profiled_call's
+check) gets the verdict "wrong" instead (wrong_verdict): no performance verdict.
 """
 from __future__ import annotations
 
@@ -80,10 +75,9 @@ def _sectors(m: dict, op: str) -> float | None:
 
 
 def access_findings(m: dict) -> list[dict]:
-    """The global loads and the global stores of one kernel, each weighed by the traffic it carries:
-    its sector efficiency, its share of the kernel's global sectors (loads + stores; None where
-    a count is missing), the sector bytes it wastes, and whether it is material (a share of at least
-    MATERIAL_SHARE, or an unknown share). An access kind with no requests is left out."""
+    """The global loads and stores of one kernel (those with requests), each with its sector
+    efficiency, its share of the kernel's global sectors (None where a count is missing), the sector
+    bytes it wastes, and whether it is material (a share of at least MATERIAL_SHARE, or unknown)."""
     sectors = {op: _sectors(m, op) for op in ("ld", "st")}
     known = all(v is not None for v in sectors.values())
     total = sum(sectors.values()) if known else None
@@ -102,10 +96,8 @@ def access_findings(m: dict) -> list[dict]:
 
 def verdict(m: dict, *, nbytes: float | None = None, flops: float | None = None, copy_GBps: float | None = None,
             gemm_TFLOPs: float | None = None, compute_bound: bool = False) -> Verdict:
-    """The verdict for one kernel (rules in the module's docstring). m: its metrics by short name
-    (kernel_metrics(); a key may be missing or None); nbytes, flops: the share of the op's declared
-    bytes and FLOPs this kernel does; copy_GBps: the device's copy ceiling; gemm_TFLOPs: cuBLAS's
-    rate for the dtype (compute_bound ops)."""
+    """The verdict for one kernel (the module's rules). m: kernel_metrics() (a key may be missing or
+    None); nbytes, flops: this kernel's share of the op's declared work; gemm_TFLOPs: cuBLAS's rate."""
     g = m.get
     dur_s = (g("duration_ns") or 0) * 1e-9
     gbps = nbytes / dur_s / 1e9 if nbytes and dur_s > 0 else None
@@ -235,8 +227,7 @@ def verdict(m: dict, *, nbytes: float | None = None, flops: float | None = None,
 
 
 def wrong_verdict(op: str, variant: str, shape, dtype: str, check: dict) -> Verdict:
-    """The verdict of a kernel whose call computed the wrong thing at the profiled shape: that, and
-    no performance verdict (its counters may describe work skipped or an answer replayed)."""
+    """A wrong call's verdict: no performance verdict (its counters may describe work skipped)."""
     size = "x".join(map(str, shape))
     return Verdict("wrong", f"WRONG OUTPUT at the profiled shape ({size} {dtype}): "
                             f"{check.get('verify_detail') or 'the output differs from the trusted result'}; "
