@@ -316,8 +316,3 @@ def package_files(op: str, spec, names: list[str], package: str, namespace: str)
         example=f"y = {package}.{op}({call})              # tensors {', '.join(t.name for t in spec.inputs)}: "
                 f"{', '.join(f'{t.name} [{t.dims}]' for t in spec.inputs)}")
     return files
-
-
-# ---------------------------------------------------------------- writing
-
-
