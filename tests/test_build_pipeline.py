@@ -35,12 +35,12 @@ def test_the_arch_list_is_written_once():
 
 
 def test_every_consumer_takes_the_one_arch_list(monkeypatch):
-    from workbench.ship import export_files, ndarray
+    from workbench.ship import package_contents, ndarray
 
     monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
     assert toolchain.arch_list(capabilities=lambda: []) == toolchain.JIT_FALLBACK == "8.0;9.0"
     assert toolchain.arch_list(capabilities=lambda: [(9, 0), (8, 0), (9, 0)]) == "8.0;9.0"
-    assert toolchain.arch_list(shipped=True) == toolchain.SHIPPED == export_files.ARCH_LIST == "8.0;9.0+PTX"
+    assert toolchain.arch_list(shipped=True) == toolchain.SHIPPED == package_contents.ARCH_LIST == "8.0;9.0+PTX"
     monkeypatch.setattr(ndarray, "devices", lambda: [{"capability": [8, 6]}])
     assert ndarray.arch_list() == "8.6"          # the NumPy front end asks its own module, not torch
     monkeypatch.setattr(ndarray, "devices", lambda: [])

@@ -147,12 +147,12 @@ def test_the_package_runs_the_harness_autograd_in_cpp(wb, tmp_path):
     """Issue 26, item 2: the package's Autograd key is the workbench's C++ kernel (op_autograd.cpp,
     copied as call_check is; op.cpp names the package's namespace for it) registered by op.cpp; its
     __init__ registers no Python autograd formula, only <op>_backward_backward (create_graph=True)."""
-    from workbench.ship import export_files
+    from workbench.ship import package_contents
 
     out = wb.export("bias_gelu", "cpu", tmp_path / "pkg", namespace="my_ops")
     harness = (config.BINDINGS_DIR / "harness" / "op_autograd.cpp").read_text()
     copied = (out / "csrc/harness/op_autograd.cpp").read_text()
-    assert copied == export_files.autograd_source() and copied.split("\n", 1)[1] == harness  # the file as it is
+    assert copied == package_contents.autograd_source() and copied.split("\n", 1)[1] == harness  # the file as it is
     op_cpp = (out / "csrc/harness/op.cpp").read_text()
     assert '#define WB_OPS_NAMESPACE "my_ops"' in op_cpp                 # its nodes call the package's ops
     assert op_cpp.index('#define WB_OPS_NAMESPACE') < op_cpp.index('#include "op_autograd.cpp"')

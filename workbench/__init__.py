@@ -42,23 +42,19 @@ def __getattr__(name: str):
     return getattr(value, attr) if attr else value
 
 
-_STYLES = ("workbench", "extension")
-
-
 def _style(style: str, what: str) -> bool:
     """Whether `style` asks for a torch extension written the course's way (run/byo.py)."""
-    if style not in _STYLES:
-        raise ValueError(f"{what}: style must be one of {list(_STYLES)}; got {style!r}")
+    if style not in ("workbench", "extension"):
+        raise ValueError(f"{what}: style must be one of ['workbench', 'extension']; got {style!r}")
     return style == "extension"
 
 
 def load_source(op: str, path, name: str | None = None, *, python: bool = True, options=None,
                 style: str = "workbench", **extension):
-    """Build and load a variant of `op` from a source file anywhere; `name` defaults to the file's
-    stem (loader.load_source; options: build.BuildOptions, line info say). style="extension": a torch extension written the course's way
-    (torch/extension.h; PYBIND11_MODULE or TORCH_LIBRARY exporting forward and backward; `path` may be
-    a list of files: [binding.cpp, kernels.cu]), served as a variant (byo.load_extension;
-    `extension`: its dtypes, device, forward, backward, out)."""
+    """Build and load a variant of `op` from a source file anywhere (loader.load_source; `name`
+    defaults to the file's stem). style="extension": a torch extension written the course's way,
+    `path` maybe a list of files, served as a variant (byo.load_extension; `extension`: its dtypes,
+    device, forward, backward, out)."""
     if _style(style, "load_source"):
         from .run.byo import load_extension
 
@@ -87,8 +83,7 @@ def _no_extension_arguments(what: str, extension: dict) -> None:
 
 
 def load_ipython_extension(ipython) -> None:
-    """`%load_ext workbench`: register the %%workbench cell magic. IPython is imported only here,
-    so `import workbench` never needs it."""
+    """`%load_ext workbench`: register the %%workbench cell magic (IPython is imported only here)."""
     from .run.magic import load_ipython_extension as load
 
     load(ipython)

@@ -1,17 +1,12 @@
-"""Where the workbench's own processes (`python -m workbench ...`, the Python runner
-judge/python_runner.py, the exercise checker's child) keep Python bytecode when the environment turned
-its cache off.
-
-Where PYTHONDONTWRITEBYTECODE is set (as on the lent H100 image, whose torch ships without .pyc
-files), every process recompiles torch's sources at import: 5 s for `import torch` there, 12 s with
-the modules a check needs. These processes keep their bytecode in a private folder of their own
-(config.pycache_dir(): created 0700, used only while it is this user's and nobody else can write
-it; never the build cache, which a typo in WORKBENCH_CACHE can point at a shared folder: Python
-runs any .pyc it finds there). site-packages is not touched; WORKBENCH_PYCACHE=0 leaves the
-setting alone. Imports nothing but config, so that an entry point calls it before torch.
+"""Where the workbench's own processes (the CLI, the Python runner, the exercise checker's child)
+keep Python bytecode when PYTHONDONTWRITEBYTECODE turned it off: otherwise each recompiles torch's
+sources at import (5 s for `import torch` on the H100 image). The folder is private
+(config.pycache_dir(); Python runs any .pyc it finds, so never a shared one); WORKBENCH_PYCACHE=0
+leaves the setting alone. Imports nothing but config: an entry point calls it before torch.
 """
 from __future__ import annotations
 
+import os
 import sys
 
 from . import config
@@ -20,7 +15,7 @@ from . import config
 def use_private_cache() -> None:
     """Turn bytecode caching back on, into config.pycache_dir(), where the environment turned it
     off and that folder is private; otherwise say why not (unless WORKBENCH_QUIET)."""
-    if not (sys.dont_write_bytecode and config.pycache_enabled()):
+    if not sys.dont_write_bytecode or os.environ.get("WORKBENCH_PYCACHE", "1") in ("", "0"):
         return
     pycache = config.pycache_dir()
     try:

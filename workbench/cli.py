@@ -49,8 +49,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_build(args) -> int:
-    """Every variant asked for is tried: one that fails to build is reported (its error on stderr)
-    and the others still build; the exit status is 1 where any failed."""
+    """Every variant asked for is tried; one that fails is reported and the exit status is 1."""
     from .explain.sass_diff import cli_report as sass_diff
     from .run import loader
 
@@ -72,8 +71,7 @@ def cmd_build(args) -> int:
 
 
 def _build_only(op: str, name: str, compiler: str, arch: str | None) -> list[str]:
-    """Build one variant with the tier asked for, loading nothing (no GPU needed); print its build time.
-    Returns [name] where it failed."""
+    """Build one variant with the tier asked for, loading nothing (no GPU needed); [name] if it failed."""
     import time
 
     from .build import BuildOptions, build_variant
@@ -108,8 +106,7 @@ def _as_variant(op: str, name: str):
 
 
 def _run_reports(args, fn) -> int:
-    """Each variant's report; a variant whose check raised (a build error, a kernel call the check
-    could not turn into a failed case) is a failure with its message, and the others still run."""
+    """Each variant's report; one whose check raised is a failure with its message, the others still run."""
     from .build import toolchain
     from .model import registry
 
@@ -137,15 +134,13 @@ def _run_reports(args, fn) -> int:
 
 
 def cmd_check(args) -> int:
+    if args.command == "gradcheck":
+        from .measure.gradients import gradcheck
+
+        return _run_reports(args, lambda a, name: gradcheck(a.op, name, seed=a.seed))
     from .measure.correctness import check
 
     return _run_reports(args, lambda a, name: check(a.op, name, dtypes=a.dtypes or None, seed=a.seed))
-
-
-def cmd_gradcheck(args) -> int:
-    from .measure.gradients import gradcheck
-
-    return _run_reports(args, lambda a, name: gradcheck(a.op, name, seed=a.seed))
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -310,8 +305,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--sass-diff", action="store_true", help="with --compiler nvrtc: each kernel's SASS, NVRTC's vs nvcc's, for one arch (--arch)")
     s.set_defaults(fn=cmd_build)
 
-    for name, fn, helptext in (("check", cmd_check, "correctness matrix against the float64 reference"),
-                               ("gradcheck", cmd_gradcheck, "gradcheck in float64, or gradients vs the reference")):
+    for name, helptext in (("check", "correctness matrix against the float64 reference"),
+                           ("gradcheck", "gradcheck in float64, or gradients vs the reference")):
         s = sub.add_parser(name, help=helptext)
         s.add_argument("op")
         s.add_argument("variants", nargs="*", help="default: every variant this machine can run; a path to a "
@@ -321,7 +316,7 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--seed", type=int)
         s.add_argument("--verbose", "-v", action="store_true", help="print every case")
         s.add_argument("--json", action="store_true", help="also print a JSON summary")
-        s.set_defaults(fn=fn)
+        s.set_defaults(fn=cmd_check)
 
     s = sub.add_parser("bench", help="time variants against eager and torch.compile")
     s.add_argument("op")

@@ -28,16 +28,14 @@ RESULTS_DIR = (pathlib.Path(os.environ.get("WORKBENCH_RESULTS") or "results").re
 
 
 def output_dir() -> pathlib.Path:
-    """Where a run writes its benchmark rows and plots unless told where: $WORKBENCH_RESULTS, else
-    ./workbench-results in the current folder; never the checkout's committed results/ unless a
-    path says so. Read on every call (a notebook may change folder)."""
+    """Where a run writes its rows and plots unless told: $WORKBENCH_RESULTS, else ./workbench-results
+    (never the checkout's committed results/). Read on every call: a notebook may change folder."""
     return pathlib.Path(os.environ.get("WORKBENCH_RESULTS") or "workbench-results").resolve()
 
 
 def cache_dir() -> pathlib.Path:
     """The build cache: $WORKBENCH_CACHE, else ~/.cache/workbench, created 0700 where missing (what
-    is trusted in it: cache.py). Read on every call so that a test or a notebook can point it
-    elsewhere without re-importing."""
+    is trusted in it: cache.py). Read on every call: a test or a notebook may point it elsewhere."""
     env = os.environ.get("WORKBENCH_CACHE")
     root = pathlib.Path(env).expanduser() if env else pathlib.Path.home() / ".cache" / "workbench"
     if not os.path.lexists(root):  # created private (0700), whoever asks first; cache.root() checks it
@@ -50,12 +48,10 @@ def cache_dir() -> pathlib.Path:
 
 
 def private_dir_problem(path: pathlib.Path) -> str | None:
-    """Why `path` (an existing folder) is not private to this user, else None: it must be a folder
-    owned by this user that neither group nor others may write, inside folders that nobody but this
-    user or root could rename it out of (owned by root or this user, and not writable by others
-    unless sticky, as /tmp; a group-writable folder above it is accepted: with a umask of 002 that
-    group is usually the user's own). What a shared folder holds is someone else's to change: a build or
-    bytecode planted there would run in this process."""
+    """Why `path` (an existing folder) is not private to this user, else None: a build or bytecode
+    planted in a shared folder would run in this process. It must be this user's, written by no
+    group or others, inside folders only this user or root could rename it out of (a
+    group-writable one above is accepted: with umask 002 that group is usually the user's own)."""
     import pwd
     import stat
 
@@ -91,9 +87,7 @@ def private_dir_problem(path: pathlib.Path) -> str | None:
 
 
 def pycache_dir() -> pathlib.Path:
-    """Where `python -m workbench` keeps Python bytecode when the environment turned it off: a
-    private folder of its own, never inside the build cache ($XDG_CACHE_HOME, else ~/.cache,
-    /workbench-pycache)."""
+    """Where bytecode goes when the environment turned it off (bytecode.py): never the build cache."""
     base = os.environ.get("XDG_CACHE_HOME") or str(pathlib.Path.home() / ".cache")
     return pathlib.Path(base).expanduser() / "workbench-pycache"
 
@@ -105,12 +99,6 @@ def quiet() -> bool:
 
 def lock_timeout_s() -> float:
     return float(os.environ.get("WORKBENCH_LOCK_TIMEOUT", "900"))
-
-
-def pycache_enabled() -> bool:
-    """Whether `python -m workbench` may cache bytecode under the cache where the environment
-    disabled it (WORKBENCH_PYCACHE=0: no)."""
-    return os.environ.get("WORKBENCH_PYCACHE", "1") not in ("", "0")
 
 
 def prebuilt_mode() -> str:

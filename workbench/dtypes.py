@@ -1,8 +1,5 @@
-"""The one dtype vocabulary: names, torch dtypes, the C masks variants declare, check tolerances.
-
-torch is imported only inside the functions that need it, so the CLI's argument parsing and the
-static variant listing stay cheap.
-"""
+"""The one dtype vocabulary: names, torch dtypes, the C masks variants declare, check tolerances
+(torch imported only where needed: the CLI's parsing and the static variant listing stay cheap)."""
 from __future__ import annotations
 
 NAMES = ("float32", "float64", "float16", "bfloat16")
@@ -30,13 +27,9 @@ def to_torch(name: str):
     """torch.float32 for "float32" (or a torch dtype, returned as it is); ValueError otherwise."""
     import torch
 
-    if isinstance(name, torch.dtype):
-        if name_of(name) not in NAMES:
-            raise ValueError(f"dtype must be one of {list(NAMES)}; got {name}")
-        return name
-    if name not in NAMES:
+    if name_of(name) not in NAMES:
         raise ValueError(f"dtype must be one of {list(NAMES)}; got {name!r}")
-    return getattr(torch, name)
+    return getattr(torch, name_of(name))
 
 
 def name_of(dtype) -> str:

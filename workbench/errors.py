@@ -10,12 +10,9 @@ class WorkbenchError(RuntimeError):
 
 
 class BuildError(WorkbenchError):
-    """A variant or the harness failed to compile or link.
-
-    Attributes: `file` and `line` of the first compiler error, `first_error` (its text and the
-    lines after it), `log_path` (the full build log), `label` ("op/variant"), and `last_good`
-    (a description of the build of that variant that is still loaded or cached, if any).
-    """
+    """A variant or the harness failed to compile or link: `file` and `line` of the first compiler
+    error, `first_error` (its text and the lines after), `log_path` (the full log), `label`
+    ("op/variant"), `last_good` (the build of that variant still loaded or cached, if any)."""
 
     def __init__(self, label: str, file: str | None, line: int | None, first_error: str,
                  log_path: pathlib.Path, last_good: str | None = None):
@@ -28,8 +25,7 @@ class BuildError(WorkbenchError):
         super().__init__(msg)
 
     def _render_traceback_(self) -> list[str]:
-        """What IPython/Jupyter prints for this exception: the compiler's message and where to look,
-        without the loader's stack frames, which say nothing about the user's kernel."""
+        """What IPython prints: the compiler's message, without the loader's stack frames."""
         return [f"BuildError: {line}" if i == 0 else line for i, line in enumerate(str(self).splitlines())]
 
 
@@ -38,11 +34,9 @@ class LockTimeout(WorkbenchError):
 
 
 class IsolatedRunError(WorkbenchError):
-    """A variant run out of this process (isolate=True, wb.profile, sanitize: a runner, workbench/judge)
-    could not be: the process running it did not start, died (a signal, an exit), lost its CUDA
-    context or ran out of time. The caller's process, its CUDA context and its tensors are
-    untouched. `returncode` (None where the process did not end by itself) and `output` (its last
-    lines) say how."""
+    """A variant run out of this process (isolate=True, wb.profile, sanitize) could not be: its
+    process did not start, died, lost its CUDA context or ran out of time; the caller's is untouched.
+    `returncode` (None where the process did not end by itself) and `output` (its last lines) say how."""
 
     def __init__(self, what: str, returncode: int | None, output: str, full_output: str = "", *, before: str = ""):
         self.returncode, self.output, self.full_output = returncode, output, full_output or output

@@ -1,10 +1,6 @@
-// The call contract for torch tensors: what every torch front end checks before it looks at a
-// variant, and the run of a checked call. The contract itself (the order, the words, the shape
-// binding, the empty-tensor guard, the launch) is call_contract.h's, torch-free, which the NumPy
-// module runs too; this file reads at::Tensors for it and allocates the outputs. The workbench's
-// harness (op_kernel.cpp) and an exported package's (workbench/ship/export_templates/harness.cpp,
-// which gets a copy of these files) run it; the Python twin is workbench/model/shapes.py's
-// check_call (the fakes, an exported __init__), and a test holds the words equal.
+// call_contract.h's call contract on torch tensors: this file reads at::Tensors for it and allocates
+// the outputs. Run by the workbench's harness (op_kernel.cpp) and an exported package's
+// (workbench/ship/export_templates/harness.cpp, which gets a copy of these files).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -31,24 +27,15 @@ struct CallArg {
 std::vector<CallArg> call_args(const OpDecl& d, int step, const std::vector<at::Tensor>& tensors,
                                size_t* first_input);
 
-// Checks a call (call_contract.h's check: each tensor given, on the first input's device, of its
-// dtype, that dtype one the kernels take, at most WB_MAX_DIMS dims, shapes fitting the
-// declaration's dims patterns, then the attributes' bounds); `prefix` starts every message
-// ("workbench::bias_gelu: "); attrs in declaration order (float ones in .f, int and bool ones in
-// .i). Throws c10's ValueError,
-// TypeError or Error (a device); returns the binder, which gives the outputs' shapes.
+// call_contract.h's check on torch tensors; `prefix` starts every message ("workbench::bias_gelu: ").
+// Throws c10's ValueError, TypeError or Error (a device); the binder gives the outputs' shapes.
 ShapeBinder check_call(const std::string& prefix, const OpDecl& d, const std::vector<CallArg>& args,
                        size_t first_input, const std::vector<WbAttr>& attrs);
 
-// The run of a call that passed check_call: the one contract of every torch front end (the
-// workbench's harness, an exported package's). The outputs are allocated on the first input's
-// device (forward: the declared shapes; backward: a gradient per differentiable input, of its
-// shape); where a tensor the step reads is empty, or every output is, nothing is launched (an
-// output that is not empty is then a sum over nothing: zeros); strided inputs become contiguous
-// copies (views with a storage offset stay: each variant handles their alignment); an input the
-// step does not read carries its shape alone; then the binding's workspace and the run. The
-// caller has made the tensors' device current (launch is for it). A failure throws
-// "<prefix>variant '<label>' <step> failed: <the variant's words> (status N)".
+// The run of a call that passed check_call (call_contract.h's order: the outputs allocated on the
+// first input's device, the empty-tensor guard, the workspace, the launch). Strided inputs become
+// contiguous copies; a view's storage offset stays (each variant handles its alignment). The
+// caller has made the tensors' device current.
 std::vector<at::Tensor> run_call(const OpDecl& d, int step, const std::vector<CallArg>& args, size_t first_input,
                                  const ShapeBinder& binder, const std::vector<WbAttr>& attrs,
                                  const WbOpBinding& binding, const WbVariantInfo& variant, const WbLaunch& launch,

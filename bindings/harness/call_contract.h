@@ -1,12 +1,10 @@
 // The call contract of every front end, torch-free: the tensors in schema order, the call check
 // (each tensor given, on the first input's device, of its dtype, that dtype one the kernels take,
-// at most WB_MAX_DIMS dims, shapes fitting the declaration's dims patterns, then the attributes'
-// bounds), the outputs' shapes, the empty-tensor guard, and the run through the binding with its
-// status checked. One copy, in one order and with the same words, for the torch harness
-// (call_check.cpp: check_call, run_call), an exported package's harness (which gets copies of
-// these files) and the NumPy module (bindings/ndarray/ndarray_module.cpp, which links no torch).
-// The Python twin of the check is workbench/model/shapes.py's check_call (the fake
-// implementations); a test holds the words equal.
+// at most WB_MAX_DIMS dims, shapes fitting the dims patterns, then the attributes' bounds), the
+// outputs' shapes, the empty-tensor guard, and the run with its status checked. One copy, one order,
+// the same words for the torch harness (call_check.cpp), an exported package's harness and the
+// NumPy module (bindings/ndarray/ndarray_module.cpp); the Python twin of the check is
+// workbench/model/shapes.py's check_call, and a test holds the words equal.
 //
 // A front end F tells the contract how to read its arguments. F::Arg is an aggregate
 // {std::string name; <the front end's tensor> item; const DimPattern* dims; bool read;} (read:
@@ -70,7 +68,8 @@ std::vector<typename F::Arg> schema_args(const OpDecl& d, int step, const std::v
                                          size_t* first_input) {
   const size_t expected = d.inputs.size() + (step == WB_STEP_BACKWARD ? d.outputs.size() : 0);
   if (items.size() != expected)
-    F::fail(CallFault::Runtime, call_words(d.op, ": expected ", expected, " tensors; got ", items.size()));
+    F::fail(CallFault::Runtime,
+            call_words(d.fields.op, ": expected ", expected, " tensors; got ", items.size()));
   std::vector<typename F::Arg> args;
   args.reserve(expected);
   size_t k = 0;

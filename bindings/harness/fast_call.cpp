@@ -11,11 +11,8 @@
 // an active __torch_function__ mode, and torch.jit tracing (which records calls it sees through
 // torch.ops). torch.compile never calls it: the handle's __call__ takes the op overload there.
 //
-// What it saves is torch's Python-to-boxed entry (invokeOperatorFromPython: arguments parsed against
-// the schema, the result converted) and the handle's frames around it: with the rest, ~11,000 of
-// the ~25,000 instructions a forward+backward of vector_add cost beyond native a + b (callgrind,
-// 2-core machine). scripts/call_overhead.py there: k(a, b) 2.89 us at bdae8f9, 1.71 us at b78cb11
-// (a + b: 1.27 us); forward+backward 1.34x native, then 1.17x (results/cpu/<commit>/).
+// It saves torch's Python-to-boxed entry (invokeOperatorFromPython) and the handle's frames: on a
+// 2-core machine k(a, b) went from 2.89 to 1.71 us (a + b: 1.27 us; scripts/call_overhead.py).
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/Exceptions.h>

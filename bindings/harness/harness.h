@@ -14,15 +14,9 @@
 #include <c10/util/Exception.h>
 
 #include <cstdint>
-
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
-
-#ifdef WORKBENCH_WITH_CUDA
-#include <c10/cuda/CUDAGuard.h>
-#endif
 
 #include "call_check.h"  // the call check, dtype_name, wb_dtype, dtype_list
 #include "op_decl.h"
@@ -74,30 +68,11 @@ std::string double_backward_schema(const OpDecl& decl);
 void register_autograd_kernels(const OpDecl& decl, torch::Library& impls);
 
 // Whether a call of <op>_backward (`op`, its schema) on `tensors` is the one its node vouches for
-// (op_autograd.cpp): each tensor a saved input that passed the forward's call check, or a gradient
-// the node found of its forward output's shape, on the inputs' device and of their dtype. The step
-// kernel (op_kernel.cpp) then skips the call check, which would find what the forward's found; the
-// variant's own limits are still checked.
+// (op_autograd.cpp): saved inputs the forward checked, gradients of their outputs' shapes, dtype and
+// device. The step kernel then skips the call check; the variant's own limits are still checked.
 bool vouched_backward_call(const c10::FunctionSchema& op, const std::vector<at::Tensor>& tensors);
 
 // Launch context for tensors on t's device. Construct it after the device guard.
 WbLaunch launch_for(const at::Tensor& t);
-
-// Makes t's GPU the current device for the scope of a launch (CUDAGuard); nothing for CPU tensors.
-class DeviceScope {
- public:
-  explicit DeviceScope(const at::Tensor& t) {
-#ifdef WORKBENCH_WITH_CUDA
-    if (t.is_cuda()) guard_.emplace(t.device());
-#else
-    (void)t;
-#endif
-  }
-
- private:
-#ifdef WORKBENCH_WITH_CUDA
-  std::optional<c10::cuda::CUDAGuard> guard_;
-#endif
-};
 
 }  // namespace workbench

@@ -1,18 +1,14 @@
 // Autograd for every declared op, in C++ at the dispatcher's Autograd key: one boxed kernel for
 // <op> and one for <op>_backward, so that no Python runs per call.
 //
-// With no input requiring grad (or grad mode off) the kernel only redispatches below autograd:
-// that is the whole cost of a forward call here (a torch::autograd::Function kernel would build
-// its node, saved variables and edges every time). Otherwise it records one StepNode for the call:
+// With no input requiring grad (or grad mode off) the kernel only redispatches below autograd.
+// Otherwise it records one StepNode for the call:
 //   <op>:           saves the inputs; its apply calls <op>_backward(grads, inputs, attrs, variant)
-//                   through the dispatcher, so the same variant's backward runs and torch.compile
-//                   traces that op; it vouches for that call (harness.h, vouched_backward_call)
-//                   where every gradient has its forward output's shape and the inputs' dtype and
-//                   device, so the step kernel does not check again what the forward's check found;
+//                   through the dispatcher (the same variant's backward; torch.compile traces it)
+//                   and vouches for that call (harness.h, vouched_backward_call);
 //   <op>_backward:  saves the gradients and inputs; its apply calls
-//                   <op>_backward_backward(upstream, saved, attrs, variant), the backward's own
-//                   derivative, which the Python side implements from the spec
-//                   (workbench/run/torchops.py: spec.double_backward, else the eager math).
+//                   <op>_backward_backward(upstream, saved, attrs, variant), which the Python side
+//                   implements from the spec (workbench/run/torchops.py).
 // An output nobody used gets a zero gradient of its shape before <op>_backward sees it.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -232,11 +228,13 @@ c10::OperatorHandle handle_of(const std::string& name) {
 std::string double_backward_schema(const OpDecl& d) {
   std::string attrs;
   for (const auto& a : d.attrs) attrs += a.kind + " " + a.name + ", ";
-  return d.op + "_backward_backward(Tensor?[] upstream, Tensor[] saved, " + attrs + "str variant) -> Tensor[]";
+  return d.fields.op + "_backward_backward(Tensor?[] upstream, Tensor[] saved, " + attrs +
+         "str variant) -> Tensor[]";
 }
 
 void register_autograd_kernels(const OpDecl& d, torch::Library& impls) {
-  if (d.backward_schema.empty()) return;  // nothing differentiable: the dispatcher's default applies
+  const std::string& op = d.fields.op;
+  if (d.fields.backward_schema.empty()) return;  // nothing differentiable: the dispatcher's default applies
   const size_t n_in = d.inputs.size(), n_out = d.outputs.size(), n_tail = d.attrs.size() + 1;
   // <op>: an edge per input; the differentiable ones' gradients come back from <op>_backward in order.
   std::vector<int> forward_edges(n_in, -1);
@@ -244,12 +242,12 @@ void register_autograd_kernels(const OpDecl& d, torch::Library& impls) {
   // <op>_backward: an edge per gradient and per input, each answered by <op>_backward_backward.
   std::vector<int> backward_edges(n_out + n_in);
   for (size_t e = 0; e < backward_edges.size(); ++e) backward_edges[e] = static_cast<int>(e);
-  const std::string name = "Workbench" + camel(d.op);
-  impls.impl(d.op.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<AutogradKernel>(StepInfo{
-                               handle_of(d.op + "_backward"), name + "Backward", false, forward_edges, n_in, n_tail})));
-  impls.impl((d.op + "_backward").c_str(),
+  const std::string name = "Workbench" + camel(op);
+  impls.impl(op.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<AutogradKernel>(StepInfo{
+                               handle_of(op + "_backward"), name + "Backward", false, forward_edges, n_in, n_tail})));
+  impls.impl((op + "_backward").c_str(),
              torch::CppFunction::makeFromBoxedFunctor(std::make_unique<AutogradKernel>(
-                 StepInfo{handle_of(d.op + "_backward_backward"), name + "BackwardBackward", true, backward_edges,
+                 StepInfo{handle_of(op + "_backward_backward"), name + "BackwardBackward", true, backward_edges,
                           n_out + n_in, n_tail})));
 }
 

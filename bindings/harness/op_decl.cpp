@@ -11,17 +11,11 @@ namespace workbench {
 namespace {
 
 std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::string cur;
+  std::vector<std::string> out(1);
   for (char c : s) {
-    if (c == sep) {
-      out.push_back(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
+    if (c == sep) out.emplace_back();
+    else out.back() += c;
   }
-  out.push_back(cur);
   return out;
 }
 
@@ -87,10 +81,7 @@ OpDecl OpDecl::of(const OpFields& f) {
     bad_decl("needs op, schema, an input and an output", f.op);
   if (n_in + n_out > 8 || n_attr > 8) bad_decl("more than 8 tensors or attributes", f.op);
   OpDecl d;
-  d.op = f.op;
   d.fields = f;
-  d.forward_schema = f.forward_schema;
-  d.backward_schema = f.backward_schema;
   for (size_t i = 0; i < n_in; ++i) {
     if (f.differentiable[i]) d.differentiable.push_back(static_cast<int>(i));
     d.inputs.push_back(TensorDecl{f.inputs[i], DimPattern::parse(f.input_dims[i]), f.differentiable[i],
@@ -150,10 +141,6 @@ const ShapeBinder::Bound* ShapeBinder::find(const std::string& name) const {
   for (const Bound& b : bound_)
     if (b.name == name) return &b;
   return nullptr;
-}
-
-std::string ShapeBinder::bind(const std::string& arg, const DimPattern& p, const std::vector<int64_t>& shape) {
-  return bind(arg, p, shape.data(), shape.size());
 }
 
 std::string ShapeBinder::bind(const std::string& arg, const DimPattern& p, const int64_t* shape, size_t nd) {

@@ -57,9 +57,7 @@ struct OpFields {
 };
 
 struct OpDecl {
-  std::string op;
-  OpFields fields;                   // as received (to compare redefinitions)
-  std::string forward_schema, backward_schema;  // backward_schema empty: nothing differentiable
+  OpFields fields;                   // as received: op, schemas (and redefinitions compare them)
   std::vector<TensorDecl> inputs, outputs;
   std::vector<AttrDecl> attrs;
   std::vector<int> differentiable;   // indices into inputs
@@ -78,7 +76,6 @@ class ShapeBinder {
  public:
   // "" if `shape` fits `pattern` given what earlier tensors bound (and then binds its new names to
   // it), else the message: "bias must have shape [7] ([n] with n = 7 from x); got shape [6]".
-  std::string bind(const std::string& arg, const DimPattern& pattern, const std::vector<int64_t>& shape);
   std::string bind(const std::string& arg, const DimPattern& pattern, const int64_t* shape, size_t ndim);
   // The shape a pattern stands for once all its names are bound.
   std::vector<int64_t> shape_of(const DimPattern& pattern) const;

@@ -1,11 +1,9 @@
 // The one kernel behind every torch.ops.workbench.<op> and <op>_backward (at the CPU and CUDA keys;
-// their Autograd key is op_autograd.cpp's): it checks a call against the op's declaration,
-// allocates the outputs, and runs the variant through the op's binding.
-//
-// The call check (call_check.h: devices, dtypes, shapes, attributes) is the one the Python fake
-// implementations mirror (workbench/model/shapes.py), same order, same words. Then the variant's own
-// limits: its device, its dtypes, the op header it was built against, and whether it has this step.
+// their Autograd key is op_autograd.cpp's): it checks a call against the op's declaration
+// (call_check.h), then against the variant's own limits (its device, its dtypes, the op header it
+// was built against, whether it has this step), allocates the outputs, and runs the variant.
 #include <ATen/core/stack.h>
+#include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
 #include <mutex>
@@ -43,7 +41,7 @@ template <typename Resolve>
 std::vector<at::Tensor> run_step(const OpDecl& d, int step, const std::string& prefix,
                                  const std::vector<at::Tensor>& tensors, c10::ArrayRef<c10::IValue> attrs,
                                  bool vouched, Resolve&& resolve) {
-  const char* op = d.op.c_str();
+  const char* op = d.fields.op.c_str();
   size_t first_input = 0;
   const std::vector<CallArg> args = call_args(d, step, tensors, &first_input);
   const CallArg& ref = args[first_input];
@@ -67,7 +65,8 @@ std::vector<at::Tensor> run_step(const OpDecl& d, int step, const std::string& p
                               step_name(step), step == WB_STEP_BACKWARD ? "; gradients need a variant with one"
                                                                         : "; use a variant that has one");
 
-  DeviceScope scope(x);
+  c10::OptionalDeviceGuard guard;  // x's GPU is current for the launch; nothing for a CPU tensor
+  if (x.is_cuda()) guard.reset_device(x.device());
   return run_call(d, step, args, first_input, binder, attr_vals, *b->table, *v->info, launch_for(x), prefix,
                   v->qualified());
 }
@@ -77,7 +76,7 @@ std::vector<at::Tensor> run_step(const OpDecl& d, int step, const std::string& p
 // since), not per call.
 struct StepKernel : c10::OperatorKernel {
   StepKernel(std::shared_ptr<const OpDecl> decl, int step)
-      : decl(std::move(decl)), step(step), prefix("workbench::" + this->decl->op + ": "),
+      : decl(std::move(decl)), step(step), prefix("workbench::" + this->decl->fields.op + ": "),
         n_tensors(this->decl->inputs.size() + (step == WB_STEP_BACKWARD ? this->decl->outputs.size() : 0)) {}
 
   // The stack holds the schema's arguments (tensors, attributes, the variant's name) and receives
@@ -101,12 +100,12 @@ struct StepKernel : c10::OperatorKernel {
     const uint64_t generation = registry_generation();
     std::lock_guard<std::mutex> lock(mutex);
     if (generation != cached_generation || name != cached_name) {
-      cached = {find_variant(decl->op, name), nullptr};
+      cached = {find_variant(decl->fields.op, name), nullptr};
       cached_name = name;
       cached_generation = generation;
     }
     // The binding after the variant, as the checks read: a variant that is not loaded is named first.
-    if (!cached.binding) cached.binding = find_binding(decl->op);
+    if (!cached.binding) cached.binding = find_binding(decl->fields.op);
     return cached;
   }
 
@@ -123,13 +122,13 @@ struct StepKernel : c10::OperatorKernel {
 }  // namespace
 
 void register_op_kernels(const OpDecl& decl) {
-  auto shared = find_decl(decl.op);
-  const bool differentiable = !decl.backward_schema.empty();
+  auto shared = find_decl(decl.fields.op);
+  const bool differentiable = !decl.fields.backward_schema.empty();
   std::lock_guard<std::mutex> lock(libraries_mutex);
   auto schemas = std::make_unique<torch::Library>(torch::Library::FRAGMENT, "workbench", std::nullopt, __FILE__, __LINE__);
-  schemas->def(decl.forward_schema.c_str());
+  schemas->def(decl.fields.forward_schema.c_str());
   if (differentiable) {
-    schemas->def(decl.backward_schema.c_str());
+    schemas->def(decl.fields.backward_schema.c_str());
     schemas->def(double_backward_schema(decl).c_str());
   }
   libraries.push_back(std::move(schemas));
@@ -139,10 +138,10 @@ void register_op_kernels(const OpDecl& decl) {
 #endif
   for (auto key : keys) {
     auto impls = std::make_unique<torch::Library>(torch::Library::IMPL, "workbench", key, __FILE__, __LINE__);
-    impls->impl(decl.op.c_str(),
+    impls->impl(decl.fields.op.c_str(),
                 torch::CppFunction::makeFromBoxedFunctor(std::make_unique<StepKernel>(shared, WB_STEP_FORWARD)));
     if (differentiable)
-      impls->impl((decl.op + "_backward").c_str(),
+      impls->impl((decl.fields.op + "_backward").c_str(),
                   torch::CppFunction::makeFromBoxedFunctor(std::make_unique<StepKernel>(shared, WB_STEP_BACKWARD)));
     libraries.push_back(std::move(impls));
   }

@@ -39,7 +39,6 @@ void host_parallel_for(int64_t begin, int64_t end, int64_t grain, WbRangeBody bo
 }
 const WbHost host_services = {host_parallel_for};
 
-
 std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (char ch : s) {
@@ -76,18 +75,13 @@ std::string describe(const Variant& v) {
   return js.str();
 }
 
-void* open_library(const std::string& path) {
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  TORCH_CHECK(handle, "workbench: could not load library ", path, ": ", dlerror());
-  return handle;
-}
-
 // A library's exported table: its entry point `symbol` looked up and the table's ABI version
 // checked (`kind`: "variant" or "binding"; `how_to_export`: what the source must end with).
 template <class Table>
 const Table* exported_table(const std::string& path, const char* symbol, const char* kind, int abi,
                             const char* how_to_export) {
-  void* handle = open_library(path);
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  TORCH_CHECK(handle, "workbench: could not load library ", path, ": ", dlerror());
   auto fn = reinterpret_cast<const Table* (*)()>(dlsym(handle, symbol));
   TORCH_CHECK(fn, "workbench: ", path, " exports no ", symbol, "(); ", how_to_export);
   const Table* table = fn();
@@ -128,50 +122,47 @@ std::string register_binding(const std::string& op, const std::string& path, con
   return "{}";
 }
 
-// Declares an op: its schemas and the generic kernel for CPU and CUDA. Declaring it again with the
-// same fields is a no-op (false); with others it is refused (the dispatcher cannot change a schema).
-bool define_op(const OpFields& fields) {
-  OpDecl parsed;
+// torch.ops.workbench_harness.define_op(*spec.fields()): the declaration as data, a list per column
+// (op_decl.h's OpFields). Declares the op's schemas and the generic kernel for CPU and CUDA.
+// Declaring it again with the same fields is a no-op (false); with others it is refused (the
+// dispatcher cannot change a schema).
+bool define_op(std::string op, std::string schema, std::string backward_schema, c10::List<std::string> inputs,
+               c10::List<std::string> input_dims, c10::List<bool> differentiable, c10::List<bool> read_by_backward,
+               c10::List<std::string> outputs, c10::List<std::string> output_dims, c10::List<std::string> attrs,
+               c10::List<std::string> attr_kinds, c10::List<std::optional<double>> attr_min,
+               c10::List<std::optional<double>> attr_max, c10::List<bool> attr_finite) {
+  const OpFields fields{op, schema, backward_schema, inputs.vec(), input_dims.vec(), differentiable.vec(),
+                        read_by_backward.vec(), outputs.vec(), output_dims.vec(), attrs.vec(), attr_kinds.vec(),
+                        attr_min.vec(), attr_max.vec(), attr_finite.vec()};
+  std::shared_ptr<const OpDecl> decl;
   try {
-    parsed = OpDecl::of(fields);
+    decl = std::make_shared<const OpDecl>(OpDecl::of(fields));
   } catch (const std::exception& e) {
     TORCH_CHECK_VALUE(false, e.what());
   }
-  auto decl = std::make_shared<const OpDecl>(std::move(parsed));
   {
     std::lock_guard<std::mutex> lock(registry_mutex);
-    auto it = decls.find(decl->op);
+    auto it = decls.find(op);
     if (it != decls.end()) {
-      TORCH_CHECK_VALUE(it->second->fields == fields, "workbench: op '", decl->op,
+      TORCH_CHECK_VALUE(it->second->fields == fields, "workbench: op '", op,
                         "' is already declared in this process with other inputs, attributes or outputs (",
-                        it->second->forward_schema, "); the dispatcher cannot change a schema; restart the "
+                        it->second->fields.forward_schema, "); the dispatcher cannot change a schema; restart the "
                         "process to declare it anew");
       return false;
     }
-    decls[decl->op] = decl;
+    decls[op] = decl;
   }
   register_op_kernels(*decl);
   return true;
 }
 
-// torch.ops.workbench_harness.define_op(*spec.fields()): the declaration as data, a list per column.
-bool define_op_columns(std::string op, std::string schema, std::string backward_schema, c10::List<std::string> inputs,
-                       c10::List<std::string> input_dims, c10::List<bool> differentiable,
-                       c10::List<bool> read_by_backward, c10::List<std::string> outputs,
-                       c10::List<std::string> output_dims, c10::List<std::string> attrs,
-                       c10::List<std::string> attr_kinds, c10::List<std::optional<double>> attr_min,
-                       c10::List<std::optional<double>> attr_max, c10::List<bool> attr_finite) {
-  return define_op(OpFields{op, schema, backward_schema, inputs.vec(), input_dims.vec(), differentiable.vec(),
-                            read_by_backward.vec(), outputs.vec(), output_dims.vec(), attrs.vec(), attr_kinds.vec(),
-                            attr_min.vec(), attr_max.vec(), attr_finite.vec()});
-}
-
-std::vector<std::string> loaded_variants(const std::string& op) {
-  std::vector<std::string> names;
+std::string loaded_variants(const std::string& op) {  // a JSON list of their descriptions
+  std::string js;
   std::lock_guard<std::mutex> lock(registry_mutex);
   for (const auto& kv : variants)
-    if (kv.second->op == op && kv.first == op + "/" + kv.second->name) names.push_back(describe(*kv.second));
-  return names;
+    if (kv.second->op == op && kv.first == op + "/" + kv.second->name)
+      js += (js.empty() ? "" : ", ") + describe(*kv.second);
+  return "[" + js + "]";
 }
 
 std::string harness_info() {
@@ -289,11 +280,7 @@ WB_CONTROL workbench_register_binding(const char* op, const char* path, const ch
 
 // 0 and a JSON list of the op's loaded variants in `out`.
 WB_CONTROL workbench_loaded_variants(const char* op, char* out, size_t out_len) {
-  return guarded(out, out_len, [&] {
-    std::string js = "[";
-    for (const auto& d : workbench::loaded_variants(op)) js += (js.size() > 1 ? ", " : "") + d;
-    return js + "]";
-  });
+  return guarded(out, out_len, [&] { return workbench::loaded_variants(op); });
 }
 
 WB_CONTROL workbench_harness_info(char* out, size_t out_len) {
@@ -308,5 +295,5 @@ TORCH_LIBRARY(workbench_harness, m) {
   m.def("define_op(str op, str schema, str backward_schema, str[] inputs, str[] input_dims, bool[] differentiable, "
         "bool[] read_by_backward, str[] outputs, str[] output_dims, str[] attrs, str[] attr_kinds, "
         "float?[] attr_min, float?[] attr_max, bool[] attr_finite) -> bool",
-        &workbench::define_op_columns);
+        &workbench::define_op);
 }

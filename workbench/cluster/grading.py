@@ -1,6 +1,5 @@
-"""Exercise grading on a Ray cluster: the submissions (exercise.grade's jobs, each carrying its source)
-go to the pool's workers, one per GPU, each graded as the serial grader grades it (its own process,
-its own time limit); a worker that dies has its submission graded once more elsewhere."""
+"""Exercise grading on a Ray cluster: each submission (its source travels with the job) graded by
+a worker as the serial grader grades it; a worker that dies has its submission graded once more."""
 from __future__ import annotations
 
 import sys
@@ -10,8 +9,8 @@ from .pool import Job, Pool, connect
 
 
 def spread(address: str, *, device: str | None = None, max_workers: int | None = None, on_submit=None):
-    """A spread(jobs) -> rows for exercise.grade.grade: the jobs over the workers of the cluster at
-    `address`, one per GPU (device "cuda", the default where the cluster has GPUs) or per CPU."""
+    """A spread(jobs) -> rows for exercise.grade.grade, over the cluster at `address`: a worker per
+    GPU (device "cuda", the default where the cluster has GPUs) or per CPU."""
     def run(jobs: list[dict]) -> list[dict]:
         ray = connect(address)
         where = device or ("cuda" if ray.cluster_resources().get("GPU", 0) else "cpu")

@@ -1,10 +1,7 @@
-"""A sweep's plan: its cells, from the same arguments wb.bench takes, grouped into the tasks a worker
-runs; and the merge of the tasks' results back into the one result a one-process run gives.
-
-A cell is one (variant, dtype, shape, direction) row. A task is one (dtype, shape, direction) group:
-its baselines and every variant of the sweep, so that each cell's baselines are timed on the same
-worker (the same GPU) as the cell itself and the speedups compare times taken on one device. A full
-sweep has many groups (ops x dtypes x shapes x directions), which is where the parallelism is."""
+"""A sweep's plan: its cells (one (variant, dtype, shape, direction) row each), from wb.bench's
+arguments, grouped into tasks of one (dtype, shape, direction) with their baselines, so that each
+speedup compares times taken on one GPU; and the merge of the tasks' results into what a
+one-process run gives."""
 from __future__ import annotations
 
 import re
@@ -20,8 +17,7 @@ DEVICES = ("cuda", "cpu")
 
 @dataclass(frozen=True)
 class Group:
-    """One task: a (dtype, shape, direction) of an op with the providers it times, and the GPU type
-    it must run on (None: any worker)."""
+    """One task, and the GPU type it must run on (None: any worker)."""
     index: int
     op: str
     dtype: str
@@ -37,7 +33,6 @@ class Group:
         return f"{self.op} {self.direction} {self.dtype} {'x'.join(map(str, self.shape))}{where}"
 
     def bench_kwargs(self, attrs, device: str, budget_s: float, target_rse: float, isolate: bool) -> dict:
-        """The keyword arguments of the one-process bench() call that times this group."""
         return dict(op=self.op, variants=list(self.variants), dtypes=[self.dtype], shapes=[list(self.shape)],
                     baselines=list(self.baselines), directions=[self.direction], attrs=attrs, device=device,
                     budget_s=budget_s, target_rse=target_rse, isolate=isolate)
@@ -45,10 +40,8 @@ class Group:
 
 def plan(op: str, variants="all", dtypes=("float32",), shapes=None, baselines=None, directions=("fwd",), *,
          device: str = "cuda", gpu_types=None) -> list[Group]:
-    """The sweep's groups, in the order a one-process bench() visits them (dtype, then shape, then
-    direction). variants: "all" (the op's variants for the device) or names of the op's own
-    variants; a callable brought from outside exists in this process alone and is refused.
-    gpu_types: None (any GPU), or names (e.g. ["H100", "H200"]): every group runs once on each."""
+    """The sweep's groups, in a one-process bench()'s order. variants: "all" or the op's own
+    variants' names. gpu_types: None (any GPU), or names (["H100", "H200"]): each group runs on each."""
     if device not in DEVICES:
         raise ValueError(f"device must be one of {DEVICES} on a cluster; got {device!r}")
     spec = registry.spec(op)
@@ -98,9 +91,8 @@ _DERIVED = ("outputs checked at every timed shape", "WRONG ", "IMPOSSIBLE ", "cl
 
 
 def merged_notes(notes_per_group: list[list[str]], rows: list[dict], wall_s: float) -> list[str]:
-    """The notes a one-process run of the same sweep gives: each group's own notes once, in plan
-    order (device, skipped variants), then what the checks found over every row, then the time
-    the checks took of the sweep's wall time."""
+    """The notes a one-process run gives: each group's own once, in plan order, then those derived
+    from every row."""
     plain, rotated = [], set()
     for notes in notes_per_group:
         for n in notes:

@@ -1,6 +1,5 @@
-"""Ray, and the pool of workers on it: joining a cluster, one worker per GPU (routed by GPU type) or
-per CPU, and handing jobs to idle workers until every job is done, with each job a dead worker had
-in flight retried once on another. Ray is imported here, on these paths alone."""
+"""Ray, and the pool of workers on it (one per GPU, routed by GPU type, or per CPU) handing jobs to
+idle workers; a job a dead worker had in flight is retried once on another. Ray is imported here alone."""
 from __future__ import annotations
 
 import re
@@ -40,8 +39,7 @@ def check_address(address) -> str:
 
 
 def connect(address: str):
-    """Join the cluster at `address` (check_address says which); a cluster this process already
-    joined (a notebook's, a test's) is used as it is. Returns the ray module."""
+    """The ray module, joined to the cluster at `address` (one already joined is used as it is)."""
     check_address(address)
     ray = require_ray()
     if ray.is_initialized():
@@ -57,20 +55,10 @@ def connect(address: str):
     return ray
 
 
-def worker_env() -> dict:
-    """What a worker's environment adds: no per-task progress lines (the caller draws one bar), and a
-    checkout's workbench importable (an installed one is importable anyway)."""
-    env = {"WORKBENCH_QUIET": "1"}
-    if not config.INSTALLED:
-        env["PYTHONPATH"] = child_env()["PYTHONPATH"]  # as a runner's
-    return env
-
-
 def slots(nodes: list[dict], cpus: float, device: str, gpu_types=None) -> list[tuple[str | None, dict]]:
-    """(GPU type, Ray actor options) of each worker to make: one per GPU of every live node, asking
-    for that GPU (num_gpus=1) and its type, as the node declares it (a custom resource
-    "gpu_type:H100" per GPU, `ray start --resources='{"gpu_type:H100": 8}'`) or as Ray detected it
-    (accelerator_type); on a CPU sweep, one per CPU of the cluster (num_cpus=1)."""
+    """(GPU type, Ray actor options) of each worker to make: one per GPU of every live node, of the
+    type the node declares ("gpu_type:H100" resources, `ray start --resources='{"gpu_type:H100": 8}'`)
+    or Ray detected (accelerator_type); on a CPU sweep, one per CPU."""
     if device == "cpu":
         return [(None, {"num_cpus": 1})] * int(cpus)
     out = []
@@ -122,8 +110,11 @@ class Pool:
         self.ray = ray
         remote = ray.remote(Worker)
         wanted = slots(ray.nodes(), ray.cluster_resources().get("CPU", 0), device, gpu_types)[:max_workers]
-        env = {"env_vars": worker_env()}
-        made = [(t, remote.options(max_restarts=0, runtime_env=env, **opts).remote(device)) for t, opts in wanted]
+        env = {"WORKBENCH_QUIET": "1"}  # the caller draws one progress bar
+        if not config.INSTALLED:  # a checkout's workbench importable, as a runner's
+            env["PYTHONPATH"] = child_env()["PYTHONPATH"]
+        made = [(t, remote.options(max_restarts=0, runtime_env={"env_vars": env}, **opts).remote(device))
+                for t, opts in wanted]
         try:
             infos = ray.get([h.info.remote() for _, h in made], timeout=START_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:
@@ -151,11 +142,10 @@ class Pool:
         return self.ray.get([call(m.handle) for m in self.members])
 
     def run(self, jobs: list[Job], submit, on_result, on_submit=None) -> None:
-        """Hand each job to an idle worker that may take it (submit(handle, payload) -> ObjectRef),
-        one job per worker at a time; on_result(job, value, member) as each finishes. A worker that
-        dies (its process or node) is dropped, and the job it had in flight goes back to the queue
-        once, for another worker; a job whose second worker dies too is lost (self.lost). An error
-        the job itself raised is raised here. on_submit(member, job): called after each hand-over."""
+        """Hand each job to an idle worker that may take it (submit(handle, payload) -> ObjectRef);
+        on_result(job, value, member) as each finishes, on_submit(member, job) after each hand-over.
+        A dead worker's job goes back to the queue once; a second death loses it (self.lost). An
+        error the job itself raised is raised here."""
         from ray.exceptions import RayActorError
 
         queue, idle, flying = deque(jobs), list(self.members), {}

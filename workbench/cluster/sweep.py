@@ -1,7 +1,6 @@
-"""A benchmark sweep on a Ray cluster: wb.bench(..., cluster=ADDRESS) comes here. The plan's groups
-go to the pool's workers (one per GPU); each group's rows are appended to the results file as it
-arrives, so a worker that dies later loses nothing already measured; one progress bar covers the
-whole sweep; the merged result has the rows and notes, table and plots, of a one-process run."""
+"""wb.bench(..., cluster=ADDRESS): the plan's groups over the pool's workers, each group's rows
+appended as it arrives (a worker that dies later loses nothing measured), one progress bar; the
+merged result is a one-process run's."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,8 +17,7 @@ from .pool import Job, Pool, connect
 
 
 def progress(done: int, total: int, what: str) -> None:
-    """One bar over the whole sweep: cells done of all planned, redrawn on a terminal, a line per
-    step in a log."""
+    """One bar over the whole sweep: redrawn on a terminal, a line per step in a log."""
     if config.quiet():
         return
     width = 24
@@ -33,32 +31,23 @@ def progress(done: int, total: int, what: str) -> None:
 
 def bench(bench_fn, op: str, variants="all", dtypes=("float32",), shapes=None, baselines=None, directions=("fwd",),
           *, cluster: str, attrs=None, device=None, gpu_types=None, **run_kw) -> BenchResult:
-    """The sweep bench_fn (measure.benchmark.bench, the one-process sweep each worker runs per group)
-    would do here, on the cluster at `cluster` (pool.connect). device: "cuda" (a worker per GPU),
-    "cpu" (a worker per CPU: the CPU variants), default "cuda" where the cluster has a GPU.
-    gpu_types: run every group once on each of these GPU types (rows carry each one's GPU).
-    run_kw: run()'s (budget_s, target_rse, save, results_path, isolate, max_workers, on_submit)."""
+    """The sweep bench_fn (measure.benchmark.bench, which each worker runs per group) would do, on
+    the cluster at `cluster`. device: "cuda" (a worker per GPU; the default where the cluster has
+    one) or "cpu". gpu_types: run every group once on each. run_kw: run()'s."""
     started = time.perf_counter()
     ray = connect(cluster)
-    device = cluster_device(ray, device)
+    if device is None:
+        device = "cuda" if ray.cluster_resources().get("GPU", 0) else "cpu"
+    device = str(device).split(":")[0]
     groups = plan_.plan(op, variants, dtypes, shapes, baselines, directions, device=device, gpu_types=gpu_types)
     return run(bench_fn, groups, cluster=cluster, device=device, attrs=attrs, started=started, **run_kw)
-
-
-def cluster_device(ray, device) -> str:
-    """"cuda" or "cpu": the device asked for, else "cuda" where the cluster has a GPU."""
-    if device is None:
-        return "cuda" if ray.cluster_resources().get("GPU", 0) else "cpu"
-    return str(device).split(":")[0]
 
 
 def run(bench_fn, groups: list, *, cluster: str, device: str, attrs=None, budget_s: float = 1.0,
         target_rse: float = 0.01, save: bool = False, results_path=None, isolate: bool = False,
         max_workers: int | None = None, on_submit=None, started: float | None = None) -> BenchResult:
-    """Any plan's groups on the cluster's workers (a full sweep: several ops' plans, concatenated, all
-    sharing the workers): every variant built first on every node, then each group timed by one
-    worker, its rows appended to the results file (save) as they arrive. on_submit(member, job):
-    called as each group is handed over."""
+    """Any plan's groups (several ops' plans, concatenated) on the cluster's workers: every variant
+    built first on every node, then each group timed by one worker."""
     started = time.perf_counter() if started is None else started
     ray = connect(cluster)
     groups = [dataclasses.replace(g, index=i) for i, g in enumerate(groups)]

@@ -1,6 +1,5 @@
-"""The long-lived worker a cluster runs, one per GPU (or per CPU on a CPU-only cluster): made once, it
-keeps torch, the harness, its build cache and (on a GPU) the CUDA context warm for every task it
-takes. A plain class here; pool.py makes it a Ray actor (Ray is imported there alone)."""
+"""The long-lived worker, one per GPU (or CPU), keeping torch, the harness, its build cache and the
+CUDA context warm for every task; pool.py makes it a Ray actor."""
 from __future__ import annotations
 
 import os
@@ -8,8 +7,7 @@ import socket
 
 
 def name(info: dict) -> str:
-    """How a row names the worker that measured it: host and GPU (CUDA_VISIBLE_DEVICES as Ray set it), or
-    host and process on a CPU."""
+    """How a row names its worker: host and GPU (CUDA_VISIBLE_DEVICES), or host and process."""
     where = f"gpu{info['cuda_visible_devices']}" if info["device"] == "cuda" else f"pid{info['pid']}"
     return f"{info['host']}:{where}"
 
@@ -34,23 +32,19 @@ class Worker:
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
     def prepare(self, variants: dict) -> dict:
-        """Build (or find in this node's cache) every variant the sweep times ({op: [names]}), before
-        any timing: the workers of one node share its build cache, whose locks let one of them
-        compile each piece while the others wait for it, so a piece is compiled once per node.
-        {"op/name": built by this worker}."""
+        """Build every variant the sweep times ({op: [names]}) before any timing: the node's cache
+        locks compile each piece once per node. {"op/name": built by this worker}."""
         from ..run import loader
 
         return {f"{op}/{name}": bool(loader.load(op, name).built) for op, names in variants.items() for name in names}
 
     def bench(self, bench_fn, kwargs: dict) -> dict:
-        """One group of the sweep, timed by the one-process bench (bench_fn: measure.benchmark.bench,
-        handed over by the caller), baselines and variants on this worker's device."""
+        """One group of the sweep, timed by the one-process bench_fn (measure.benchmark.bench)."""
         result = bench_fn(**kwargs)
         return {"rows": result.rows, "notes": result.notes, "worker": self.info()}
 
     def grade(self, job: dict) -> dict:
-        """One submission's verdict (exercise.grade.grade_job: its source travels with the job, so
-        any node can grade it), as the serial grader gives it, plus where it was graded."""
+        """One submission's verdict (exercise.grade.grade_job), plus where it was graded."""
         from ..exercise import grade
 
         return dict(grade.grade_job(job), worker=f"{socket.gethostname()}:{os.getpid()}")

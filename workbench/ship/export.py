@@ -3,16 +3,9 @@
     wb.export("bias_gelu", "cpu,vec4", "out/wb_bias_gelu")       # or: python -m workbench export ...
     pip install --no-build-isolation out/wb_bias_gelu            # then torch.ops.wb_bias_gelu.bias_gelu
 
-The package holds copies of the variants' sources and the headers they include, the op's binding,
-a small torch-facing harness (bindings/harness's declaration, shape rule and call check, copied,
-with a runner for one op and its variants linked in), TORCH_LIBRARY registration in the package's own namespace, the fake and
-autograd registration in its __init__.py, a setup.py with CUDAExtension (CppExtension when only CPU
-variants go in), a README and a pytest test. Everything op-specific is generated from the op's spec:
-the schemas, the typed C++ entry points, the declaration the checks run on, the Python signature,
-the test's sizes and tolerances; the op's math module (workbench/specs/<op>_math.py) is copied as
-_math.py for its float64 reference and eager math, and the call check (workbench/model/shapes.py) as
-_shapes.py. Nothing in the package imports the workbench.
-Templates: workbench/ship/export_templates/.
+This module checks the arguments and writes the folder (never half a package, never over the
+user's files); what the package holds, file by file, is package_contents.py's. Nothing in the
+package imports the workbench.
 """
 from __future__ import annotations
 
@@ -25,7 +18,7 @@ import shutil
 import sys
 import tempfile
 
-from . import export_files
+from . import package_contents
 from ..model import registry
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch: "abc\n" is not an identifier
@@ -37,17 +30,15 @@ def export(op: str, variants, out, *, name: str | None = None, namespace: str | 
            force: bool = False) -> pathlib.Path:
     """Write op `op` with `variants` ("cpu,vec4" or a list, in order of preference) as a package in
     folder `out`: the Python package `name` (default wb_<op>) registering torch.ops.<namespace>.<op>
-    (namespace default: the name), and the manifest out/.wb_export_files (each file it wrote, with
-    its sha256). `out` must be new or empty unless force=True, which replaces only the files an
-    earlier export wrote (as it wrote them; an edited one, or a file of the user's where the package
-    puts one, is refused before anything is written), never through a symbolic link, and leaves
-    every other file. Returns `out`."""
+    (namespace default: the name). `out` must be new or empty unless force=True, which replaces only
+    the files an earlier export wrote, unchanged (its manifest: out/.wb_export_files), never through
+    a symbolic link. Returns `out`."""
     _check_op(op)
     names = _check_variants(op, variants)
     name = _check_name("name", name or f"wb_{op}", package=True)
     namespace = _check_name("namespace", namespace or name, package=False)
     out = _check_out(out, force)
-    files = export_files.package_files(op, registry.spec(op), names, name, namespace)
+    files = package_contents.package_files(op, registry.spec(op), names, name, namespace)
     _write(out, files)
     return out
 
@@ -64,7 +55,7 @@ def _check_op(op: str) -> None:
 
 
 def _check_variants(op: str, variants) -> list[str]:
-    cpp = export_files.cpp_variants(op)
+    cpp = package_contents.cpp_variants(op)
     listed = ", ".join(cpp) or "none"
     if isinstance(variants, str):
         variants = variants.split(",")
@@ -118,7 +109,7 @@ def _check_out(out, force: bool) -> pathlib.Path:
     return out
 
 
-# ---------------------------------------------------------------- sources
+# ---------------------------------------------------------------- writing
 
 
 def _digest(content: str | bytes) -> str:
@@ -142,8 +133,7 @@ def _read_manifest(out: pathlib.Path) -> dict[str, str | None]:
 
 
 def _link_on_the_way(out: pathlib.Path, rel: str) -> pathlib.Path | None:
-    """The first symbolic link among out/rel's folders and the file itself (None: none): the export
-    never writes through a link, which could point anywhere."""
+    """The first symbolic link among out/rel's folders and the file itself: a link could point anywhere."""
     path = out
     for part in pathlib.PurePosixPath(rel).parts:
         path = path / part
@@ -152,75 +142,70 @@ def _link_on_the_way(out: pathlib.Path, rel: str) -> pathlib.Path | None:
     return None
 
 
-def _sha256_of(path: pathlib.Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _put(root: pathlib.Path, files: dict[str, str | bytes]) -> None:
+    """Each file written beside its place and renamed over it (O_NOFOLLOW: never through a link),
+    the manifest last."""
+    manifest = "".join(f"{_digest(files[rel])}  {rel}\n" for rel in sorted(files))
+    for rel, content in [*files.items(), (_MANIFEST, manifest)]:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(content if isinstance(content, bytes) else content.encode())
+        os.replace(tmp, path)
+
+
+def _refuse_unsafe(out: pathlib.Path, files: dict, old: dict) -> None:
+    """A forced export replaces only what its earlier export wrote (the manifest) and nobody changed
+    since, never through a link; anything else is refused before anything is written."""
+    links, foreign, edited = [], [], []
+    for rel in sorted(set(files) | set(old) | {_MANIFEST}):
+        link = _link_on_the_way(out, rel)
+        if link is not None:
+            links.append(f"{link} -> {os.readlink(link)}")
+            continue
+        path = out / rel
+        if not path.exists():
+            continue
+        if rel != _MANIFEST and rel not in old:
+            foreign.append(rel)
+        elif old.get(rel) is not None and path.is_file() and _digest(path.read_bytes()) != old[rel]:
+            edited.append(rel)
+    if links:
+        raise FileExistsError(f"out: the export never writes through a symbolic link, and {out} has "
+                              f"{'these' if len(links) > 1 else 'this one'} where the package's files go: "
+                              f"{', '.join(sorted(set(links)))}; remove the link(s) or pick another --out")
+    parts = []
+    if foreign:
+        parts.append(f"{', '.join(foreign)} {'were' if len(foreign) > 1 else 'was'} not written by an "
+                     f"earlier export (not in {_MANIFEST})")
+    if edited:
+        parts.append(f"{', '.join(edited)} changed since the export wrote {'them' if len(edited) > 1 else 'it'}")
+    if parts:
+        raise FileExistsError(f"out: --force replaces only the files an earlier export wrote into {out}, "
+                              f"unchanged; {'; '.join(parts)}. Nothing was written: move those files away "
+                              f"(or pick another --out) and run the export again")
 
 
 def _write(out: pathlib.Path, files: dict[str, str | bytes]) -> None:
-    """A new folder is written beside it and renamed into place (never half a package); an existing
-    one (force) gets its files replaced, only those that its earlier export wrote (the manifest
-    .wb_export_files lists each with its sha256) and that nobody changed since, and never through a
-    link; the earlier export's files that this one does not write are removed. Anything else in the
-    folder (the user's README, setup.py, notes) is refused before anything is written."""
-    manifest = "".join(f"{_digest(files[rel])}  {rel}\n" for rel in sorted(files))
-
-    def put(root: pathlib.Path) -> None:
-        for rel, content in files.items():
-            path = root / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            with os.fdopen(fd, "wb") as f:
-                f.write(content if isinstance(content, bytes) else content.encode())
-            os.replace(tmp, path)  # replaces a file; a link there was refused before
-        tmp = root / f".{_MANIFEST}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w") as f:
-            f.write(manifest)
-        os.replace(tmp, root / _MANIFEST)
-
+    """A new folder is staged beside `out` and renamed into place; an existing one (force) has its
+    earlier export's files replaced, and those this export does not write removed."""
     if out.is_dir():
         out = pathlib.Path(os.path.realpath(out))
         old = _read_manifest(out)
-        links, foreign, edited = [], [], []
-        for rel in sorted(set(files) | set(old) | {_MANIFEST}):
-            link = _link_on_the_way(out, rel)
-            if link is not None:
-                links.append(f"{link} -> {os.readlink(link)}")
-                continue
-            path = out / rel
-            if not path.exists():
-                continue
-            if rel != _MANIFEST and rel not in old:
-                foreign.append(rel)
-            elif rel in old and old[rel] is not None and path.is_file() and _sha256_of(path) != old[rel]:
-                edited.append(rel)
-        if links:
-            raise FileExistsError(f"out: the export never writes through a symbolic link, and {out} has "
-                                  f"{'these' if len(links) > 1 else 'this one'} where the package's files go: "
-                                  f"{', '.join(sorted(set(links)))}; remove the link(s) or pick another --out")
-        if foreign or edited:
-            parts = []
-            if foreign:
-                parts.append(f"{', '.join(foreign)} {'were' if len(foreign) > 1 else 'was'} not written by an "
-                             f"earlier export (not in {_MANIFEST})")
-            if edited:
-                parts.append(f"{', '.join(edited)} changed since the export wrote {'them' if len(edited) > 1 else 'it'}")
-            raise FileExistsError(f"out: --force replaces only the files an earlier export wrote into {out}, "
-                                  f"unchanged; {'; '.join(parts)}. Nothing was written: move those files away "
-                                  f"(or pick another --out) and run the export again")
+        _refuse_unsafe(out, files, old)
         for rel in set(old) - set(files):
             path = out / rel
             if path.is_file() and not path.is_symlink() and os.path.realpath(path).startswith(str(out) + os.sep):
                 path.unlink()
-        put(out)
+        _put(out, files)
         return
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
-        put(staging)
+        _put(staging, files)
         os.replace(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-

@@ -8,18 +8,15 @@ never imports torch (the CUDA extension guide's standalone pybind11 path).
     f.time(a, b, c, repeat=50)              # staged once, the kernel timed 50 times (median kernel_ms)
     g_a, g_b = f.backward(g_c, a, b)        # the backward step, where the variant has one
 
-A variant (kernels/<op>/<variant>.cu or .cpp) and the op's binding (bindings/<op>.cpp) are built
-with nvcc or the host compiler, not cpp_extension, and opened by one pybind11 module
-(bindings/ndarray/ndarray_module.cpp). CPU variants run on the arrays' memory, on a std::thread
-pool; CUDA variants run on device copies, staged with cudaMalloc/cudaMemcpy. Calls go through the
-C++ call contract every front end runs (bindings/harness/call_contract.h, compiled into the module:
-the call check against the op's declaration from the registry, dtypes, shapes and attributes in
-the harness's words; the empty-tensor guard; the run), with what NumPy adds checked here:
-C-contiguity, byte order, writable and separate outputs; errors are TypeError or ValueError naming
-the argument and what was expected.
+Variants and bindings are built with nvcc or the host compiler (ndarray_build.py) and opened by one
+pybind11 module (bindings/ndarray/ndarray_module.cpp). CPU variants run on the arrays' memory;
+CUDA variants on device copies. Calls go through the C++ call contract every front end runs
+(bindings/harness/call_contract.h); what NumPy adds is checked here: C-contiguity, byte order,
+writable and separate outputs.
 """
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import sys
@@ -43,7 +40,7 @@ _STEPS = {"forward": 0, "backward": 1}
 
 
 def extension():
-    """The pybind11 module (built once per toolchain, then a warm hit)."""
+    """The pybind11 module, built once per toolchain."""
     global _ext
     with _lock:
         if _ext is None:
@@ -64,8 +61,8 @@ def devices() -> list[dict]:
 
 
 def copy_bandwidth_gbps(nbytes: int = 1 << 30, repeat: int = 10, device: int = 0) -> float:
-    """The device's device-to-device copy rate (read + written bytes, median of `repeat` cudaMemcpy
-    timed with events): the ceiling a memory-bound kernel's GB/s is compared with, without torch."""
+    """The device-to-device copy rate (read + written bytes, median of `repeat` timed cudaMemcpy):
+    the ceiling a memory-bound kernel's GB/s is compared with."""
     ext = extension()
     if not getattr(ext, "with_cuda", False) or device_count() == 0:
         raise WorkbenchError(f"no CUDA device visible ({ext.device_count()[1]})")
@@ -90,9 +87,8 @@ def variants(op: str) -> list[registry.VariantInfo]:
 
 @dataclass(frozen=True)
 class Timing:
-    """One call's times in milliseconds. Kernel times are CUDA events around each launch (host
-    clock for a CPU variant); staging times are CUDA events around the cudaMemcpy's (pageable host
-    memory), None for a CPU variant; alloc_ms is cudaMalloc's host time; wall_ms the whole call."""
+    """One call's times in milliseconds: kernel times by CUDA events (host clock on a CPU), staging
+    (cudaMemcpy, None on a CPU) and alloc (cudaMalloc) times, and the whole call's wall time."""
     device: str
     kernel_ms: float                  # median of kernel_ms_all
     kernel_ms_all: tuple = ()
@@ -155,24 +151,21 @@ class NdKernel:
     # ------------------------------------------------------------------ one call
 
     def _names(self, step: str):
-        """(array names in call order, read flags, output names, differentiable input indices): the
-        arity's message and which arrays' layout counts (the contract reads the same off the
-        declaration)."""
+        """(array names in call order, whether the step reads each, output names)."""
         spec = self.spec
         ins = [t.name for t in spec.inputs]
         if step == "forward":
-            return ins, [True] * len(ins), [o.name for o in spec.outputs], None
+            return ins, [True] * len(ins), [o.name for o in spec.outputs]
         grads = [f"grad_{o.name}" for o in spec.outputs]
         read = [True] * len(grads) + [t.read_by_backward for t in spec.inputs]
-        diff = [i for i, t in enumerate(spec.inputs) if t.differentiable]
-        return grads + ins, read, [f"grad_{spec.inputs[i].name}" for i in diff], diff
+        return grads + ins, read, [f"grad_{t.name}" for t in spec.inputs if t.differentiable]
 
     def _call(self, step: str, args: tuple, attrs: dict, out, repeat: int, warmup: int):
         spec, prefix = self.spec, f"{self.label}: "
         if step not in self.steps:
             raise NotImplementedError(f"{self.label} has no {step}"
                                       + ("; the op has no differentiable inputs" if not spec.differentiable else ""))
-        names, read, out_names, diff = self._names(step)
+        names, read, out_names = self._names(step)
         n = len(names)
         if len(args) < n:
             raise TypeError(f"{prefix}expected arrays {', '.join(names)}"
@@ -199,7 +192,11 @@ class NdKernel:
         ext, (decl, binding, variant) = extension(), self._handles
         shapes = ext.check(decl, _STEPS[step], prefix, [a.shape for a in arrays],
                            [_dtype_name(a.dtype) for a in arrays], attr_values)
-        dtype = self._check_variant_dtype(names[first], arrays[first], prefix)
+        dtype = _dtype_name(arrays[first].dtype)  # the arrays' one float dtype (the contract's check)
+        if dtype not in self.dtypes:
+            takes = " or ".join(self.dtypes)
+            raise TypeError(f"{prefix}{names[first]} must be a {takes} array (variant '{self.name}' takes {takes}); "
+                            f"got {dtype}")
         for name, a, r in zip(names, arrays, read):
             if r:
                 _check_layout(prefix, name, a)
@@ -228,15 +225,6 @@ class NdKernel:
                 raw.get("h2d_bytes", 0), raw.get("d2h_bytes", 0), raw.get("alloc_ms"), wall_ms)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def _check_variant_dtype(self, ref: str, x, prefix) -> str:
-        """The arrays' dtype (one float dtype: the contract's check) is one this variant takes; returns its name."""
-        name = _dtype_name(x.dtype)
-        if name not in self.dtypes:
-            takes = " or ".join(self.dtypes)
-            raise TypeError(f"{prefix}{ref} must be a {takes} array (variant '{self.name}' takes {takes}); "
-                            f"got {name}")
-        return name
-
     def _outputs(self, prefix, names, shapes, given, dtype) -> list:
         if not given:
             return [np.empty(s, dtype=dtype) for s in shapes]
@@ -260,21 +248,14 @@ class NdKernel:
                                  f"CPU variants of {self.op}: {', '.join(cpu) or 'none'}")
 
 
-_dtype_names: dict = {}   # numpy.dtype -> its name: dtype.name is computed in Python each time (~3 us)
-
-
+@functools.lru_cache(maxsize=None)
 def _dtype_name(dtype: np.dtype) -> str:
-    """dtype.name ("float32", "bfloat16"), once per dtype."""
-    name = _dtype_names.get(dtype)
-    if name is None:
-        name = _dtype_names[dtype] = dtype.name
-    return name
+    """dtype.name, once per dtype (NumPy computes it in Python each time: ~3 us)."""
+    return dtype.name
 
 
 def _check_array(prefix: str, name: str, a) -> None:
-    """A plain numpy.ndarray in this machine's byte order. A masked array's mask would be dropped
-    (the kernels read every element), and a big-endian array (">f4") read as garbage: both are
-    refused with the call that fixes it."""
+    """A plain numpy.ndarray (a mask would be ignored) in this machine's byte order."""
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{prefix}{name} must be a numpy.ndarray; got {type(a).__name__}")
     plain = name.split()[0]
@@ -290,8 +271,7 @@ def _check_array(prefix: str, name: str, a) -> None:
 
 
 def _check_overlap(prefix: str, names, arrays, out_names, outs) -> None:
-    """An output must not share memory with an input or another output: a kernel reads its inputs
-    while it writes its outputs, so an aliased output (mm(A, B, A)) gives silently wrong numbers."""
+    """An aliased output (mm(A, B, A)) would give silently wrong numbers."""
     for o_name, o in zip(out_names, outs):
         for name, a in zip(names, arrays):
             if o.size and a.size and np.shares_memory(o, a):

@@ -1,13 +1,7 @@
-"""Builds for the NumPy front end, without torch: the host compiler for CPU variants, bindings and
-the pybind11 extension module, nvcc for CUDA variants.
-
-The same build pipeline as the torch path (build.get_or_build over a "raw" Piece: keys over the
-source and every header it reaches, flock'd builds published by renaming a finished directory, warm
-hits checked by size and sha256), with a toolchain of its own in the key: no torch, but the host compiler (its resolved
-path, size and mtime), nvcc's version line, the Python tag, pybind11's version (for the module)
-and the exact flags. Libraries
-built here link no torch library, so they are separate cache entries from the harness's builds of
-the same sources.
+"""Builds without torch, for the NumPy front end and the runner: the host compiler for CPU variants,
+bindings and the pybind11 module, nvcc for CUDA variants. The torch path's pipeline
+(build.get_or_build over a "raw" Piece), with a toolchain of its own in the key: the host
+compiler, nvcc's version, the Python tag and pybind11's version instead of torch's.
 """
 from __future__ import annotations
 
@@ -83,21 +77,16 @@ def _toolchain(with_cuda: bool, module: bool) -> dict:
 
 
 def _get_or_build(piece: Piece) -> tuple[pathlib.Path, pathlib.Path, bool, str]:
-    """(library, build dir, built now, key) of a raw piece (`command` + flags + includes + source +
-    `link`; everything but paths goes into the key), through the build pipeline."""
-    lib, build_dir, built, key, _ = get_or_build(piece)
-    return lib, build_dir, built, key
+    """(library, build dir, built now, key) of a raw piece."""
+    return get_or_build(piece)[:4]
 
 
 def build_module() -> tuple[pathlib.Path, pathlib.Path, bool]:
-    """The pybind11 extension module, with CUDA (staging, events, device queries) where the CUDA
-    runtime is installed, else host-only; it compiles in the torch-free call contract of
-    bindings/harness (call_contract.h, op_decl.cpp), never torch's headers."""
+    """The pybind11 module, with CUDA where the CUDA runtime is installed; it compiles in
+    bindings/harness's torch-free call contract (call_contract.h, op_decl.cpp)."""
     import pybind11
 
     with_cuda = can_build_cuda()
-    # bindings/harness: the call contract (call_contract.h) and the declarations' parser (op_decl.cpp),
-    # both torch-free, that the module shares with the torch harness.
     includes = [pathlib.Path(pybind11.get_include()), pathlib.Path(sysconfig.get_paths()["include"]), config.COMMON_DIR,
                 config.BINDINGS_DIR / "harness"]
     flags, link = list(MODULE_FLAGS), []
@@ -126,26 +115,20 @@ def build_host_library(label: str, kind: str, source: pathlib.Path, include_dirs
                                command=host_compiler(), cflags=CPU_FLAGS, toolchain=_toolchain(False, False)))
 
 
-def build_cuda_library(label: str, source: pathlib.Path, include_dirs: list[pathlib.Path], arch_list: str,
-                       extra_flags=()):
-    """A CUDA variant: nvcc, the shared CUDA runtime (one runtime in the process: the module's),
-    found at run time through an rpath to the toolkit's."""
+def build_variant(label: str, source: pathlib.Path, include_dirs: list[pathlib.Path], arch_list, extra_flags=()):
+    """A variant library: the host compiler for a .cpp; nvcc for a .cu (arch_list() is asked only
+    then), with the shared CUDA runtime (the module's), found through an rpath to the toolkit's."""
+    if pathlib.Path(source).suffix != ".cu":
+        return build_host_library(label, "ndarray-variant", source, include_dirs)
     if not can_build_cuda():
         raise WorkbenchError(f"{label} is a CUDA variant, and this machine cannot build CUDA code "
                              f"({'no nvcc found (CUDA_HOME / PATH)' if not toolchain.nvcc_path() else 'no libcudart.so'})")
+    arch = arch_list()
+    cflags = [*CUDA_FLAGS, *gencode_flags(arch, sm90a=toolchain.needs_sm90a(source)), *user_nvcc_flags(), *extra_flags]
     return _get_or_build(Piece(
         label=label, kind="ndarray-variant", sources=[source], include_dirs=include_dirs, with_cuda=True, compiler=RAW,
-        command=[toolchain.nvcc_path()], cflags=[*CUDA_FLAGS, *gencode_flags(arch_list, sm90a=toolchain.needs_sm90a(source)),
-                                                 *user_nvcc_flags(), *extra_flags],
-        link=["-Xlinker", f"-rpath={cuda_lib_dir()}"], toolchain=_toolchain(True, False), arch_list=arch_list))
-
-
-def build_variant(label: str, source: pathlib.Path, include_dirs: list[pathlib.Path], arch_list, extra_flags=()):
-    """A variant library of the workbench's ABI by its file's kind: nvcc for a .cu (arch_list() is
-    asked only then), the host compiler for a .cpp."""
-    if pathlib.Path(source).suffix == ".cu":
-        return build_cuda_library(label, source, include_dirs, arch_list(), extra_flags=extra_flags)
-    return build_host_library(label, "ndarray-variant", source, include_dirs)
+        command=[toolchain.nvcc_path()], cflags=cflags, link=["-Xlinker", f"-rpath={cuda_lib_dir()}"],
+        toolchain=_toolchain(True, False), arch_list=arch))
 
 
 def build_binding(op: str):
@@ -162,8 +145,7 @@ RUNNER_SOURCE = config.BINDINGS_DIR / "runner" / "wb_runner.cu"
 
 def build_runner(arch_list: str) -> tuple[pathlib.Path, pathlib.Path, bool, str]:
     """The runner (bindings/runner/wb_runner.cu), an executable: nvcc with the shared CUDA runtime
-    where CUDA can be built (its variants share that runtime), else the host compiler alone (CPU
-    variants). torch-free, like everything built here."""
+    where CUDA can be built, else the host compiler alone (CPU variants)."""
     includes = [config.COMMON_DIR, config.BINDINGS_DIR / "harness"]
     if can_build_cuda():
         return _get_or_build(Piece(

@@ -1,6 +1,4 @@
 """bias_gelu: y = GELU_tanh(x + bias), bias broadcast over the last dimension (math: bias_gelu_math.py)."""
-from __future__ import annotations
-
 from ..model.opspec import Layer, MathModule, OpSpec, Output, Tensor
 from . import COURSE_PREFERENCE
 

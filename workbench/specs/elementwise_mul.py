@@ -1,6 +1,4 @@
 """elementwise_mul: y = a * b, for a and b of the same shape (no broadcasting; math: elementwise_mul_math.py)."""
-from __future__ import annotations
-
 from ..model.opspec import MathModule, OpSpec, Output, Tensor
 from . import COURSE_PREFERENCE
 

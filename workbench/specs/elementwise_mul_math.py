@@ -1,6 +1,4 @@
 """elementwise_mul's math (its declaration: elementwise_mul.py): y = a * b."""
-from __future__ import annotations
-
 
 def reference(a, b):
     return a.double() * b.double()

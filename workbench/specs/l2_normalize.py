@@ -1,7 +1,5 @@
 """l2_normalize: each row of the last dimension divided by its L2 norm (F.normalize(x, dim=-1)), a
 row family op (math: l2_normalize_math.py)."""
-from __future__ import annotations
-
 from ..model.opspec import Attr, MathModule, OpSpec, Output, Tensor
 from . import COURSE_PREFERENCE
 

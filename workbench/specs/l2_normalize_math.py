@@ -1,6 +1,4 @@
 """l2_normalize's math (its declaration: l2_normalize.py): x / max(|x|_2, eps) over the last dim."""
-from __future__ import annotations
-
 import torch.nn.functional as F
 
 

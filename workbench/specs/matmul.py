@@ -1,8 +1,6 @@
 """matmul: y = a @ b for 2-D a [m, k] and b [k, n]; the float32 GEMM ladder on CUDA cores, from one
 thread per output to warp tiling (after siboehm/SGEMM_CUDA), then tensor cores for fp16/bf16: mma.sync,
 then Hopper's own path (sm_90a: TMA, wgmma, warp specialisation, a persistent grid). Math: matmul_math.py."""
-from __future__ import annotations
-
 from ..model.opspec import ErrorCase, MathModule, OpSpec, Output, Tensor
 
 MATH = MathModule(__name__ + "_math")

@@ -1,6 +1,4 @@
 """matmul's math (its declaration: matmul.py): y = a @ b, and the builders of its own bad-input cases."""
-from __future__ import annotations
-
 import torch
 
 

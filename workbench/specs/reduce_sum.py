@@ -1,7 +1,5 @@
 """reduce_sum: y = x summed over its last dimension (a 1-D x gives its 0-dim total); the reduction
 ladder, from the textbook's first kernel to the read-bandwidth ceiling (math: reduce_sum_math.py)."""
-from __future__ import annotations
-
 from ..model.opspec import MathModule, OpSpec, Output, Tensor
 
 MATH = MathModule(__name__ + "_math")

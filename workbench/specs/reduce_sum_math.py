@@ -1,6 +1,4 @@
 """reduce_sum's math (its declaration: reduce_sum.py): y = x summed over its last dimension."""
-from __future__ import annotations
-
 
 def reference(x):
     return x.double().sum(-1)

@@ -1,8 +1,6 @@
 """rmsnorm: y = x / sqrt(mean(x^2 over the last dim) + eps) * weight, three ways: the PyTorch formula,
 a fused Triton kernel and CUDA C++ (a scalar rung and a vectorized one), beside F.rms_norm and
 torch.compile. Math: rmsnorm_math.py."""
-from __future__ import annotations
-
 from ..model.opspec import Attr, Layer, MathModule, OpSpec, Output, Tensor
 
 MATH = MathModule(__name__ + "_math")

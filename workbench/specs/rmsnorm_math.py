@@ -1,6 +1,4 @@
 """rmsnorm's math (its declaration: rmsnorm.py): y = x / sqrt(mean(x^2 over the last dim) + eps) * weight."""
-from __future__ import annotations
-
 import torch
 import torch.nn.functional as F
 

@@ -1,7 +1,5 @@
 """scale_bias_relu: y = relu(x * scale + bias), bias over the last dimension, scale a float attribute
 (math: scale_bias_relu_math.py)."""
-from __future__ import annotations
-
 from ..model.opspec import Attr, Layer, MathModule, OpSpec, Output, Tensor
 from . import COURSE_PREFERENCE
 

@@ -1,6 +1,4 @@
 """scale_bias_relu's math (its declaration: scale_bias_relu.py): y = relu(x * scale + bias)."""
-from __future__ import annotations
-
 import torch
 
 

@@ -1,7 +1,5 @@
 """softmax over the last dimension, forward and backward: the row family's first op (math:
 softmax_math.py)."""
-from __future__ import annotations
-
 from ..model.opspec import MathModule, OpSpec, Output, Tensor
 from . import COURSE_PREFERENCE
 

@@ -1,6 +1,4 @@
 """softmax's math (its declaration: softmax.py): softmax over the last dimension."""
-from __future__ import annotations
-
 import torch
 
 

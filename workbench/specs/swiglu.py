@@ -1,6 +1,4 @@
 """swiglu: y = silu(a) * b, for a and b of the same shape (a SwiGLU MLP's gate; math: swiglu_math.py)."""
-from __future__ import annotations
-
 from ..model.opspec import MathModule, OpSpec, Output, Tensor
 
 MATH = MathModule(__name__ + "_math")

@@ -1,6 +1,4 @@
 """swiglu's math (its declaration: swiglu.py): y = silu(a) * b."""
-from __future__ import annotations
-
 import torch.nn.functional as F
 
 

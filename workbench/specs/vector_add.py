@@ -1,7 +1,5 @@
 """vector_add: c = a + b for 1-D a and b of the same length (the CUDA extension guide's first op;
 math: vector_add_math.py)."""
-from __future__ import annotations
-
 from ..model.opspec import MathModule, OpSpec, Output, Tensor
 from . import COURSE_PREFERENCE
 

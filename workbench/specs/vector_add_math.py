@@ -1,6 +1,4 @@
 """vector_add's math (its declaration: vector_add.py): c = a + b."""
-from __future__ import annotations
-
 
 def reference(a, b):
     return a.double() + b.double()

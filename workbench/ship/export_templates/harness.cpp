@@ -47,13 +47,14 @@ int sm_count(int device) {
 
 Op::Op(const char* ns, const workbench::OpDecl& decl, const WbOpBinding* binding, std::vector<VariantEntry> variants)
     : decl_(decl), binding_(binding) {
-  prefix_ = std::string(ns) + "::" + decl_.op + ": ";
+  const std::string& op = decl_.fields.op;
+  prefix_ = std::string(ns) + "::" + op + ": ";
   TORCH_CHECK(binding_ && binding_->abi_version == WB_BINDING_ABI_VERSION && binding_->run, prefix_,
               "the op's binding does not match wb_op.h");
   for (const auto& v : variants) {
     const WbVariantInfo* info = v.info();
-    TORCH_CHECK(info && info->abi_version == WB_ABI_VERSION && info->launchers && decl_.op == info->op, prefix_,
-                "variant '", v.name, "' does not match wb_variant.h or is not a variant of ", decl_.op);
+    TORCH_CHECK(info && info->abi_version == WB_ABI_VERSION && info->launchers && op == info->op, prefix_,
+                "variant '", v.name, "' does not match wb_variant.h or is not a variant of ", op);
     variants_.push_back({v.name, info});
   }
 }
