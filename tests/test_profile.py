@@ -851,9 +851,11 @@ def bias_scalar_vec4():
 
 
 @pytest.mark.gpu
-def test_vec4_is_memory_bound_near_dram_peak(bias_scalar_vec4):
+def test_vec4_is_memory_bound_near_the_copy_ceiling(bias_scalar_vec4):
+    """Against this device's measured copy ceiling, which the verdict uses, not DRAM's nominal peak:
+    on the multi-GPU hosts ncu read vec4 at 68-80% of that peak while it ran at 92% of a copy."""
     p, _ = bias_scalar_vec4
-    assert p.totals("vec4")["dram_pct"] >= 80, p.table()
+    assert p.copy_GBps and p.totals("vec4")["GBps"] >= 0.8 * p.copy_GBps, p.table()
     assert p.verdict("vec4").kind == "memory-bound", p.table()
 
 
