@@ -171,14 +171,10 @@ CPU_FLAGS = ("-O3", "-fno-trapping-math")
 CUDA_FLAGS = ("-O3", "-Xptxas=-v")
 
 
-def harness_sources() -> list[pathlib.Path]:
-    return sorted((config.BINDINGS_DIR / "harness").glob("*.cpp"))
-
-
 def harness_piece(with_cuda: bool) -> Piece:
     # -fopenmp: at::parallel_for, which lends torch's thread pool to the CPU variants, is inline
     # `#pragma omp parallel` code; compiled without it, every CPU variant would run on one thread.
-    return Piece(label="harness", kind="harness", sources=harness_sources(),
+    return Piece(label="harness", kind="harness", sources=sorted((config.BINDINGS_DIR / "harness").glob("*.cpp")),
                  include_dirs=[config.BINDINGS_DIR / "harness", config.COMMON_DIR], with_cuda=with_cuda,
                  cflags=["-O2", "-fopenmp"] + (["-DWORKBENCH_WITH_CUDA"] if with_cuda else []), link=["-fopenmp"],
                  arch_list=arch_list() if with_cuda else None)

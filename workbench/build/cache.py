@@ -142,12 +142,10 @@ def subdir(name: str) -> pathlib.Path:
         with writing(f"creating {path}"), contextlib.suppress(FileExistsError):
             os.mkdir(path, 0o700)
         st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        what = ("a link" if stat.S_ISLNK(st.st_mode) else "not a folder" if not stat.S_ISDIR(st.st_mode)
-                else f"owned by uid {st.st_uid}" if st.st_uid != os.geteuid()
-                else f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})")
-        raise CacheError(f"{path} is {what}: the cache's own folders must be yours alone (something else put it "
-                         f"there). Move it away (or remove it), and the workbench makes a fresh one")
+    problem = foreign(path, st, "dir")
+    if problem:
+        raise CacheError(f"{problem}: the cache's own folders must be yours alone (something else put it there). "
+                         f"Move it away (or remove it), and the workbench makes a fresh one")
     return path
 
 

@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from ..errors import BuildError, WorkbenchError
-from . import records, toolchain
+from . import toolchain
 from .guard import run_guarded
 from .piece import CPP_EXTENSION, RAW, Piece
 
@@ -115,6 +115,31 @@ def _ninja_file(piece: Piece, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def parse_depfile(text: str, cwd: pathlib.Path) -> list[str]:
+    """The prerequisites of a make-style depfile (gcc -MD, nvcc -MD), as absolute paths."""
+    text = text.replace("\\\r\n", " ").replace("\\\n", " ")
+    out: list[str] = []
+    for line in text.splitlines():
+        if ":" not in line:
+            continue
+        # the rule's target ends at the first ': '; a path's spaces are escaped as '\ '
+        _, _, rest = line.partition(": ") if ": " in line else line.partition(":")
+        out += [re.sub(r"\\(.)", r"\1", token) for token in re.findall(r"(?:\\.|\S)+", rest)]
+    return [os.path.normpath(p if os.path.isabs(p) else cwd / p) for p in out]
+
+
+def ninja_deps(build_dir: pathlib.Path) -> list[str] | None:
+    """The files ninja recorded from the compilers' depfiles (`deps = gcc`); None without a deps log."""
+    ninja = shutil.which("ninja")
+    if ninja is None or not (build_dir / ".ninja_deps").exists():
+        return None
+    proc = subprocess.run([ninja, "-C", str(build_dir), "-t", "deps"], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        return None
+    paths = [ln.strip() for ln in proc.stdout.splitlines() if ln.startswith("    ") and ln.strip()]
+    return [os.path.normpath(p if os.path.isabs(p) else build_dir / p) for p in paths]
+
+
 def compile_cpp_extension(piece: Piece, staging: pathlib.Path, key: str, *, rename: dict | None = None,
                           last_good: str | None = None) -> Compiled:
     """ninja run guarded in the staging folder; nothing is loaded into this process."""
@@ -131,7 +156,7 @@ def compile_cpp_extension(piece: Piece, staging: pathlib.Path, key: str, *, rena
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         raise _failure(piece, log_path, log_path.read_text(errors="replace"), rename, last_good)
-    deps = records.ninja_deps(staging)
+    deps = ninja_deps(staging)
     if deps is None:
         raise WorkbenchError(f"{piece.label}: ninja recorded no dependency list for this build (its .ninja_deps "
                              f"is missing), so a later edit of a header could not be seen; is ninja older than 1.3?")
@@ -163,7 +188,7 @@ def compile_raw(piece: Piece, staging: pathlib.Path, key: str, *, rename: dict |
     if proc.returncode != 0 or not out.exists():
         raise _failure(piece, log_path, proc.stdout + proc.stderr, rename or {str(source): str(source)}, last_good)
     try:
-        deps = records.parse_depfile(depfile.read_text(), cwd)
+        deps = parse_depfile(depfile.read_text(), cwd)
     except OSError as e:
         raise WorkbenchError(f"{piece.label}: the compiler wrote no dependency list ({depfile}: {e.strerror}); "
                              f"the build cannot be cached without it. Does {piece.command[-1]} take -MD -MF?") from None

@@ -38,45 +38,27 @@ class Function:
     name: str
 
 
+# What code_only blanks: a directive (its leading whitespace kept), a comment, a literal's inside.
+_NOT_CODE = re.compile(r"^[ \t]*(#(?:\\.|[^\n])*)|//[^\n]*|/\*.*?(?:\*/|\Z)|([\"'])((?:\\.|(?!\2)[^\\\n])*)(\2?)",
+                       re.M | re.S)
+
+
 @functools.lru_cache(maxsize=256)  # an edit re-reads every header of the closure: each text is scanned once
 def code_only(text: str) -> str:
     """The text with comments, string and character literals and preprocessor lines blanked
     (newlines kept, so every offset and line number is the original's)."""
-    out = list(text)
-    i, n = 0, len(text)
-    line_start = True
-    while i < n:
-        c = text[i]
-        if line_start and c in " \t":
-            i += 1
-            continue
-        if line_start and c == "#":  # a directive, with its continuation lines
-            j = i
-            while j < n and text[j] != "\n":
-                j += 2 if text[j] == "\\" and j + 1 < n else 1
-            _blank(out, i, j)
-            i, line_start = j, False
-            continue
-        line_start = c == "\n"
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            _blank(out, i, j)
-            i = j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            _blank(out, i, j)
-            i = j
-        elif c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            _blank(out, i + 1, j)
-            i = j + 1
-        else:
-            i += 1
-    return "".join(out)
+    def blank(m: re.Match) -> str:
+        if m.group(1) is not None:
+            return m.group(0)[:m.start(1) - m.start()] + _spaces(m.group(1))
+        if m.group(2):
+            return m.group(2) + _spaces(m.group(3)) + m.group(4)
+        return _spaces(m.group(0))
+
+    return _NOT_CODE.sub(blank, text)
+
+
+def _spaces(text: str) -> str:
+    return re.sub(r"[^\n]", " ", text)
 
 
 def _blank(chars: list[str], start: int, end: int) -> None:

@@ -13,7 +13,6 @@ import fcntl
 import json
 import os
 import pathlib
-import re
 import shutil
 import stat
 import time
@@ -125,34 +124,7 @@ def lock_path(key: str) -> pathlib.Path:
     return cache.subdir("locks") / f"{key[:20]}.lock"
 
 
-# ---------------------------------------------------------------- dependencies the compiler read, and publication
-
-def parse_depfile(text: str, cwd: pathlib.Path) -> list[str]:
-    """The prerequisites of a make-style depfile (gcc -MD, nvcc -MD), as absolute paths."""
-    text = text.replace("\\\r\n", " ").replace("\\\n", " ")
-    out: list[str] = []
-    for line in text.splitlines():
-        if ":" not in line:
-            continue
-        # the rule's target ends at the first ': '; a path's spaces are escaped as '\ '
-        _, _, rest = line.partition(": ") if ": " in line else line.partition(":")
-        out += [re.sub(r"\\(.)", r"\1", token) for token in re.findall(r"(?:\\.|\S)+", rest)]
-    return [os.path.normpath(p if os.path.isabs(p) else cwd / p) for p in out]
-
-
-def ninja_deps(build_dir: pathlib.Path) -> list[str] | None:
-    """The files ninja recorded from the compilers' depfiles (`deps = gcc`); None without a deps log."""
-    import subprocess
-
-    ninja = shutil.which("ninja")
-    if ninja is None or not (build_dir / ".ninja_deps").exists():
-        return None
-    proc = subprocess.run([ninja, "-C", str(build_dir), "-t", "deps"], capture_output=True, text=True, timeout=120)
-    if proc.returncode != 0:
-        return None
-    paths = [ln.strip() for ln in proc.stdout.splitlines() if ln.startswith("    ") and ln.strip()]
-    return [os.path.normpath(p if os.path.isabs(p) else build_dir / p) for p in paths]
-
+# ---------------------------------------------------------------- what the compiler read, and publication
 
 def dependency_record(paths, build_dir: pathlib.Path) -> list[list]:
     """[path, size, mtime_ns, sha256] of each file the compiler read, outside the build folder."""
