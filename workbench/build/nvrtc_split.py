@@ -110,7 +110,7 @@ def _walk(code: str, macros: dict[str, str]):
             depth_start[-1] = i + 1
         elif c == "{":
             head = code[depth_start[-1]:i]
-            close = _matching(code, i)
+            close = matching(code, i)
             stripped = _TEMPLATE_CLAUSE.sub("", head, count=1).rstrip()  # its defaults are no initializer
             if (_FUNCTION_HEAD.search(stripped) and "(" in stripped
                     and not re.match(r"\s*(?:namespace|struct|class|union|enum)\b", stripped)):
@@ -127,7 +127,7 @@ def _walk(code: str, macros: dict[str, str]):
 _PAIRS = {"{": "}", "(": ")", "[": "]", "<": ">", "}": "{", ")": "(", "]": "[", ">": "<"}
 
 
-def _matching(code: str, at: int) -> int:
+def matching(code: str, at: int) -> int:
     """Where the bracket at code[at] is matched: an opening one forward, a closing one backward."""
     step, depth = (1 if code[at] in "{([<" else -1), 0
     for k in range(at, len(code) if step > 0 else -1, step):
@@ -189,7 +189,7 @@ def _stub(code: str, f: Function) -> list[tuple[int, int, str]]:
     (unnamed parameters named): the label's address tells, by the symbol table, which kernel it is."""
     close = code.rindex(")", f.head_start, f.body_open)
     edits, names = [], []
-    for k, (end, name, pack) in enumerate(_parameters(code, _matching(code, close), close)):
+    for k, (end, name, pack) in enumerate(_parameters(code, matching(code, close), close)):
         if name is None:
             name = f"wb_p{k}"
             edits.append((end, end, f" {name}"))
@@ -228,7 +228,7 @@ def _launch_calls(text: str, code: str) -> list[tuple[int, int, str]]:
     `(wb_route::configure(config), kernel(args))`, every line break kept."""
     edits = []
     for m in re.finditer(r"<<<(.*?)>>>\s*\(", code, re.S):
-        start, close = _kernel_start(code, m.start()), _matching(code, m.end() - 1)
+        start, close = _kernel_start(code, m.start()), matching(code, m.end() - 1)
         config = text[m.start(1):m.end(1)]
         kept = "\n" * config.count("\n")
         edits.append((start, close + 1, f"(wb_route::configure({' '.join(config.split())}), "
@@ -245,7 +245,7 @@ def _kernel_start(code: str, at: int) -> int:
         while j and code[j - 1].isspace():
             j -= 1
         if j and code[j - 1] in ">)]":
-            i = _matching(code, j - 1)
+            i = matching(code, j - 1)
             continue
         k = j
         while k and (code[k - 1].isalnum() or code[k - 1] == "_"):

@@ -151,12 +151,7 @@ def name_expression(demangled: str) -> str:
     An anonymous namespace is left out (the expression is read at the end of the same file)."""
     text = demangled.replace("(anonymous namespace)::", "")
     if text.endswith(")"):
-        depth = 0
-        for k in range(len(text) - 1, -1, -1):
-            depth += {")": 1, "(": -1}.get(text[k], 0)
-            if depth == 0:
-                text = text[:k]
-                break
+        text = text[:nvrtc_split.matching(text, len(text) - 1)]
     return "&" + re.sub(r"^void\s+", "", text.strip())
 
 
