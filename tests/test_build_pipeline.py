@@ -13,7 +13,7 @@ from workbench import build, config
 from workbench.build import cache, toolchain
 from workbench.run import loader
 from workbench.ship import ndarray_build
-from workbench.build import pipeline, prebuilt
+from workbench.build import prebuilt
 from workbench.model import registry
 from workbench.build.piece import RAW
 
@@ -110,7 +110,7 @@ def test_a_tier_in_front_of_the_cache_serves_a_piece(monkeypatch, tmp_path):
         raise AssertionError("a piece a tier serves never reaches the cache")
 
     monkeypatch.setattr(build, "TIERS", [*build.TIERS, lambda p: served if p.label == "probe/tier" else None])
-    monkeypatch.setattr(pipeline, "build", refuse)
+    monkeypatch.setattr(build, "_build", refuse)
     assert build.get_or_build(piece) is served
     assert build.TIERS[0] is build.prebuilt_tier  # the wheel's libraries come first
     assert build.prebuilt_tier(piece) is None and prebuilt.manifest() is None  # a checkout has none

@@ -90,12 +90,12 @@ print(json.dumps({"built": k.built, "modules": sorted(m for m in sys.modules if 
 
 def test_a_warm_load_imports_four_build_modules_at_most(cpu_kernel, run_python):
     """A warm hit is a key, a look-up with the trust checks and a library path: the package and
-    piece, toolchain and cache. The compile machinery (pipeline, records, compilers, guard, the
-    NVRTC tier, clean ...) is imported on a miss only."""
+    piece, toolchain and cache. The compile machinery (records, compilers, guard, the NVRTC tier,
+    clean ...) is imported on a miss only."""
     res = _last_json(run_python(WARM_LOAD_MODULES))
     assert res["built"] is False
     assert len(res["modules"]) <= 4, res["modules"]
-    assert not {"workbench.build.pipeline", "workbench.build.compilers", "workbench.build.guard"} & set(res["modules"])
+    assert not {"workbench.build.records", "workbench.build.compilers", "workbench.build.guard"} & set(res["modules"])
 
 
 def test_warm_load_check_is_not_vacuous(cpu_kernel, run_python):

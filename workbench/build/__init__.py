@@ -1,57 +1,40 @@
 """The build pipeline: what to compile, where a library comes from, and how it is compiled.
 
 Owns every compiled library's way onto disk, for the torch path (harness, bindings, variants,
-extension-style sources) and the NumPy front end's torch-free builds alike. A warm load (a key, its
-look-up with the trust checks, a library path) needs four modules, this one included:
+extension-style sources) and the NumPy front end's torch-free builds. A warm load imports four
+modules: this one (get_or_build: prebuilt.py's wheel tier, then the cache's look-up and the checks
+a hit passes, else a build under the key's lock), piece.py (Piece, BuildOptions, the content key),
+toolchain.py (what a build depends on, the CUDA arch list) and cache.py (the cache's folders, their
+privacy, the schemas of the files it reads).
 
-- __init__.py   get_or_build: the tiers in front of the cache (prebuilt.py: a wheel's libraries, read
-                only when installed), then the cache's look-up and the checks a hit passes before its
-                library is loaded (lookup); on a miss, pipeline.py. Also the torch-facing pieces of
-                the kernel tree (harness_piece, binding_piece, variant_piece: the loader's and setup.py's)
-- piece.py      Piece (sources, flags, compiler kind, arch list) and its content key; BuildOptions
-                (line info ...), passed as arguments; WORKBENCH_NVCC_FLAGS, the user's own flags
-- toolchain.py  what a build depends on (torch, its CUDA, nvcc, the C++ ABI, libstdc++), the sm_90a
-                marker, and the CUDA arch list, written once (JIT and shipped), with its -gencode flags
-- cache.py      the cache's folders and their privacy, in-use marks, the schemas of the files it
-                reads (a build's record, a shared cache's manifest) and manifest_of
-
-Imported on a miss, or when asked for:
-
-- pipeline.py   a miss: the key's lock, a second look, a shared cache's build, staging, compile, publish
-- records.py    staging folders, the build lock, a build's record (what the compiler read), publication
-- compilers.py  the compiler kinds: cpp_extension (a torch extension, from a build.ninja of our own)
-                and raw (one command, no torch); the third, nvrtc, is nvrtc_tier.py
-- nvrtc_tier.py the NVRTC tier: a .cu variant's device code by NVRTC (nvrtc.py, ctypes on torch's
-                libnvrtc), its host side by the host compiler, each rebuilt when its tokens changed
-                (nvrtc_split.py: the file's host and device views); nvrtc_kernels.py compiles each
-                kernel as its own program, on its first launch or in the background; the runtime
-                launches them (kernels/common/wb_nvrtc_route.h; the loader's provider: run/nvrtc_routes.py)
-- guard.py      a build's processes in a session a watchdog kills with it
-- shared.py     a shared cache by opt-in; clean.py: `python -m workbench clean`; torch_pch.py: torch's
-                extension header precompiled for extension-style builds
+On a miss: records.py (staging, the build lock, a build's record, publication), compilers.py
+(cpp_extension and raw), the NVRTC tier (nvrtc_tier.py; nvrtc.py: ctypes on torch's libnvrtc;
+nvrtc_split.py: a file's host and device views; nvrtc_kernels.py: each kernel compiled on its
+first launch or in the background), guard.py (a build's processes die with it), shared.py (a shared
+cache by opt-in). clean.py is `python -m workbench clean`; torch_pch.py precompiles torch's
+extension header for extension-style builds.
 
 May import: config, errors (and model.registry, in the tree's functions here alone). Nothing here
-loads or calls a library: the loader, byo and the NumPy front end do, with what get_or_build
-returns (a build never loads what it built). The NVRTC tier is Piece.compiler "nvrtc"
-(BuildOptions(compiler="nvrtc"); EDIT_LOOP_OPTIONS, the edit loop's default).
+loads a library: the loader, byo and the NumPy front end do, with what get_or_build returns.
 
-A warm hit is checked before its library is loaded: its record against cache.RECORD before any
-field of it is used, the library's size and sha256 against the record, that the ELF file's segments
-and sections lie within it (a truncated library would kill the process with SIGBUS when loaded),
-and every file the compiler read against its recorded size, mtime and sha256. A damaged or stale
-build is rebuilt.
+A hit is checked before its library is loaded: its record against cache.RECORD, the library's size
+and sha256, its ELF headers within the file (a truncated library is a SIGBUS when loaded), and
+every file the compiler read by size, mtime and sha256. A damaged or stale build is rebuilt.
 """
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import stat
 import struct
+import time
 from typing import Callable, NamedTuple
 
 from .. import config
+from ..errors import BuildError
 from . import cache, toolchain
-from .piece import (CPP_EXTENSION, DEFAULT_OPTIONS, EDIT_LOOP_OPTIONS, BuildOptions, Piece, sha256_file,
+from .piece import (CPP_EXTENSION, DEFAULT_OPTIONS, EDIT_LOOP_OPTIONS, NVRTC, BuildOptions, Piece, sha256_file,
                     user_nvcc_flags)
 from .toolchain import arch_list, variant_arch_flags
 
@@ -69,8 +52,7 @@ class Built(NamedTuple):
 
 
 def prebuilt_tier(piece: Piece) -> Built | None:
-    """An installed wheel's prebuilt library for a torch-facing piece, checked before anything runs
-    nvcc (prebuilt.find: None to build it as usual; a WorkbenchError where it can be neither)."""
+    """An installed wheel's prebuilt library for the piece (prebuilt.find), None to build it."""
     if piece.compiler != CPP_EXTENSION or not config.INSTALLED:
         return None  # the wheel ships cpp_extension builds only; a checkout has none
     from . import prebuilt
@@ -87,7 +69,7 @@ TIERS: list[Callable[[Piece], Built | None]] = [prebuilt_tier]
 
 def get_or_build(piece: Piece, *, last_good: str | None = None, rename: dict[str, str] | None = None) -> Built:
     """The piece's library: from the first tier that has it, else a warm hit in the content-keyed
-    cache (checked by lookup: no compiler, no lock), else built now (pipeline.build).
+    cache (checked by lookup: no compiler, no lock), else built now.
     last_good: a description of the build still usable, for the BuildError of a failed compile;
     rename: {source path: the label a compile error shows for it} (a notebook cell's source)."""
     for tier in TIERS:
@@ -100,9 +82,81 @@ def get_or_build(piece: Piece, *, last_good: str | None = None, rename: dict[str
     lib, meta, _ = lookup(final)
     if lib is not None:
         return Built(lib, final, False, key, meta)
-    from . import pipeline  # the compile machinery: imported on a miss only
+    return _build(piece, key, tc, final, last_good=last_good, rename=rename)
 
-    return pipeline.build(piece, key, tc, final, last_good=last_good, rename=rename)
+
+def _build(piece: Piece, key: str, tc: dict, final: pathlib.Path, *, last_good, rename) -> Built:
+    """A miss, under the key's lock: look again (someone may have built it while we waited), import
+    it from a shared cache the user vouches for, or compile it in a staging folder and publish it.
+    A failed compile keeps its log under the cache's logs/ (the BuildError names it)."""
+    from . import records, shared  # the compile machinery: imported on a miss only
+
+    label = piece.label
+    with cache.writing(label), records.file_lock(records.lock_path(key), what=label):
+        lib, meta, problem = lookup(final)
+        if lib is None and shared.import_shared(final, label):
+            lib, meta, problem = lookup(final)
+        if lib is not None:
+            return Built(lib, final, False, key, meta)
+        if problem:
+            cache.progress(f"{label}: cached build unusable ({problem}); rebuilding")
+        staging = records.new_staging_dir(label, key)
+        cache.progress(f"{label}: compiling {', '.join(s.name for s in piece.sources)} ({_tool(piece)}) ...")
+        try:
+            compiled = _compile(piece, staging, key, rename=rename, last_good=last_good)
+        except BuildError as e:
+            raise _kept_log(e, piece, key, staging) from None
+        except BaseException:
+            records.discard(staging)
+            raise
+        record = {"label": label, "key": key, "kind": piece.kind, "toolchain": tc,
+                  "arch_list": piece.arch_list if piece.with_cuda else None,
+                  "build_seconds": compiled.seconds, "created": time.time(),
+                  "sources": [str(s) for s in piece.sources], **compiled.record}
+        deps = records.dependency_record(compiled.deps, staging)
+        lib = records.publish(staging, final, compiled.library, record, deps, rename=not compiled.unique_name)
+        cache.progress(f"{label}: built in {compiled.seconds:.1f} s")
+        return Built(lib, final, True, key, json.loads((final / "meta.json").read_text()))
+
+
+def _compile(piece: Piece, staging: pathlib.Path, key: str, **kwargs):
+    """The piece's compiler kind; the NVRTC tier builds pieces of its own (the host library, nvcc's
+    fallback), so it is handed get_or_build."""
+    if piece.compiler == NVRTC:
+        from . import nvrtc_tier
+
+        return nvrtc_tier.compile_nvrtc(piece, staging, key, build=get_or_build, **kwargs)
+    from . import compilers
+
+    return compilers.COMPILERS[piece.compiler](piece, staging, key, **kwargs)
+
+
+def _tool(piece: Piece) -> str:
+    if piece.compiler == NVRTC:
+        arch = next(o.split("=", 1)[1] for o in piece.command if o.startswith("-arch="))
+        return f"{piece.command[0]} {arch}"
+    if piece.command:
+        return pathlib.Path(piece.command[-1]).name
+    if piece.with_cuda and any(s.suffix == ".cu" for s in piece.sources):
+        return f"nvcc, arch {piece.arch_list}"
+    return "c++"
+
+
+def _kept_log(e: BuildError, piece: Piece, key: str, staging: pathlib.Path) -> Exception:
+    """The failed build's log moved where the message says it is (the cache's logs/), the staging
+    folder removed; a full disk said as such (CacheError) rather than as the compiler's words."""
+    from . import records
+
+    kept = cache.subdir("logs") / f"{piece.label.replace('/', '-')}-{key[:12]}.log"
+    text = ""
+    if e.log_path.exists():
+        text = e.log_path.read_text(errors="replace")
+        e.log_path.replace(kept)
+        e.args = (str(e.args[0]).replace(str(e.log_path), str(kept)),)
+        e.log_path = kept
+    records.discard(staging)
+    full = records.full_disk_error(RuntimeError(f"{e}\n{text}"), piece.label, e.log_path)
+    return full if full is not None else e
 
 
 # ---------------------------------------------------------------- the torch-facing pieces of the tree
@@ -117,14 +171,10 @@ CPU_FLAGS = ("-O3", "-fno-trapping-math")
 CUDA_FLAGS = ("-O3", "-Xptxas=-v")
 
 
-def harness_sources() -> list[pathlib.Path]:
-    return sorted((config.BINDINGS_DIR / "harness").glob("*.cpp"))
-
-
 def harness_piece(with_cuda: bool) -> Piece:
     # -fopenmp: at::parallel_for, which lends torch's thread pool to the CPU variants, is inline
     # `#pragma omp parallel` code; compiled without it, every CPU variant would run on one thread.
-    return Piece(label="harness", kind="harness", sources=harness_sources(),
+    return Piece(label="harness", kind="harness", sources=sorted((config.BINDINGS_DIR / "harness").glob("*.cpp")),
                  include_dirs=[config.BINDINGS_DIR / "harness", config.COMMON_DIR], with_cuda=with_cuda,
                  cflags=["-O2", "-fopenmp"] + (["-DWORKBENCH_WITH_CUDA"] if with_cuda else []), link=["-fopenmp"],
                  arch_list=arch_list() if with_cuda else None)
@@ -138,8 +188,8 @@ def binding_piece(r) -> Piece:
 
 
 def cuda_source_piece(*, label: str, kind: str, source: pathlib.Path, include_dirs, options: BuildOptions) -> Piece:
-    """A variant's (or an extension's) one source: nvcc for a .cu file (or the NVRTC tier, where
-    options.compiler says so: nvrtc_tier.py), the host compiler for a .cpp."""
+    """A variant's (or an extension's) one source: nvcc (or the NVRTC tier) for a .cu file, the host
+    compiler for a .cpp."""
     with_cuda = source.suffix == ".cu"
     if with_cuda and options.compiler == "nvrtc":
         from . import nvrtc_tier
@@ -162,9 +212,9 @@ def variant_piece(r, name: str, source: pathlib.Path,
 
 
 def build_variant(op: str, name_or_path: str, options: BuildOptions):
-    """(name, Built) of one variant built with `options`, loading nothing (the CLI's `build --compiler`):
-    a variant of the tree, or a path to a file being edited; Built is None for a Python variant. An
-    NVRTC tier build gets every kernel compiled now, in parallel: nothing will launch them here."""
+    """(name, Built) of a variant of the tree, or of a file being edited, built with `options` and
+    not loaded (the CLI's `build --compiler`; Built is None for a Python variant). The NVRTC tier's
+    kernels are all compiled now: nothing will launch them here."""
     from ..model import registry
     from . import nvrtc_kernels
 
@@ -180,9 +230,8 @@ def build_variant(op: str, name_or_path: str, options: BuildOptions):
 
 
 def tree_pieces(devices: tuple[str, ...], harness_with_cuda: bool) -> list[Piece]:
-    """Every piece a wheel prebuilds (setup.py), found in the tree as the registry finds ops and
-    variants: the harness, each op's binding, each .cu (devices has "cuda") and .cpp (devices has
-    "cpu") variant. Python variants ship as sources only."""
+    """Every piece a wheel prebuilds (setup.py): the harness, each op's binding, each .cu ("cuda" in
+    devices) and .cpp ("cpu") variant of the tree."""
     from ..model import registry
 
     pieces = [harness_piece(harness_with_cuda)]
@@ -198,8 +247,8 @@ def tree_pieces(devices: tuple[str, ...], harness_with_cuda: bool) -> list[Piece
 # ---------------------------------------------------------------- the checks a hit passes
 
 def lookup(build_dir: pathlib.Path) -> tuple[pathlib.Path | None, dict | None, str | None]:
-    """(library, record, problem): the published library if its record vouches for it, else the
-    reason it cannot be used (missing, truncated, foreign, stale): the caller rebuilds it."""
+    """(library, record, problem): the published library if its record vouches for it, else why it
+    cannot be used (missing, truncated, foreign, stale): the caller rebuilds it."""
     meta_path = build_dir / "meta.json"
     try:
         dst = os.lstat(build_dir)
@@ -237,9 +286,8 @@ def lookup(build_dir: pathlib.Path) -> tuple[pathlib.Path | None, dict | None, s
 
 
 def _stale_dependency(deps: list) -> str | None:
-    """The first recorded dependency (schema-checked) that changed since the build (None: none did).
-    A file whose size and mtime are as recorded is taken as unchanged (a stat: cheap on a warm hit);
-    a regular file of the recorded size is hashed; anything else changed."""
+    """The first recorded dependency that changed since the build, else None: a file of the recorded
+    size and mtime is taken as unchanged (a warm hit costs a stat), another one is hashed."""
     for path, size, mtime_ns, digest in deps:
         try:
             st = os.stat(path)
@@ -256,49 +304,33 @@ _PT_LOAD, _SHT_NOBITS = 1, 8
 
 
 def elf_problem(path: pathlib.Path, size: int) -> str | None:
-    """Why `path` is not a whole ELF shared library, else None: its header, program headers,
-    loadable segments and sections must lie within its `size` bytes. dlopen maps segments as the
-    headers say, and touching a page past the end of a truncated file is a SIGBUS that kills the
-    process; this is checked before any library is loaded."""
+    """Why `path` is not a whole 64-bit ELF library, else None: its headers, loadable segments and
+    sections must lie within its `size` bytes (dlopen of a truncated file is a SIGBUS that kills the
+    process), checked before any library is loaded."""
     try:
         with open(path, "rb") as f:
-            ident = f.read(64)
-            if len(ident) < 52 or ident[:4] != b"\x7fELF":
-                return "not an ELF file (no ELF header)"
-            is64, little = ident[4] == 2, ident[5] == 1
-            e = "<" if little else ">"
-            if is64:
-                if len(ident) < 64:
-                    return "its ELF header is cut short"
-                phoff, shoff = struct.unpack_from(e + "QQ", ident, 32)
-                phentsize, phnum, shentsize, shnum = struct.unpack_from(e + "HHHH", ident, 54)
-            else:
-                phoff, shoff = struct.unpack_from(e + "II", ident, 28)
-                phentsize, phnum, shentsize, shnum = struct.unpack_from(e + "HHHH", ident, 42)
+            head = f.read(64)
+            if len(head) < 64 or head[:6] != b"\x7fELF\x02\x01":
+                return "not a 64-bit little-endian ELF file (no ELF header)"
+            phoff, shoff = struct.unpack_from("<QQ", head, 32)
+            phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", head, 54)
             if phnum == 0 or phoff + phnum * phentsize > size:
                 return f"its program headers ({phnum} at offset {phoff}) run past its end ({size} bytes)"
             f.seek(phoff)
             ph = f.read(phnum * phentsize)
             for i in range(phnum):
-                if is64:
-                    p_type, _, p_offset, _, _, p_filesz = struct.unpack_from(e + "IIQQQQ", ph, i * phentsize)
-                else:
-                    p_type, p_offset, _, _, p_filesz = struct.unpack_from(e + "IIIII", ph, i * phentsize)
+                p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", ph, i * phentsize)
                 if p_type == _PT_LOAD and p_offset + p_filesz > size:
                     return (f"a loadable segment ends at byte {p_offset + p_filesz}, past its end ({size} bytes): "
                             f"the file is truncated")
             if shnum and shoff + shnum * shentsize > size:
                 return f"its section headers (at offset {shoff}) run past its end ({size} bytes): the file is truncated"
-            if shnum:
-                f.seek(shoff)
-                sh = f.read(shnum * shentsize)
-                for i in range(shnum):
-                    if is64:
-                        sh_type, _, _, sh_offset, sh_size = struct.unpack_from(e + "IIQQQQ", sh, i * shentsize)[1:6]
-                    else:
-                        sh_type, _, _, sh_offset, sh_size = struct.unpack_from(e + "IIIIII", sh, i * shentsize)[1:6]
-                    if sh_type != _SHT_NOBITS and sh_offset + sh_size > size:
-                        return f"section {i} ends at byte {sh_offset + sh_size}, past its end ({size} bytes): truncated"
+            f.seek(shoff)
+            sh = f.read(shnum * shentsize)
+            for i in range(shnum):
+                sh_type, _, _, sh_offset, sh_size = struct.unpack_from("<IIQQQQ", sh, i * shentsize)[1:6]
+                if sh_type != _SHT_NOBITS and sh_offset + sh_size > size:
+                    return f"section {i} ends at byte {sh_offset + sh_size}, past its end ({size} bytes): truncated"
     except (OSError, struct.error) as e:
         return f"its ELF headers cannot be read ({e})"
     return None

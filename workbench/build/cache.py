@@ -1,20 +1,15 @@
-"""The cache's folders, and what it trusts of the files in them.
+"""The cache's folders, and what it trusts of the files in them (README: "What the cache trusts").
 
-The cache runs whatever libraries it holds, so it must be the user's alone. It is created 0700; a
-cache root (or a folder in it) owned by another user, or writable by group or others, is refused
-with an error that says why and how to fix it; a home folder or `/` is never a cache root. Build
-folders must be the user's own. A read-only or full cache is an error naming the folder and what
-to do. A notebook's source strings are written under sources/, named by their hash. Each process
-that loads a library holds a shared flock on its build's `inuse` file for its lifetime, so `clean`
-can tell a build in use from an idle one.
+The cache holds libraries the workbench loads, so it must be the user's alone: created 0700, a
+root or folder of another user's or writable by others refused with an error saying how to fix it,
+never a home folder or `/`. A read-only or full cache is an error naming the folder and what to do.
+A process that loads a library holds a shared flock on its build's `inuse` file, so `clean` can
+tell a build in use from an idle one.
 
-What a file the cache reads may hold is checked before any field of it is used: a build's record
-(meta.json), a shared cache's manifest, an NVRTC unit and the toolchain memo are each read by
-load_checked: opened without following a link and without waiting (a FIFO is refused, never read),
-a regular file of at most MAX_BYTES, nested at most MAX_DEPTH deep, then checked against its schema
-below. Anything else is one RecordError naming the file, the field and what it must be: the caller
-rebuilds (a record) or refuses (a manifest), saying so. manifest_of(folder) writes the manifest a
-shared cache is trusted by (README: "What the cache trusts, and why").
+Every file the cache reads (a build's record, a shared manifest, an NVRTC unit, the toolchain memo)
+goes through load_checked: opened without following a link or waiting (a FIFO is refused), of
+bounded size and depth, then checked against its schema below; anything else is one RecordError
+naming the file, the field and what it must be.
 """
 from __future__ import annotations
 
@@ -54,8 +49,7 @@ _root_ok: dict[str, tuple] = {}   # a root checked in this process -> the stat t
 
 
 def _home_folders(all_users: bool = False) -> set[str]:
-    """The filesystem root and this user's home folder (every user's, with all_users): never a
-    cache root, whose builds/, locks/ and trash/ would mix with a person's files."""
+    """The filesystem root and this user's home folder (every user's, with all_users)."""
     import pwd
 
     homes = {"/", os.path.realpath(os.path.expanduser("~"))}
@@ -96,8 +90,7 @@ def storage_error(e: OSError, what: str) -> CacheError | None:
 
 @contextlib.contextmanager
 def writing(what: str):
-    """Turn a read-only, unwritable or full cache (EROFS, EACCES, ENOSPC ...) met while building
-    into a CacheError that names the cache folder and what to do."""
+    """A read-only, unwritable or full cache met inside, raised as storage_error's CacheError."""
     try:
         yield
     except OSError as e:
@@ -141,8 +134,7 @@ def root() -> pathlib.Path:
 
 
 def subdir(name: str) -> pathlib.Path:
-    """A folder of the cache (builds, locks, sources, logs, trash), created 0700; one that is not this
-    user's own, or that group or others may write (a cache that was shared once), is refused."""
+    """A folder of the cache, created 0700; one not this user's own or writable by others is refused."""
     path = root() / name
     try:
         st = os.lstat(path)
@@ -150,12 +142,10 @@ def subdir(name: str) -> pathlib.Path:
         with writing(f"creating {path}"), contextlib.suppress(FileExistsError):
             os.mkdir(path, 0o700)
         st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        what = ("a link" if stat.S_ISLNK(st.st_mode) else "not a folder" if not stat.S_ISDIR(st.st_mode)
-                else f"owned by uid {st.st_uid}" if st.st_uid != os.geteuid()
-                else f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})")
-        raise CacheError(f"{path} is {what}: the cache's own folders must be yours alone (something else put it "
-                         f"there). Move it away (or remove it), and the workbench makes a fresh one")
+    problem = foreign(path, st, "dir")
+    if problem:
+        raise CacheError(f"{problem}: the cache's own folders must be yours alone (something else put it there). "
+                         f"Move it away (or remove it), and the workbench makes a fresh one")
     return path
 
 
@@ -179,8 +169,7 @@ def foreign(path: pathlib.Path, st: os.stat_result, kind: str) -> str | None:
 
 
 def write_text(path: pathlib.Path, text: str | bytes) -> None:
-    """Write `text` (or bytes) to `path` atomically (a temporary file per writer, renamed into
-    place), unless the file already holds exactly that."""
+    """Write `text` (or bytes) to `path` by a temporary file renamed into place, unless it holds that."""
     data = text.encode() if isinstance(text, str) else text
     if path.is_file() and not path.is_symlink() and path.read_bytes() == data:
         return
@@ -201,8 +190,6 @@ def write_source(kind: str, text: str, suffix: str, name: str) -> pathlib.Path:
     return path
 
 
-# Builds in use: each process that loads a library holds a shared flock on the build's `inuse`
-# file for its lifetime, so `clean` can tell a build in use from an idle one.
 _in_use_fds: dict[pathlib.Path, int] = {}
 
 
@@ -241,13 +228,12 @@ MAX_BYTES = 64 << 20     # a record listing every header of torch is ~0.5 MB
 
 
 class RecordError(ValueError):
-    """A file of the cache that is not what its schema says; args[0] names the file, the field and
-    what was expected."""
+    """A file of the cache that is not what its schema says; args[0] names the file and field."""
 
 
 def read_regular(path, size: int | None = None) -> bytes:
     """The bytes of `path`, a regular file (a link, FIFO or device is refused, never read) of exactly
-    `size` bytes where given, else of at most MAX_BYTES; read with that bound."""
+    `size` bytes where given, else of at most MAX_BYTES."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
@@ -377,9 +363,8 @@ MEMO = {"stamp": TEXT, "version": TEXT}  # toolchain.nvcc_version's memo
 
 
 def manifest_of(cache_root: pathlib.Path) -> dict:
-    """A manifest for WORKBENCH_SHARED_CACHE_MANIFEST: every published build under `cache_root`, by
-    folder name, with its library's sha256 and size as its record says. Whoever writes it vouches for
-    those libraries: make it from a cache you built or checked yourself."""
+    """A manifest for WORKBENCH_SHARED_CACHE_MANIFEST: each build under `cache_root` by folder name,
+    its library's sha256 and size as its record says. Make it from a cache you built or checked."""
     builds = {}
     for d in sorted((pathlib.Path(cache_root) / "builds").iterdir()):
         try:

@@ -27,8 +27,8 @@ def dir_size(path: pathlib.Path) -> int:
 
 
 def workbench_build(d: pathlib.Path) -> str | None:
-    """Why `d` is not a build folder the workbench wrote (None: it is). It must be a real folder (not
-    a link) of this user's, carrying the workbench's marker or a build record it wrote."""
+    """Why `d` is not a build folder the workbench wrote: a real folder of this user's, with the
+    workbench's marker or build record (None: it is)."""
     try:
         st = os.lstat(d)
     except OSError as e:
@@ -50,11 +50,9 @@ def workbench_build(d: pathlib.Path) -> str | None:
 
 
 def clean(*, older_than_s: float | None = None, max_bytes: int | None = None, everything: bool = False) -> dict:
-    """Remove builds: all idle ones (`everything`), those not used for `older_than_s`, or the
-    least recently used until the cache is under `max_bytes`. Only folders that carry a build record
-    (or the marker) the workbench wrote are touched, links are never followed, and a build that
-    some process has loaded is never removed. Refuses a cache root that is the filesystem root or
-    a home folder. Returns what was removed, kept in use, and left alone (with why)."""
+    """Remove builds: all idle ones (`everything`), those unused for `older_than_s`, or the least
+    recently used until the cache is under `max_bytes`; only the workbench's own (workbench_build),
+    never one in use. Returns what was removed, kept in use, and left alone (with why)."""
     for name, value in (("older_than_s", older_than_s), ("max_bytes", max_bytes)):
         if value is not None and not 0 <= value < math.inf:
             raise ValueError(f"clean: {name} must be a finite number >= 0; got {value!r}")
@@ -110,10 +108,8 @@ def clean(*, older_than_s: float | None = None, max_bytes: int | None = None, ev
 
 
 def _unnamed_nvrtc_units(root: pathlib.Path, now: float, removed: list) -> int:
-    """Remove the NVRTC tier's kernels (build/nvrtc_kernels.py) of units that no build left in the cache
-    names, an hour old at least (a build being made saves its unit before it publishes): only a unit
-    file the workbench wrote (cache.UNIT, named by its key) and the files it names in its own
-    folder, each listed in `removed`. Bytes freed."""
+    """Remove the NVRTC units no build names, an hour old at least (a build saves its unit before it
+    publishes), and the kernels they name (nvrtc_kernels.unit_files); bytes freed."""
     folder = config.cache_dir() / "nvrtc-kernels"
     if not folder.is_dir() or folder.is_symlink():
         return 0

@@ -1,17 +1,10 @@
-"""How a piece is compiled: each compiler kind turns a Piece into a library in a staging folder.
+"""How a piece is compiled into a library in a staging folder, one function per compiler kind.
 
-- "cpp_extension": a torch extension, compiled as torch.utils.cpp_extension.load compiles one (its
-  include and library folders, flags and link lines, from its public functions), by a build.ninja
-  of our own in a fresh staging folder, ninja run guarded (guard.py); nothing is loaded into the
-  building process. What the compilers read comes from ninja's deps log.
-- "raw": one compiler command with -MD -MF (nvcc and the host compiler alike), for the NumPy front
-  end's libraries, which link no torch; what the compiler read comes from its depfile.
-
-Either way the compiler's output (ptxas's register and spill report included) is the build's
-build.log, and a failure is a BuildError naming the first compiler error's file and line.
-COMPILERS maps Piece.compiler to its function; the third kind, "nvrtc" (nvrtc_tier.py: device code by
-NVRTC, the host side by the host compiler, a raw piece), builds pieces of its own, so pipeline.py calls
-it with get_or_build at hand.
+"cpp_extension": a torch extension, compiled as torch.utils.cpp_extension.load would, by a
+build.ninja of our own (what the compilers read: ninja's deps log). "raw": one compiler command
+with -MD -MF, for the NumPy front end's libraries, which link no torch. Either way the compiler's
+output is the build's build.log, and a failure is a BuildError naming the first error's file and
+line. The third kind, "nvrtc", is nvrtc_tier.py.
 """
 from __future__ import annotations
 
@@ -27,7 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from ..errors import BuildError, WorkbenchError
-from . import records, toolchain
+from . import toolchain
 from .guard import run_guarded
 from .piece import CPP_EXTENSION, RAW, Piece
 
@@ -78,9 +71,7 @@ def _ninja_path(path) -> str:
 
 
 def _ninja_file(piece: Piece, name: str) -> str:
-    """A build.ninja that compiles and links the piece as torch.utils.cpp_extension.load would (its
-    include and library folders, torch's defines and nvcc flags, the libraries it links), from
-    cpp_extension's public pieces. Each compile writes a depfile that ninja keeps in its deps log."""
+    """A build.ninja that builds the piece as cpp_extension.load would, from its public functions."""
     from torch.utils import cpp_extension
 
     cuda_home = toolchain.cuda_home() if piece.with_cuda else None
@@ -124,11 +115,34 @@ def _ninja_file(piece: Piece, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def parse_depfile(text: str, cwd: pathlib.Path) -> list[str]:
+    """The prerequisites of a make-style depfile (gcc -MD, nvcc -MD), as absolute paths."""
+    text = text.replace("\\\r\n", " ").replace("\\\n", " ")
+    out: list[str] = []
+    for line in text.splitlines():
+        if ":" not in line:
+            continue
+        # the rule's target ends at the first ': '; a path's spaces are escaped as '\ '
+        _, _, rest = line.partition(": ") if ": " in line else line.partition(":")
+        out += [re.sub(r"\\(.)", r"\1", token) for token in re.findall(r"(?:\\.|\S)+", rest)]
+    return [os.path.normpath(p if os.path.isabs(p) else cwd / p) for p in out]
+
+
+def ninja_deps(build_dir: pathlib.Path) -> list[str] | None:
+    """The files ninja recorded from the compilers' depfiles (`deps = gcc`); None without a deps log."""
+    ninja = shutil.which("ninja")
+    if ninja is None or not (build_dir / ".ninja_deps").exists():
+        return None
+    proc = subprocess.run([ninja, "-C", str(build_dir), "-t", "deps"], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        return None
+    paths = [ln.strip() for ln in proc.stdout.splitlines() if ln.startswith("    ") and ln.strip()]
+    return [os.path.normpath(p if os.path.isabs(p) else build_dir / p) for p in paths]
+
+
 def compile_cpp_extension(piece: Piece, staging: pathlib.Path, key: str, *, rename: dict | None = None,
                           last_good: str | None = None) -> Compiled:
-    """Compile and link the piece as torch's JIT extensions are (_ninja_file), ninja run guarded in
-    the staging folder, its output the build's build.log. Nothing is loaded into this process.
-    Raises BuildError naming the first compiler error."""
+    """ninja run guarded in the staging folder; nothing is loaded into this process."""
     if shutil.which("ninja") is None:
         raise WorkbenchError(f"{piece.label}: ninja is not on PATH; a torch extension's build needs it "
                              f"(pip install ninja)")
@@ -142,9 +156,7 @@ def compile_cpp_extension(piece: Piece, staging: pathlib.Path, key: str, *, rena
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         raise _failure(piece, log_path, log_path.read_text(errors="replace"), rename, last_good)
-    # What the compilers read (ninja's log of their depfiles): a hit whose dependencies changed is
-    # stale, whatever way a header was included.
-    deps = records.ninja_deps(staging)
+    deps = ninja_deps(staging)
     if deps is None:
         raise WorkbenchError(f"{piece.label}: ninja recorded no dependency list for this build (its .ninja_deps "
                              f"is missing), so a later edit of a header could not be seen; is ninja older than 1.3?")
@@ -160,12 +172,10 @@ def _version_line(tool: str) -> str:
 
 def compile_raw(piece: Piece, staging: pathlib.Path, key: str, *, rename: dict | None = None,
                 last_good: str | None = None) -> Compiled:
-    """`command` + `cflags` + -MD -MF + includes + the source + `link`, guarded. Raises BuildError
-    naming the first compiler error."""
+    """`command` + `cflags` + -MD -MF + includes + the source + `link`, guarded."""
     (source,) = piece.sources
     out = staging / f"{piece.label.replace('/', '_')}{piece.suffix}"
-    # -MD -MF: the compiler lists every file it read (nvcc and the host compiler alike); the record
-    # keeps them with their digests, so an edit of any of them makes this build stale.
+    # -MD -MF: every file it read, recorded with its digest: an edit of any makes this build stale.
     depfile = staging / "deps.d"
     cmd = [*piece.command, *piece.cflags, "-MD", "-MF", str(depfile), *[f"-I{d}" for d in piece.include_dirs],
            str(source), "-o", str(out), *piece.link]
@@ -178,7 +188,7 @@ def compile_raw(piece: Piece, staging: pathlib.Path, key: str, *, rename: dict |
     if proc.returncode != 0 or not out.exists():
         raise _failure(piece, log_path, proc.stdout + proc.stderr, rename or {str(source): str(source)}, last_good)
     try:
-        deps = records.parse_depfile(depfile.read_text(), cwd)
+        deps = parse_depfile(depfile.read_text(), cwd)
     except OSError as e:
         raise WorkbenchError(f"{piece.label}: the compiler wrote no dependency list ({depfile}: {e.strerror}); "
                              f"the build cannot be cached without it. Does {piece.command[-1]} take -MD -MF?") from None

@@ -1,10 +1,8 @@
 """A build's processes, guarded: its compilers die with the process that started them.
 
-A build's processes (ninja and the compilers it starts, or one compiler) run in a session of their
-own, watched by a small process that kills the whole session if this process dies, even by
-kill -9, or is interrupted: no ninja, nvcc or cc1plus outlives the build that started it. Also
-environment (os.environ for a while) and own_clock: a child's time for a limit that the machine's
-load does not eat.
+A build runs in a session of its own, watched by a small process that kills the whole session if
+this process dies (even by kill -9) or is interrupted. Also environment (os.environ for a while) and
+own_clock (a child's time for a limit that the machine's load does not eat).
 """
 from __future__ import annotations
 
@@ -74,17 +72,15 @@ _WATCHDOG = _KILL_SESSION + ("import sys\n"
                              "rest = f.read()\n"
                              "if sid > 1 and not rest.startswith(b'done'):\n"
                              "    kill_session(sid)\n")
-# The command starts as a shell, the leader of its new session, that tells the watchdog the session
-# (its pid, written to the watchdog's pipe: its standard input) before it becomes the command, whose
-# input is /dev/null: the watchdog knows the session before anything runs in it, even if this
-# process is killed at once (telling it after Popen returned left a moment when a kill leaked it).
+# The command starts as a shell, leader of its new session, that writes its pid to the watchdog's
+# pipe before it becomes the command (input /dev/null): the watchdog knows the session before
+# anything runs in it, even if this process is killed at once.
 _TELL_WATCHDOG = 'echo $$ >&0 && exec "$@" </dev/null'
 
 
 def run_guarded(cmd, *, check: bool = False, timeout=None, **kwargs) -> subprocess.CompletedProcess:
-    """subprocess.run for a build command (its input: /dev/null), in a session of its own that is
-    killed with everything in it when this process dies (a watchdog sees its pipe close), when the
-    wait is interrupted (Ctrl-C), or on timeout."""
+    """subprocess.run in a session of its own, killed whole when this process dies, when the wait is
+    interrupted, or on timeout."""
     watch = subprocess.Popen([sys.executable, "-I", "-S", "-c", _WATCHDOG], stdin=subprocess.PIPE,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                              close_fds=True)
@@ -111,12 +107,9 @@ def run_guarded(cmd, *, check: bool = False, timeout=None, **kwargs) -> subproce
 
 
 def own_clock(pid: int):
-    """A clock for a time limit on process `pid` that the machine's load does not eat: seconds since
-    this call, less those its main thread spent runnable but waiting for a CPU (Linux's
-    /proc/<pid>/schedstat; wall time where there is none). A child that spins uses its limit up in
-    CPU time, one that sleeps or blocks in wall time; the time other processes held it back is not
-    charged to it. It never runs faster than wall time, so a wait of `limit - clock()` seconds never
-    overshoots the limit: check again then."""
+    """Seconds since this call, less those process `pid`'s main thread spent runnable but waiting for
+    a CPU (/proc/<pid>/schedstat; wall time without it): a limit the machine's load does not eat.
+    It never runs faster than wall time, so a wait of `limit - clock()` never overshoots."""
     def waited() -> float:
         with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/schedstat") as f:
             last[0] = max(last[0], int(f.read().split()[1]) / 1e9)  # a process that ended keeps its last

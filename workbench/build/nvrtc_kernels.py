@@ -1,21 +1,14 @@
-"""The NVRTC tier's kernels: one NVRTC program per kernel, compiled when first launched or, before
+"""The NVRTC tier's kernels: one NVRTC program per kernel, compiled on its first launch or, before
 that, in the background.
 
-A build (nvrtc_tier.compile_nvrtc) only checks the device view (NVRTC's front end, every kernel
-instantiated: tens of ms). Almost all of NVRTC's time is its optimizer and ptxas, per kernel
-(rmsnorm/vectorized instantiates 60, about 45 ms each on the 2-core machine), so:
-
-- A *unit* compiles every kernel of one device view: its texts, options and kernels (the host
-  library's symbol -> name expression), stored as nvrtc-kernels/<unit key>.json. Its key covers
-  the device view's tokens alone: a launcher edit, or a comment, reuses every kernel.
-- A compiled kernel is nvrtc-kernels/<kernel key>.cubin, .log (ptxas's registers and spills) and
-  .name (NVRTC's name for it, written last: the mark that it is done), found there by any process.
-- `provide` is what a launch asks for (run/nvrtc_routes.py): a kernel on disk at once, any other
-  compiled in the caller's thread (or waited for, where a thread has it). A unit's first launch
-  queues its other kernels for background threads (_Queue: when they start, and which first);
-  `drain` waits for them: the timers call it, so no measurement shares the CPU with a compile.
-
-The cache folder is private (cache.subdir), so a cubin found there is this user's own.
+A build only runs NVRTC's front end (tens of ms); its optimizer and ptxas cost ~45 ms per kernel, and
+a variant may instantiate 60. A *unit* is every kernel of one device view (its texts, options, and
+the host symbol -> name expression of each kernel), stored as nvrtc-kernels/<unit key>.json, keyed
+by the device view's tokens alone: a launcher or comment edit reuses every kernel. A kernel is
+nvrtc-kernels/<kernel key>.cubin, .log (ptxas's report) and .name (written last: the mark it is
+done). `provide` is what a launch asks for (run/nvrtc_routes.py); a unit's first launch queues its
+other kernels for background threads, and `drain` (the timers call it) waits for them, so no
+measurement shares the CPU with a compile. The cache folder is private, so a cubin there is ours.
 """
 from __future__ import annotations
 
@@ -51,9 +44,8 @@ class Unit:
 
 
 def make_unit(label: str, main: str, texts: dict[str, str], options: list[str], kernels: dict[str, str]) -> Unit:
-    """The unit, its key over the device texts' tokens (their bytes and the main file's path where
-    line numbers are compiled in: -lineinfo), options, NVRTC version and our system headers (the
-    label is not in it: two copies of one file share their kernels)."""
+    """The unit, keyed by the device texts' tokens (their bytes and the main file's name where
+    -lineinfo compiles line numbers in), options, NVRTC and our system headers; not the label."""
     exact = "-lineinfo" in options
     named = {("" if n == main and not exact else n): (t if exact else tokens(t)) for n, t in texts.items()}
     blob = json.dumps([sorted(named.items()), options, nvrtc.version(), nvrtc.headers_digest(),
@@ -78,8 +70,7 @@ _units: dict[str, Unit] = {}
 
 
 def unit_named_by(build_dir: pathlib.Path) -> str | None:
-    """The key of the unit a build's record names (an NVRTC tier build's nvrtc_unit), or None: no
-    such build, or no readable record."""
+    """The key of the unit a build's record names (nvrtc_unit), else None."""
     try:
         return cache.load_checked(build_dir / "meta.json", cache.RECORD).get("nvrtc_unit")
     except RecordError:
@@ -99,7 +90,7 @@ def unit(key: str) -> Unit:
 
 
 def _read_unit(key: str) -> Unit:
-    """The stored unit of that key, checked (cache.UNIT, its key its file's name): RecordError else."""
+    """The stored unit of that key, checked against cache.UNIT and its file's name (RecordError)."""
     path = _folder() / f"{key}.json"
     data = cache.load_checked(path, cache.UNIT)
     if data["key"] != key:
@@ -108,8 +99,7 @@ def _read_unit(key: str) -> Unit:
 
 
 def unit_files(key: str) -> list[pathlib.Path]:
-    """Every file of a stored unit in nvrtc-kernels/ (its kernels', then the unit itself), for
-    `python -m workbench clean`; none for a file that is not a unit of the workbench's."""
+    """Every file of a stored unit (its kernels', then its own), for `clean`; [] for a foreign file."""
     try:
         u = _read_unit(key)
     except RecordError:
@@ -119,8 +109,7 @@ def unit_files(key: str) -> list[pathlib.Path]:
 
 
 class KernelCompileError(Exception):
-    """NVRTC could not compile one kernel (past the front end the build checked: the optimizer's or
-    ptxas's error, e.g. too much shared memory); args[0] says which and why."""
+    """NVRTC could not compile one kernel past the front end (e.g. ptxas: too much shared memory)."""
 
 
 def compiled(u: Unit, name: str) -> tuple[pathlib.Path, str] | None:
@@ -147,12 +136,9 @@ def _compile(u: Unit, name: str) -> None:
 
 
 class _Queue:
-    """Kernels to compile in the background, in order, and those being compiled now.
-
-    A background kernel starts only while no launch is compiling its own: on the H100's host, 15
-    compiles at once made each 3-4x slower, the launch's own among them. The kernels a label's
-    launches asked for first go to the front of the queue as its next build (an edit) starts, so
-    they compile beside NVRTC's front end."""
+    """Kernels to compile in the background, in order, and those being compiled now. A background
+    kernel starts only while no launch compiles its own (15 compiles at once made each 3-4x
+    slower); the kernels a label's launches asked for first go first when its next build starts."""
 
     REMEMBERED = 8  # kernels per label whose first launches are remembered
 
@@ -276,15 +262,13 @@ _queue = _Queue()
 
 
 def prefetch(u: Unit) -> int:
-    """Start on the kernels this label's launches asked for first last time (an edit's first call
-    will likely ask again), beside the build's front end; returns how many were queued."""
+    """Queue first the kernels this label's launches asked for first last time; returns how many."""
     names = _queue.launched.get(u.label)
     return _queue.submit(u, names, first=True) if names else 0
 
 
 def provide(unit_key: str, name: str) -> tuple[pathlib.Path, str]:
-    """(cubin, NVRTC's name) of the unit's kernel `name` (its host symbol), compiled now if need be.
-    Raises KernelCompileError."""
+    """(cubin, NVRTC's name) of the unit's kernel `name` (its host symbol), compiled now if need be."""
     u = unit(unit_key)
     if name not in u.kernels:
         raise KernelCompileError(f"{u.label}: kernel {name} is not among the {len(u.kernels)} its host build "

@@ -1,22 +1,15 @@
 """A CUDA variant file's two sides, told apart from the text alone: no markers to write.
 
-Every function definition in the file and the headers it reaches by quoted #include is classed by
-its execution space: __global__ (a kernel), __device__ (device), __host__ __device__ (both), or
-neither (host: the launchers, the export table). Two views of each file follow, every line where
-it was (a compiler's file:line is the real file's):
-
-- the host view, for the host compiler (wb_nvrtc_route.h read first): device function bodies
-  emptied, each kernel's body a launch of itself, each `k<<<grid, block, ...>>>(args)` the call
-  `(wb_route::configure(grid, block, ...), k(args))`. Its tokens are the *host key* (the main file
-  under one name: load_inline names its file by its hash).
-- the device view, for NVRTC: host functions, and namespace-scope statements that name them,
-  blanked (NVRTC refuses host functions, even declared); an unannotated constexpr function kept as
-  __host__ __device__ (nvcc's relaxed constexpr lets device code call it).
-
-The scanner knows C++ well enough for the kernel tree: comments, strings and preprocessor lines are
-skipped; a brace after `)` (with const/noexcept/-> trailing) opens a function body, one after `=` an
-initializer, any other a scope (namespace, struct, extern "C") it descends into. Macros that expand
-to execution spaces (wb_math.h's WB_HD) are read from #define lines.
+Each function definition in the file and the headers it reaches by quoted #include is classed by
+its execution space (__global__, __device__, both, or host). Two views of each file follow, every
+line where it was (a compiler's file:line is the real file's): the host view (device bodies
+emptied, each kernel's body a launch of itself, each `k<<<...>>>(args)` a call through wb_route:
+wb_nvrtc_route.h), whose tokens are the host key; and the device view for NVRTC (host functions
+and the statements that name them blanked; an unannotated constexpr function kept as __host__
+__device__, as nvcc's relaxed constexpr allows). The scanner knows C++ well enough for the kernel
+tree: comments, strings and directives are skipped, a brace after `)` opens a function body, one
+after `=` an initializer, any other a scope it descends into; macros that expand to execution
+spaces (WB_HD) are read from #define lines.
 """
 from __future__ import annotations
 
@@ -45,45 +38,27 @@ class Function:
     name: str
 
 
+# What code_only blanks: a directive (its leading whitespace kept), a comment, a literal's inside.
+_NOT_CODE = re.compile(r"^[ \t]*(#(?:\\.|[^\n])*)|//[^\n]*|/\*.*?(?:\*/|\Z)|([\"'])((?:\\.|(?!\2)[^\\\n])*)(\2?)",
+                       re.M | re.S)
+
+
 @functools.lru_cache(maxsize=256)  # an edit re-reads every header of the closure: each text is scanned once
 def code_only(text: str) -> str:
     """The text with comments, string and character literals and preprocessor lines blanked
     (newlines kept, so every offset and line number is the original's)."""
-    out = list(text)
-    i, n = 0, len(text)
-    line_start = True
-    while i < n:
-        c = text[i]
-        if line_start and c in " \t":
-            i += 1
-            continue
-        if line_start and c == "#":  # a directive, with its continuation lines
-            j = i
-            while j < n and text[j] != "\n":
-                j += 2 if text[j] == "\\" and j + 1 < n else 1
-            _blank(out, i, j)
-            i, line_start = j, False
-            continue
-        line_start = c == "\n"
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            _blank(out, i, j)
-            i = j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            _blank(out, i, j)
-            i = j
-        elif c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            _blank(out, i + 1, j)
-            i = j + 1
-        else:
-            i += 1
-    return "".join(out)
+    def blank(m: re.Match) -> str:
+        if m.group(1) is not None:
+            return m.group(0)[:m.start(1) - m.start()] + _spaces(m.group(1))
+        if m.group(2):
+            return m.group(2) + _spaces(m.group(3)) + m.group(4)
+        return _spaces(m.group(0))
+
+    return _NOT_CODE.sub(blank, text)
+
+
+def _spaces(text: str) -> str:
+    return re.sub(r"[^\n]", " ", text)
 
 
 def _blank(chars: list[str], start: int, end: int) -> None:
@@ -97,8 +72,7 @@ _KEPT_DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|else|endif|
 
 
 def _keep_directives(text: str, out: list[str]) -> str:
-    """The blanked text with its conditional, #define, #include and #pragma once lines put back: a blanked span
-    may hold some (between two functions), and the views must stay well-formed for the preprocessor."""
+    """The blanked text with its conditional, #define, #include and #pragma once lines put back."""
     for m in _KEPT_DIRECTIVE.finditer(text):
         out[m.start():m.end()] = text[m.start():m.end()]
     return "".join(out)
@@ -136,7 +110,7 @@ def _walk(code: str, macros: dict[str, str]):
             depth_start[-1] = i + 1
         elif c == "{":
             head = code[depth_start[-1]:i]
-            close = _matching(code, i)
+            close = matching(code, i)
             stripped = _TEMPLATE_CLAUSE.sub("", head, count=1).rstrip()  # its defaults are no initializer
             if (_FUNCTION_HEAD.search(stripped) and "(" in stripped
                     and not re.match(r"\s*(?:namespace|struct|class|union|enum)\b", stripped)):
@@ -153,7 +127,7 @@ def _walk(code: str, macros: dict[str, str]):
 _PAIRS = {"{": "}", "(": ")", "[": "]", "<": ">", "}": "{", ")": "(", "]": "[", ">": "<"}
 
 
-def _matching(code: str, at: int) -> int:
+def matching(code: str, at: int) -> int:
     """Where the bracket at code[at] is matched: an opening one forward, a closing one backward."""
     step, depth = (1 if code[at] in "{([<" else -1), 0
     for k in range(at, len(code) if step > 0 else -1, step):
@@ -195,9 +169,8 @@ def _name(head: str) -> str:
 
 
 def host_view(text: str, macros: dict[str, str]) -> str:
-    """Device function bodies emptied, each kernel's body a launch of itself, and each
-    `k<<<config>>>(args)` the call `(wb_route::configure(config), k(args))` (wb_nvrtc_route.h): the
-    call deduces a template kernel's arguments and converts the values, as a launch does."""
+    """Device bodies emptied, each kernel's body a launch of itself, each `k<<<config>>>(args)` the
+    call `(wb_route::configure(config), k(args))`: it deduces template arguments as a launch does."""
     out, code = list(text), list(code_only(text))
     fns = functions(text, macros)
     for f in fns:
@@ -212,12 +185,11 @@ def host_view(text: str, macros: dict[str, str]) -> str:
 
 
 def _stub(code: str, f: Function) -> list[tuple[int, int, str]]:
-    """The edits that make a kernel's emptied body launch it: an unnamed parameter named, and the body
-    `wb_here: wb_route::launch_here(&&wb_here, <parameters>);` (the label's address is in the
-    function's code: the library's symbol table says which kernel it is)."""
+    """The edits that make a kernel's emptied body `wb_here: wb_route::launch_here(&&wb_here, <params>);`
+    (unnamed parameters named): the label's address tells, by the symbol table, which kernel it is."""
     close = code.rindex(")", f.head_start, f.body_open)
     edits, names = [], []
-    for k, (end, name, pack) in enumerate(_parameters(code, _matching(code, close), close)):
+    for k, (end, name, pack) in enumerate(_parameters(code, matching(code, close), close)):
         if name is None:
             name = f"wb_p{k}"
             edits.append((end, end, f" {name}"))
@@ -256,7 +228,7 @@ def _launch_calls(text: str, code: str) -> list[tuple[int, int, str]]:
     `(wb_route::configure(config), kernel(args))`, every line break kept."""
     edits = []
     for m in re.finditer(r"<<<(.*?)>>>\s*\(", code, re.S):
-        start, close = _kernel_start(code, m.start()), _matching(code, m.end() - 1)
+        start, close = _kernel_start(code, m.start()), matching(code, m.end() - 1)
         config = text[m.start(1):m.end(1)]
         kept = "\n" * config.count("\n")
         edits.append((start, close + 1, f"(wb_route::configure({' '.join(config.split())}), "
@@ -273,7 +245,7 @@ def _kernel_start(code: str, at: int) -> int:
         while j and code[j - 1].isspace():
             j -= 1
         if j and code[j - 1] in ">)]":
-            i = _matching(code, j - 1)
+            i = matching(code, j - 1)
             continue
         k = j
         while k and (code[k - 1].isalnum() or code[k - 1] == "_"):
@@ -289,8 +261,7 @@ def _kernel_start(code: str, at: int) -> int:
 
 
 def host_names(texts, macros: dict[str, str]) -> set[str]:
-    """The names of the functions the device view leaves out, over all the texts: host functions, and
-    constexpr functions that name one (a launcher table's maker), to a fixed point."""
+    """The functions the device view leaves out: host ones, and constexpr ones that name one."""
     fns = [(f, code) for text in texts for code in [code_only(text)] for f in functions(text, macros)]
     names = {f.name for f, _ in fns if f.space == "host" and f.name}
     grown = True
@@ -303,9 +274,8 @@ def host_names(texts, macros: dict[str, str]) -> set[str]:
 
 
 def device_view(text: str, macros: dict[str, str], hosts: set[str] | None = None) -> str:
-    """Host function definitions blanked whole, and the statements outside functions that name a
-    host function (a launcher table; hosts: the names defined in the other files of the closure too)
-    or declare one."""
+    """Host function definitions blanked, and the statements outside functions that declare one or
+    name one (hosts: those of the other files of the closure too)."""
     code = code_only(text)
     out = list(text)
     items = _items(text, frozenset(macros.items()))
@@ -349,9 +319,8 @@ def _space_in(words: set[str], macros: dict[str, str]) -> bool:
 
 
 def closure(source: pathlib.Path, include_dirs) -> list[tuple[str, pathlib.Path]]:
-    """(include name, path) of the source (under its own file name, first) and the headers it reaches
-    by quoted #include, as the compiler resolves them (piece.include_closure); a header not found is
-    left out (the compile reports it)."""
+    """(include name, path) of the source (under its own name) and the headers it reaches (a header
+    not found is left out: the compile reports it)."""
     source = pathlib.Path(source)
     return [(source.name if name == "<source>" else name, path)
             for name, path in include_closure(source, include_dirs) if path is not None]
@@ -362,9 +331,8 @@ HOST_MAIN = "wb_host_view.cpp"  # the host view's main file, whatever the file's
 
 @dataclass(frozen=True)
 class Views:
-    """A closure's texts split: {include name: text} for each side (the host side's main file under
-    HOST_MAIN), the host key, the names of the kernels (__global__ functions), and the declarations
-    of device variables (__device__, __constant__, __managed__ at namespace scope)."""
+    """{include name: text} for each side (the host side's main file as HOST_MAIN), the host key, the
+    kernels' names, and the declarations of device variables at namespace scope."""
     host: dict[str, str]
     device: dict[str, str]
     host_key: str

@@ -1,17 +1,12 @@
 """The NVRTC tier: a CUDA variant built as two halves, each compiled again only when it changed.
 
-A piece with compiler "nvrtc" (load_inline's default) is keyed by its tokens (a comment edit is the
-same build) and compiled here, into the cache like any other piece. nvrtc_split.py splits the file:
-
-- the host view is built by the host compiler alone (no nvcc, no torch), wb_nvrtc_route.h read
-  first: a piece of its own (variant-host), a warm hit while its tokens are unchanged. Its symbol
-  table names the kernels the launchers launch.
-- the device view: NVRTC's front end checks it with those kernels instantiated (once per device
-  view); each kernel is compiled alone on its first launch or in the background (nvrtc_kernels.py).
-
-The build folder holds a copy of the host library; its record names the kernels' unit (the loader
-hands the library its kernels: run/nvrtc_routes.py). What the host compiler or NVRTC cannot build
-is nvcc's build of the whole file, in one line that says why; nvcc's result stands.
+A piece with compiler "nvrtc" (load_inline's default) is keyed by its tokens. nvrtc_split.py splits
+the file: its host view is built by the host compiler alone, wb_nvrtc_route.h read first (a piece
+of its own, variant-host, whose symbol table names the kernels the launchers launch); NVRTC's front
+end checks its device view once, and each kernel is compiled on its first launch or in the
+background (nvrtc_kernels.py). The build folder holds a copy of the host library, its record names
+the kernels' unit (run/nvrtc_routes.py hands them to it). What the host compiler or NVRTC cannot
+build is nvcc's build of the whole file, with one line that says why.
 """
 from __future__ import annotations
 
@@ -42,8 +37,7 @@ _SLOW_HEADER = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<((?:cuda/|cub/|thrust/|c
 
 
 def exact_arch(options: BuildOptions) -> str:
-    """The one arch NVRTC compiles for: options.arch; else the current GPU's (sm_90a on an H100:
-    the arch-specific target, as exact as a cubin is); else the newest entry of the arch list."""
+    """options.arch; else the current GPU's (sm_90a on an H100); else the arch list's newest."""
     if options.arch:
         return options.arch
     if toolchain.gpu_available():
@@ -53,11 +47,6 @@ def exact_arch(options: BuildOptions) -> str:
     else:
         major, minor = max((a, b) for a, b, _, _ in entries(arch_list()))
     return f"sm_{major}{minor}{'a' if major >= 9 else ''}"
-
-
-def nvrtc_arch(p: Piece) -> str:
-    """The arch an NVRTC tier piece compiles for (its -arch option)."""
-    return next(o.split("=", 1)[1] for o in p.command if o.startswith("-arch="))
 
 
 def arch_list_entry(arch: str) -> str:
@@ -74,17 +63,16 @@ def _toolkit_includes() -> list[str]:
 
 
 def nvrtc_options(arch: str, cuda_cflags) -> list[str]:
-    """NVRTC's options: the arch, the C++ standard of torch's nvcc builds, the ptxas report (the
-    build log's registers and spills, as nvcc's), what nvcc gives every .cu file, the toolkit's
-    headers, the user's -D, -U and -lineinfo."""
+    """The arch, torch's C++ standard, the ptxas report, what nvcc gives every .cu file, the
+    toolkit's headers, and the user's -D, -U and -lineinfo."""
     own = [f"-arch={arch}", "-std=c++20", "--ptxas-options=-v", nvrtc.PRE_INCLUDE, *_toolkit_includes()]
     return own + [f for f in cuda_cflags if f.startswith(("-D", "-U")) or f == "-lineinfo"]
 
 
 def piece(*, label: str, kind: str, source: pathlib.Path, include_dirs, cflags, cuda_cflags,
           options: BuildOptions) -> Piece | None:
-    """The NVRTC tier's piece for a .cu variant; its key covers NVRTC's version, options and arch.
-    None where nvcc builds it, and one line says why."""
+    """The NVRTC tier's piece for a .cu variant (its key covers NVRTC's version, options and arch);
+    None, said in one line, where nvcc builds it."""
     why = ("a torch extension is compiled with torch's headers, which NVRTC does not take" if kind != "variant" else
            None if nvrtc.available() else "no NVRTC library here (torch's CUDA wheels bring libnvrtc)")
     if why:
@@ -120,8 +108,8 @@ def host_piece(p: Piece, views: nvrtc_split.Views) -> Piece:
 
 
 def functions(library: pathlib.Path) -> list[tuple[int, int, str]]:
-    """(offset in the library, size, symbol) of every function in an ELF64 library's symbol table (its
-    local ones included: a kernel in an anonymous namespace is one)."""
+    """(offset, size, symbol) of every function in an ELF64 library's symbol table, local ones too
+    (a kernel in an anonymous namespace)."""
     data = library.read_bytes()
     shoff, = struct.unpack_from("<Q", data, 0x28)
     entsize, count = struct.unpack_from("<HH", data, 0x3A)
@@ -163,18 +151,12 @@ def name_expression(demangled: str) -> str:
     An anonymous namespace is left out (the expression is read at the end of the same file)."""
     text = demangled.replace("(anonymous namespace)::", "")
     if text.endswith(")"):
-        depth = 0
-        for k in range(len(text) - 1, -1, -1):
-            depth += {")": 1, "(": -1}.get(text[k], 0)
-            if depth == 0:
-                text = text[:k]
-                break
+        text = text[:nvrtc_split.matching(text, len(text) - 1)]
     return "&" + re.sub(r"^void\s+", "", text.strip())
 
 
 def launched_kernels(library: pathlib.Path, names) -> dict[str, str]:
-    """{symbol: name expression} of the host library's kernels: its functions named as one of the
-    file's __global__ functions (`names`)."""
+    """{symbol: name expression} of the host library's functions named as a __global__ one (`names`)."""
     found = {}
     for _, _, symbol in functions(library):
         expression = bare = name_expression(demangle(symbol))
@@ -187,8 +169,7 @@ def launched_kernels(library: pathlib.Path, names) -> dict[str, str]:
 
 def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | None = None,
                   last_good: str | None = None, build) -> Compiled:
-    """The piece compiled into `staging` (see the module's docstring); `build` is build.get_or_build,
-    for the host library and the fallback, pieces of their own."""
+    """The piece compiled into `staging`; `build` is get_or_build, for the host library and nvcc's."""
     start = time.perf_counter()
     (source,) = p.sources
     closure = nvrtc_split.closure(source, p.include_dirs)
@@ -222,14 +203,12 @@ def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | N
             file, line, message = first_error(e.args[0], {**headers, **(rename or {})})
             return fallback(f"NVRTC cannot compile {file or 'it'}:{line or '?'} ({(message.splitlines() or ['?'])[0]})")
         nvrtc_kernels.save(unit)
-    library = staging / f"{p.label.replace('/', '_')}-{key[:12]}-{uuid.uuid4().hex[:6]}.so"
-    shutil.copyfile(host.library, library)
+    library = _copy_in(host.library, p, staging, key)
     (staging / "build.log").write_text(
         f"NVRTC {nvrtc.version()} {' '.join(options)}\nfront end: {len(kernels)} kernels checked; each compiles on "
         f"its first launch, the rest in the background after it, its ptxas report in nvrtc-kernels/<kernel key>.log "
         f"(unit {unit.key})\nhost library: {host.library} (the host compiler, host key {views.host_key[:16]})\n")
-    # What it was built from: the sources by their tokens (the key), the host library by what its
-    # compiler read (system headers included).
+    # The sources are in the key by their tokens; the host library by what its compiler read.
     deps = [d[0] for d in host.record.get("deps", [])]
     return Compiled(library, time.perf_counter() - start, deps,
                     {"device_compiler": "nvrtc", "nvrtc_version": nvrtc.version(), "nvrtc_options": options,
@@ -239,8 +218,7 @@ def compile_nvrtc(p: Piece, staging: pathlib.Path, key: str, *, rename: dict | N
 
 
 def nvcc_piece(p: Piece) -> Piece:
-    """nvcc's piece for the same variant, as piece.variant_piece makes it with the nvcc tier (the same
-    key: its cache entry is shared)."""
+    """nvcc's piece for the same variant, as variant_piece makes it (the same key and cache entry)."""
     (source,) = p.sources
     archs = arch_list()
     return Piece(label=p.label, kind=p.kind, sources=p.sources, include_dirs=p.include_dirs, with_cuda=True,
@@ -252,8 +230,14 @@ def _fallback(p: Piece, staging: pathlib.Path, key: str, rename, last_good, star
     """nvcc's build of the whole file (nvcc_piece, cached as usual), under this key too."""
     cache.progress(f"{p.label}: nvcc builds it: {why}")
     built = build(nvcc_piece(p), rename=rename, last_good=last_good)
-    library = staging / f"{p.label.replace('/', '_')}-{key[:12]}-{uuid.uuid4().hex[:6]}.so"
-    shutil.copyfile(built.library, library)
+    library = _copy_in(built.library, p, staging, key)
     shutil.copyfile(built.build_dir / "build.log", staging / "build.log")
     return Compiled(library, time.perf_counter() - start, [str(path) for _, path in closure],
                     {"device_compiler": "nvcc", "nvrtc_fallback": why, "nvcc_build": built.key}, unique_name=True)
+
+
+def _copy_in(library: pathlib.Path, p: Piece, staging: pathlib.Path, key: str) -> pathlib.Path:
+    """A copy of a built library in `staging`, under a name of this build's own."""
+    copy = staging / f"{p.label.replace('/', '_')}-{key[:12]}-{uuid.uuid4().hex[:6]}.so"
+    shutil.copyfile(library, copy)
+    return copy

@@ -1,20 +1,10 @@
 """What to build and its content key: a Piece, and BuildOptions.
 
-A piece is described once and carried whole: the loader's harness, bindings and variants, an
-extension-style source, the NumPy front end's libraries and module, and setup.py's prebuilt wheel
-all make Pieces, and get_or_build (build/__init__.py) takes them as they are.
-
-`compiler` says how it is compiled (compilers.py): "cpp_extension" (a torch extension: PyTorch's
-own flags, include paths and link lines; `cflags` for the host compiler, `cuda_cflags` for nvcc) or
-"raw" (one compiler command: `command` + `cflags` + includes + the source + `link`, for builds that
-must not link torch) or "nvrtc" (a CUDA variant's device code by NVRTC, its host side by the host
-compiler, each when it changed: nvrtc_tier.py; `command` is NVRTC's version and options, part of
-the key, which reads the sources by tokens).
-
-A content key is a sha256 over the piece's kind, flags, arch list and toolchain, and the source with
-every header it reaches by quoted #include lines (by bytes; or by tokens, for the NVRTC tier: a
-comment or whitespace edit is the same build). The key only names the folder; what the compiler
-actually read is recorded with the build, and decides whether a hit is stale (build/__init__.py).
+Every caller (the loader, extension-style sources, the NumPy front end, setup.py's wheel) describes
+its library once as a Piece and hands it to get_or_build whole. The content key is a sha256 over the
+piece's kind, flags, arch list and toolchain and its source with every header it reaches by quoted
+#include (by bytes, or by tokens for the NVRTC tier: a comment edit is the same build). The key only
+names the folder; what the compiler actually read, recorded with the build, decides staleness.
 """
 from __future__ import annotations
 
@@ -28,8 +18,6 @@ from dataclasses import dataclass, field
 
 from .cache import KEY_FORMAT
 
-
-# ---------------------------------------------------------------- content keys
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
 
@@ -53,10 +41,9 @@ def tokens(text: str) -> str:
     return " ".join(word for word in out if word)
 
 
-# path -> [(mtime_ns, size, inode), sha256 of the content, its quoted includes, sha256 of its tokens
-# once asked for]: a file is read and scanned again only when its stat changes, so a warm load hashes
-# no header twice. (A stale entry could only name a folder: build.lookup checks what the compiler
-# read, by content.)
+# path -> [(mtime_ns, size, inode), sha256, its quoted includes, sha256 of its tokens once asked]:
+# a file is read again only when its stat changes. (A stale entry could only name a folder: lookup
+# checks what the compiler read, by content.)
 _scanned: dict[str, list] = {}
 
 
@@ -74,9 +61,8 @@ def _scan(path: pathlib.Path, by_tokens: bool = False) -> tuple[bytes, list[str]
 
 
 def include_closure(source: pathlib.Path, include_dirs) -> list[tuple[str, pathlib.Path | None]]:
-    """(include name, resolved path) for the source (named '<source>') and every quoted header it
-    reaches, as the compiler resolves them (the including file's folder first, then include_dirs),
-    in a stable order; the path is None for a header not found."""
+    """(include name, path) of the source (named '<source>') and every quoted header it reaches, as
+    the compiler resolves them (the including file's folder, then include_dirs); None: not found."""
     seen: set[pathlib.Path] = set()
     out: list[tuple[str, pathlib.Path | None]] = []
 
@@ -97,15 +83,6 @@ def include_closure(source: pathlib.Path, include_dirs) -> list[tuple[str, pathl
 
     visit(pathlib.Path(source), "<source>")
     return out
-
-
-def source_closure(source: pathlib.Path, include_dirs: list[pathlib.Path],
-                   by_tokens: bool = False) -> list[tuple[str, bytes]]:
-    """(name, sha256 of the content, or of its tokens) over include_closure: the source named
-    '<source>' so the same text at another path gives the same key; a header not found with the
-    digest of b"<not found>"."""
-    return [(name, _scan(path, by_tokens)[0] if path is not None else _NOT_FOUND)
-            for name, path in include_closure(source, include_dirs)]
 
 
 _NOT_FOUND = hashlib.sha256(b"<not found>").digest()
@@ -130,9 +107,10 @@ def closure_digest(source: pathlib.Path, include_dirs: list[pathlib.Path]) -> st
 
 
 def _hash_closure(h, source: pathlib.Path, include_dirs: list[pathlib.Path], by_tokens: bool = False) -> None:
-    """Each file of the source's include closure, by name and content (or tokens), into the hash h."""
-    for name, digest in source_closure(source, include_dirs, by_tokens):
-        h.update(name.encode() + b"\0" + digest)
+    """Each file of the source's include closure, by name and content (or tokens), into the hash h:
+    the source is named '<source>', so the same text at another path gives the same key."""
+    for name, path in include_closure(source, include_dirs):
+        h.update(name.encode() + b"\0" + (_scan(path, by_tokens)[0] if path is not None else _NOT_FOUND))
 
 
 def sha256_file(path: pathlib.Path) -> str:
@@ -151,12 +129,10 @@ COMPILER_CHOICES = ("nvcc", "nvrtc")  # BuildOptions.compiler: what a user names
 
 @dataclass(frozen=True)
 class BuildOptions:
-    """How a torch-facing CUDA variant is built beyond its defaults, passed to the loader as an
-    argument. line_info: nvcc -lineinfo (the machine code as it is, plus the line table a profiler's
-    source page needs; a build of its own, cached). compiler: "nvcc" (the whole file) or "nvrtc" (the
-    NVRTC tier: device code by NVRTC for this device's exact arch, the host side by the host compiler,
-    each rebuilt only when it changed; arch: that arch, e.g. "sm_90a", default the current GPU's, else
-    the arch list's newest)."""
+    """How a torch-facing CUDA variant is built beyond its defaults. line_info: nvcc -lineinfo (the
+    line table a profiler's source page needs). compiler: "nvcc" (the whole file) or "nvrtc" (the
+    NVRTC tier: nvrtc_tier.py) for `arch` (e.g. "sm_90a"; default the current GPU's, else the arch
+    list's newest)."""
     line_info: bool = False
     compiler: str = "nvcc"
     arch: str | None = None
@@ -183,15 +159,16 @@ EDIT_LOOP_OPTIONS = BuildOptions(compiler="nvrtc")
 
 
 def user_nvcc_flags() -> list[str]:
-    """WORKBENCH_NVCC_FLAGS: the user's own nvcc flags, documented, added to every CUDA build (and
-    part of its key)."""
+    """WORKBENCH_NVCC_FLAGS: the user's own nvcc flags, added to every CUDA build (and its key)."""
     return os.environ.get("WORKBENCH_NVCC_FLAGS", "").split()
 
 
 @dataclass(frozen=True)
 class Piece:
-    """One library to build or load. `kind` names what it is in the cache and its keys (harness,
-    binding, variant, extension, ndarray-*); `label` names it in messages and build folders."""
+    """One library to build or load. `kind` (harness, binding, variant, extension, ndarray-*) is in
+    its key; `label` names it in messages and build folders. `compiler`: "cpp_extension" (a torch
+    extension: `cflags` for the host compiler, `cuda_cflags` for nvcc), "raw" (`command` + `cflags`
+    + includes + the source + `link`: no torch) or "nvrtc" (`command`: NVRTC's version and options)."""
     label: str
     kind: str
     sources: tuple[pathlib.Path, ...]
@@ -225,15 +202,9 @@ class Piece:
                 *self.link]
 
     def key(self, toolchain: dict, arch_list: str | None = None) -> str:
-        """The content key under `toolchain` (and `arch_list`, default the piece's own; only a piece
-        with CUDA code has one)."""
+        """The content key under `toolchain` (and `arch_list`, default the piece's own)."""
         arch = (arch_list or self.arch_list) if self.with_cuda else None
-        # The NVRTC tier keys on tokens (a comment edit is the same build), but where line numbers
-        # are compiled in (-lineinfo).
+        # The NVRTC tier keys on tokens, but where line numbers are compiled in (-lineinfo).
         by_tokens = self.compiler == NVRTC and "-lineinfo" not in self.flags
         return content_key(kind=self.kind, sources=list(self.sources), include_dirs=list(self.include_dirs),
                                 flags=self.flags, arch_list=arch, toolchain=toolchain, by_tokens=by_tokens)
-
-    @property
-    def file_names(self) -> str:
-        return ", ".join(s.name for s in self.sources)

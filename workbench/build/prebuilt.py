@@ -1,17 +1,11 @@
 """Libraries built ahead of time into a wheel, and how an installed workbench serves them.
 
-`pip wheel . --no-build-isolation` (setup.py) compiles the harness, every op's binding and every C++
-variant of the tree with cpp_extension's CUDAExtension/CppExtension into workbench/_prebuilt/, and
-writes manifest.json there: the toolchain they were built against (torch, torch.version.cuda, the
-C++11 ABI, the Python tag, the platform), the CUDA arch list, and each library's prebuilt key.
-
-A prebuilt key is the cache's content key of the piece (its source and every header it includes,
-its flags) with the manifest's arch list and `toolchain.abi()` in place of the full toolchain: all
-of it is known without nvcc, so a process with no compiler computes it from the shipped sources.
-When it is in the manifest and this process's torch matches the wheel's, the library loads as a
-warm hit: no compiler, no cache. Otherwise the piece is built from the shipped sources as from a
-checkout where a compiler exists (with a one-line note when torch differs), or a WorkbenchError
-names what differs. A checkout never consults any of this (config.INSTALLED is False there).
+`pip wheel . --no-build-isolation` (setup.py) prebuilds the harness, every op's binding and every
+C++ variant into workbench/_prebuilt/, with manifest.json: the toolchain (toolchain.abi()), the
+arch list and each library's prebuilt key (the content key with those in place of the full
+toolchain: known without nvcc). Where the key is listed and torch matches, the library loads with
+no compiler and no cache; otherwise it is built from the shipped sources where a compiler exists
+(a one-line note says why), else a WorkbenchError names what differs. A checkout never reads this.
 """
 from __future__ import annotations
 
@@ -68,8 +62,7 @@ def mismatch(m: dict) -> list[str]:
 
 
 def harness_with_cuda() -> bool | None:
-    """Whether the wheel's harness was built with CUDA, where this process can use it; else None
-    (a checkout, no manifest, another torch: the loader decides as it always did)."""
+    """Whether the wheel's usable harness was built with CUDA; None: the loader decides."""
     m = manifest()
     if m is None or mismatch(m):
         return None
@@ -96,8 +89,8 @@ def _note(what: str, message: str) -> None:
 
 
 def _arch_gap(arch_list: str) -> list[str]:
-    """The visible GPUs (as 'sm_XY') that no entry of the arch list runs on: SASS runs on the same
-    major version at an equal or higher minor one, PTX (+PTX) on anything at least as new."""
+    """The visible GPUs ('sm_XY') no entry runs on: SASS runs on its major at a minor >= its own
+    (an arch-specific one, 9.0a, on its own alone), PTX on anything at least as new."""
     import torch
 
     if not toolchain.gpu_available():
@@ -118,9 +111,8 @@ def _arch_gap(arch_list: str) -> list[str]:
 
 
 def find(piece: Piece) -> tuple[pathlib.Path, dict] | None:
-    """(library, record) for a piece the installed wheel prebuilt; None to build it as usual (a
-    checkout, a source outside the shipped tree, or one that cannot be served but can be built).
-    Raises WorkbenchError where it can be neither served nor built, saying why."""
+    """(library, record) of the wheel's prebuilt piece; None to build it as usual; WorkbenchError,
+    saying why, where it can be neither served nor built."""
     m = manifest()
     if m is None:
         return None

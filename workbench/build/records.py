@@ -1,14 +1,9 @@
-"""A build's way into the cache: its staging folder, the key's lock, and its record, published.
+"""A build's way into the cache: its staging folder, the key's lock, its record, publication.
 
-Builds are made in staging folders that carry the workbench's marker from the start. The build
-lock is a flock() on a file of the cache's own, opened without following links; it dies with the
-process that holds it, so a killed build never leaves a lock that blocks the next one.
-
-The record keeps every file the compiler actually read (its depfile: -MD/-MF, nvcc -MD, ninja's
-deps log) with its size, mtime and sha256; a hit whose dependencies changed (a header included as
-<...>, through a macro, or found through CPATH) is stale and is rebuilt (build.lookup). A build is
-published by renaming a finished directory into place, so readers see either nothing or a complete
-build.
+The lock is a flock (it dies with its holder: a killed build blocks no one). The record keeps every
+file the compiler read (its depfile, or ninja's deps log) with its size, mtime and sha256, so a hit
+whose dependencies changed is stale however a header was found. A finished folder is renamed into
+place: readers see nothing or a complete build.
 """
 from __future__ import annotations
 
@@ -69,8 +64,8 @@ def full_disk_error(e: Exception, what: str, log: pathlib.Path | None = None) ->
 # ---------------------------------------------------------------- the build lock
 
 def _open_nofollow(path: pathlib.Path, what: str, flags: int = os.O_RDWR | os.O_CREAT) -> int:
-    """Open a file of the cache's own (a lock, an in-use mark) without following a link; refuse a
-    link, or a file that is not a regular file of this user's, naming it (CacheError)."""
+    """A file of the cache's own (a lock), opened without following a link; CacheError where it is
+    a link or not a regular file of this user's."""
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as e:
@@ -92,8 +87,7 @@ def _open_nofollow(path: pathlib.Path, what: str, flags: int = os.O_RDWR | os.O_
 
 @contextlib.contextmanager
 def file_lock(path: pathlib.Path, *, what: str, timeout_s: float | None = None):
-    """An exclusive flock on `path`, waited for with a message and a timeout that names the lock.
-    The lock file is opened without following links (a planted link is refused, never truncated)."""
+    """An exclusive flock on `path`, waited for with a message and a timeout that names the lock."""
     timeout_s = config.lock_timeout_s() if timeout_s is None else timeout_s
     with cache.writing(what):
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -130,52 +124,10 @@ def lock_path(key: str) -> pathlib.Path:
     return cache.subdir("locks") / f"{key[:20]}.lock"
 
 
-# ---------------------------------------------------------------- dependencies the compiler read, and publication
-
-def parse_depfile(text: str, cwd: pathlib.Path) -> list[str]:
-    """The prerequisites of a make-style depfile (gcc -MD, nvcc -MD), as absolute paths."""
-    text = text.replace("\\\r\n", " ").replace("\\\n", " ")
-    out: list[str] = []
-    for line in text.splitlines():
-        if ":" not in line:
-            continue
-        # the rule's target ends at the first ': ' (paths with spaces are escaped as '\ ')
-        _, _, rest = line.partition(": ") if ": " in line else line.partition(":")
-        token, escaped = "", False
-        for ch in rest + " ":
-            if escaped:
-                token += ch
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch.isspace():
-                if token:
-                    out.append(token)
-                token = ""
-            else:
-                token += ch
-    return [os.path.normpath(p if os.path.isabs(p) else cwd / p) for p in out]
-
-
-def ninja_deps(build_dir: pathlib.Path) -> list[str] | None:
-    """The headers and sources ninja recorded from the compilers' depfiles (cpp_extension's rules say
-    `deps = gcc`: ninja reads each .d file into .ninja_deps and removes it). None where ninja says
-    nothing (no deps log)."""
-    import subprocess
-
-    ninja = shutil.which("ninja")
-    if ninja is None or not (build_dir / ".ninja_deps").exists():
-        return None
-    proc = subprocess.run([ninja, "-C", str(build_dir), "-t", "deps"], capture_output=True, text=True, timeout=120)
-    if proc.returncode != 0:
-        return None
-    paths = [ln.strip() for ln in proc.stdout.splitlines() if ln.startswith("    ") and ln.strip()]
-    return [os.path.normpath(p if os.path.isabs(p) else build_dir / p) for p in paths]
-
+# ---------------------------------------------------------------- what the compiler read, and publication
 
 def dependency_record(paths, build_dir: pathlib.Path) -> list[list]:
-    """[path, size, mtime_ns, sha256] for each file the compiler read (files inside the build folder,
-    its own outputs, left out)."""
+    """[path, size, mtime_ns, sha256] of each file the compiler read, outside the build folder."""
     inside = os.path.realpath(build_dir) + os.sep
     out, seen = [], set()
     for p in paths:
@@ -192,12 +144,10 @@ def dependency_record(paths, build_dir: pathlib.Path) -> list[list]:
 
 def publish(staging: pathlib.Path, final: pathlib.Path, library: pathlib.Path, record: dict,
             deps: list | None = None, *, rename: bool = True) -> pathlib.Path:
-    """Write the record (with the compiler-reported dependencies, each with its digest) and rename the
-    staging directory into place (atomic). A broken build at `final` is moved aside first; callers
-    hold the key's lock, so nobody else publishes. A library that is not a whole ELF file is refused."""
-    # A name of this build's own: a rebuild under the same key (a dependency changed) must not reach
-    # dlopen under a path already loaded in this process, which would hand back the old library.
-    # (rename=False: the caller named it so already.)
+    """Write the record and rename the staging folder into place (the caller holds the key's lock);
+    a broken build at `final` is moved aside first, a library that is not a whole ELF file refused."""
+    # A name of this build's own (unless the caller named it so): dlopen of a path this process has
+    # loaded already would hand back the old library.
     if rename:
         base, dot, rest = library.name.partition(".")
         unique = library.with_name(f"{base}-{uuid.uuid4().hex[:8]}{dot}{rest}")

@@ -16,10 +16,8 @@ from .records import discard, new_staging_dir, publish
 
 
 def shared_cache() -> tuple[pathlib.Path, dict] | None:
-    """(folder, {build folder name: {"sha256", "size"} of its library}) of the shared read-only cache
-    the user opted into (WORKBENCH_SHARED_CACHE, with the manifest they trust in
-    WORKBENCH_SHARED_CACHE_MANIFEST); None without one. The manifest must be the user's (or root's)
-    and writable by nobody else."""
+    """(folder, {build folder name: its library's sha256 and size}) of the shared cache the user opted
+    into, else None; the manifest must be the user's (or root's) and writable by nobody else."""
     folder = os.environ.get("WORKBENCH_SHARED_CACHE")
     if not folder:
         return None
@@ -49,12 +47,9 @@ def shared_cache() -> tuple[pathlib.Path, dict] | None:
 
 
 def import_shared(final: pathlib.Path, what: str) -> bool:
-    """Copy the build of `final`'s name from the shared cache into this user's cache, where the
-    trusted manifest lists it and the library is a regular file of the size and sha256 it says
-    (its record is checked against cache.RECORD, the library read once, with that bound, and those
-    bytes are what is written: the shared file is never loaded itself). The caller holds the key's
-    lock and looks the build up again (its dependencies are checked there). Returns whether a
-    build was imported."""
+    """Whether the build of `final`'s name was copied from the shared cache: where the manifest lists
+    it, its library is read once and the bytes that match its size and sha256 are written here. The
+    caller holds the key's lock and looks the build up again (its dependencies are checked there)."""
     shared = shared_cache()
     if shared is None:
         return False

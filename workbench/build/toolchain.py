@@ -1,15 +1,8 @@
 """What a build depends on and targets: torch, its CUDA, nvcc, the C++ ABI, and the CUDA arch list.
 
-Everything here feeds the content key, so an upgrade of any part gives a fresh build instead of an
-`undefined symbol` at load time. Queries are cached per process; the nvcc version is also cached on
-disk keyed by the binary's path, size and mtime, so a warm load never runs a subprocess.
-
-The arch list is written once, here, for every build that compiles CUDA code. `arch_list()` is what
-a JIT build on this machine compiles for: TORCH_CUDA_ARCH_LIST where set, else the visible GPUs'
-capabilities, else sm_80 and sm_90 (what CI compiles for with no GPU to ask). `arch_list(shipped=True)`
-is for code built to run on other machines (a wheel's prebuilt libraries, an exported package):
-TORCH_CUDA_ARCH_LIST where set, else sm_80 and sm_90 plus PTX, which newer GPUs compile at load. The
-list's spelling is TORCH_CUDA_ARCH_LIST's: "8.0;9.0+PTX", "9.0a" ...
+All of it feeds the content key, so an upgrade gives a fresh build, not an `undefined symbol` at
+load time. Queries are cached per process, nvcc's version also on disk by the binary's stat, so a
+warm load runs no subprocess. The arch list (TORCH_CUDA_ARCH_LIST's spelling) is written once here.
 """
 from __future__ import annotations
 
@@ -30,8 +23,7 @@ from . import cache
 
 
 def _find_cuda_home() -> str | None:
-    """CUDA_HOME if set; else the toolkit that the `nvcc` on PATH belongs to. `nvcc` may be a
-    wrapper script, so look for the toolkit layout rather than trusting dirname(dirname(nvcc))."""
+    """CUDA_HOME if set; else the toolkit of the `nvcc` on PATH (which may be a wrapper script)."""
     env = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     if env and (pathlib.Path(env) / "bin" / "nvcc").exists():
         return env
@@ -143,9 +135,8 @@ class Toolchain:
 
 
 def abi() -> dict:
-    """What a library built against torch must agree with to load (no `undefined symbol`), known
-    without running anything: an installed wheel checks its prebuilt libraries against this where
-    no nvcc may exist (prebuilt.py). Attribute reads, so not cached: current() caches its copy."""
+    """What a library built against torch must agree with to load, known without running anything
+    (prebuilt.py checks a wheel's libraries by it where no nvcc may exist)."""
     import torch
     return {"torch": str(torch.__version__), "torch_cuda": torch.version.cuda,
             "cxx11_abi": torch.compiled_with_cxx11_abi(), "python": sys.implementation.cache_tag,
@@ -161,12 +152,9 @@ def current() -> Toolchain:
 
 @functools.lru_cache(maxsize=None)
 def loaded_libstdcxx() -> str | None:
-    """Path of the libstdc++ this process has loaded (torch brings it in), from /proc/self/maps.
-
-    Every library the workbench builds links against exactly this one. A compiler whose default
-    link pulls a static libstdc++ (seen: a wrapped g++ with only libstdc++.a on its search path)
-    otherwise puts a second, never-initialised copy inside the extension, and the first
-    std::ostream use there (every TORCH_CHECK message) crashes the process."""
+    """The libstdc++ this process has loaded (torch's), which every build links explicitly: a
+    compiler that links a static one (a wrapped g++ with only libstdc++.a) would put a second,
+    never-initialised copy in the library, and its first TORCH_CHECK message would crash."""
     import torch  # noqa: F401  - make sure it is loaded
 
     try:
@@ -186,8 +174,7 @@ def can_build_cuda() -> bool:
 
 
 def can_build_cpp() -> bool:
-    """A C++ compiler ($CXX, else c++) and ninja are on PATH: what a JIT build of a CPU library
-    needs (a build.ninja of its own: compilers.py). Looked up, never run."""
+    """A C++ compiler ($CXX, else c++) and ninja are on PATH (looked up, never run)."""
     cxx = shlex.split(os.environ.get("CXX") or "c++") or ["c++"]
     return shutil.which(cxx[0]) is not None and shutil.which("ninja") is not None
 
@@ -202,9 +189,8 @@ _ENTRY = re.compile(r"(\d+)\.(\d+)([a-z]?)(\+PTX)?")
 
 def arch_list(*, shipped: bool = False,
               capabilities: Callable[[], Iterable[tuple[int, int]]] | None = None) -> str:
-    """TORCH_CUDA_ARCH_LIST if set; else, for a build used here, the visible GPUs' capabilities
-    (`capabilities`: a caller without torch says how to ask, e.g. the NumPy front end's module;
-    otherwise torch is asked); else JIT_FALLBACK, or SHIPPED for code that is `shipped`."""
+    """TORCH_CUDA_ARCH_LIST if set; else SHIPPED for code that leaves this machine; else the visible
+    GPUs' capabilities (`capabilities`: how a caller without torch asks), else JIT_FALLBACK."""
     env = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if env:
         return env
@@ -223,9 +209,8 @@ def _torch_capabilities() -> list[tuple[int, int]]:
 
 
 def gencode_flags(arch_list: str, *, sm90a: bool = False, strict: bool = True) -> list[str]:
-    """nvcc -gencode flags for a TORCH_CUDA_ARCH_LIST-style list. sm90a: 9.0 is built as 9.0a
-    (Hopper's arch-specific instructions: wgmma, setmaxnreg). strict: an entry that is not of the
-    form 8.0, 9.0a or 9.0+PTX is an error (ValueError); otherwise it is left out."""
+    """nvcc -gencode flags for a TORCH_CUDA_ARCH_LIST-style list; sm90a: 9.0 built as 9.0a; strict:
+    an entry not like 8.0, 9.0a or 9.0+PTX is a ValueError (else it is left out)."""
     flags = []
     for entry in re.split(r"[;\s,]+", arch_list.strip()):
         if not entry:
@@ -252,10 +237,8 @@ def entries(arch_list: str) -> list[tuple[int, int, str, bool]]:
 
 
 def variant_arch_flags(source, listed: str | None = None) -> list[str]:
-    """Explicit -gencode flags for a CUDA variant that needs sm_90a: the arch list `listed` (default:
-    the build's, arch_list()) with 9.0 built as 9.0a (a plain sm_90 pass rejects wgmma and
-    setmaxnreg), every other entry as listed. [] for any other source: cpp_extension derives the flags
-    from TORCH_CUDA_ARCH_LIST as before (it adds none of its own where the flags already name an arch)."""
+    """-gencode flags for a variant that needs sm_90a: `listed` (default arch_list()) with 9.0 built
+    as 9.0a (a plain sm_90 pass rejects wgmma); [] for any other (cpp_extension derives its own)."""
     if not needs_sm90a(source):
         return []
     return gencode_flags(listed or arch_list(), sm90a=True, strict=False)

@@ -1,15 +1,10 @@
 """torch/extension.h precompiled, for the C++ files of extension-style builds (run/byo.py).
 
-Parsing torch/extension.h is most of a torch extension's C++ compile (scripts/extension_build_time.py
-measures it: the README's numbers). GCC reads `<folder>/torch/extension.h.gch` in place of the header when that
-folder is searched before torch's own (an include folder given with -I is) and the compile's flags
-agree with the ones it was made with; `-Winvalid-pch` makes it say in the build log where they do
-not. So the folder is made once per compiler, torch and flags, in the cache's `pch/`, under a lock,
-published by a rename, and is never part of a build's key: the same object code comes out either
-way. torch's own `use_pch` (load_inline only) writes the file into torch's install folder instead.
-
-nvcc has no precompiled headers: a .cu that includes torch/extension.h still parses it, three times
-(cudafe++, cicc, the host compiler); one that does not costs the workbench's own few seconds.
+Parsing torch/extension.h is most of a torch extension's C++ compile (scripts/extension_build_time.py).
+GCC reads `<folder>/torch/extension.h.gch` in place of the header when that folder is searched first
+and the flags agree (`-Winvalid-pch` logs where they do not). So the folder is made once per
+compiler, torch and flags in the cache's `pch/`, under a lock, published by a rename, and never part
+of a build's key: the object code is the same either way. nvcc has no precompiled headers.
 WORKBENCH_PCH=0 turns this off; a compiler other than GCC, or a header that fails to compile,
 leaves builds as they were, with one line saying why.
 """
@@ -57,9 +52,8 @@ def _compiler() -> tuple[str, str] | None:
 
 
 def folder(cflags) -> pathlib.Path | None:
-    """The folder to put first on an extension's include path for its C++ files compiled with
-    `cflags` (beside cpp_extension's own): made now where missing (a minute or two, once), or
-    None where precompiled headers are off or cannot be used here."""
+    """The folder to put first on the include path of an extension's C++ files compiled with `cflags`,
+    made now where missing (once); None where precompiled headers are off or unusable here."""
     if os.environ.get("WORKBENCH_PCH", "1") == "0":
         return None
     cxx = _compiler()

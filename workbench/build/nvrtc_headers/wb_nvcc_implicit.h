@@ -1,0 +1,5 @@
+#pragma once
+#include <stdint.h>
+#include <stddef.h>
+#include <math.h>
+#include <limits.h>
