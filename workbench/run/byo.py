@@ -260,7 +260,7 @@ def _build(op: str, name: str, piece: build.Piece, rename=None):
 
 def build_extension(op: str, path, name: str | None = None) -> BuiltExtension:
     """Build (or find in the cache) an extension-style source (a file, or a list of them) without
-    loading it in this process (loader.build_source's rule: its code runs only in a child). Raises
+    loading it in this process (its code runs only in a child). Raises
     BuildError naming file and line, ValueError for a source that exports nothing the workbench can
     call."""
     start = time.perf_counter()
