@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from workbench.model import registry
 from workbench.specs.bias_gelu import SPEC as spec
 
 CPU_DESCRIPTION = "C++ on torch's CPU thread pool, parallel over rows; any alignment and column count"
@@ -109,11 +110,31 @@ def test_unknown_op(wb, cpu_source_text, op_name):
 
 
 def test_source_for_another_op_is_refused(wb, cpu_kernel, cpu_source_text):
-    with pytest.raises(ValueError, match="declares a variant of op 'not_bias_gelu'"):
+    with pytest.raises(ValueError, match=r"<inline bias_gelu/other_op>: .*exports a variant of op 'not_bias_gelu', "
+                                         r"not 'bias_gelu'"):
         wb.load_inline("bias_gelu", cpu_source_text.replace("WB_EXPORT_VARIANT(bias_gelu,", "WB_EXPORT_VARIANT(not_bias_gelu,"),
                        name="other_op")
 
 
 def test_source_without_export_is_refused(wb, cpu_kernel):
-    with pytest.raises(ValueError, match="WB_EXPORT_VARIANT"):
+    with pytest.raises(ValueError, match=r"<inline bias_gelu/no_export>: .*exports no workbench_variant_info\(\).*"
+                                         r"expected WB_EXPORT_VARIANT\(bias_gelu, device, dtypes"):
         wb.load_inline("bias_gelu", "int not_a_variant = 1;\n", name="no_export")
+
+
+def test_what_a_loaded_variant_declares_is_what_its_library_exports(wb, cpu_kernel, cpu_source_text, tmp_path):
+    """Issue 46: a load reads the built library's descriptor (through the harness), not the source
+    text. A description with "//" in it (a URL) and a dtype mask written as a macro: the text would
+    cut the first at the "//" and see no dtype in the second; the library says both as compiled."""
+    start = cpu_source_text.index("WB_EXPORT_VARIANT(bias_gelu,")
+    source = (cpu_source_text[:start] + "#define MASK_FROM_A_MACRO (WB_F32 | WB_F64)\n"
+              + 'WB_EXPORT_VARIANT(bias_gelu, WB_DEVICE_CPU, MASK_FROM_A_MACRO, "see https://example.org/gelu",\n'
+              + "                  launchers, wb_cpu_status_string)\n")
+    k = wb.load_inline("bias_gelu", source, name="declared_by_library")
+    assert (k.device, k.dtypes, k.description) == ("cpu", ("float32", "float64"), "see https://example.org/gelu")
+    listed = {v.name: v for v in wb.variants("bias_gelu")}["declared_by_library"]
+    assert (listed.dtypes, listed.description) == (k.dtypes, k.description + " (inline)")
+    path = tmp_path / "declared_by_library.cpp"
+    path.write_text(source)
+    # The listing reader (for variants not built) keeps the string whole; the macro's value it cannot know.
+    assert registry.static_variant("bias_gelu", path).description == "see https://example.org/gelu"

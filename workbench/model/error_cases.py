@@ -31,43 +31,40 @@ def derived_error_cases(spec, device: str = "cpu") -> list[ErrorCase]:
     def base(dev, gen):
         return list(spec.new_inputs(size, torch.float32, dev, gen)), dict(sample_attrs)
 
+    def replaced(i: int, make: Callable) -> Callable:
+        """A case's builder: the base inputs with input i replaced by make(it, device, generator)."""
+        def build(dev, gen):
+            ts, at = base(dev, gen)
+            ts[i] = make(ts[i], dev, gen)
+            return ts, at
+        return build
+
+    def wrong_dim(i: int, pos: int) -> Callable:
+        def make(t, dev, gen):
+            p = spec.inputs[i].pattern  # the dim of token `pos`, counted from the end after a "..."
+            d = pos if p.ellipsis < 0 or pos < p.ellipsis else t.dim() - (len(p.tokens) - pos)
+            shape = list(t.shape)
+            shape[d] += 1
+            return torch.randn(shape, generator=gen, device=dev)
+        return make
+
     cases: list[ErrorCase] = []
     first = spec.inputs[0].name
     for i, t in enumerate(spec.inputs):
-        def rank0(dev, gen, i=i):
-            ts, at = base(dev, gen)
-            ts[i] = torch.tensor(1.5, device=dev)
-            return ts, at
         if t.pattern.fixed:  # a pattern of "..." alone takes a 0-dim tensor (the check matrix runs one)
-            cases.append(ErrorCase(f"{t.name} is 0-dim", rank0, ValueError, f"{t.name} must have"))
+            cases.append(ErrorCase(f"{t.name} is 0-dim", replaced(i, lambda x, dev, gen: torch.tensor(1.5, device=dev)),
+                                   ValueError, f"{t.name} must have"))
         if i == 0:
             continue
-
-        def wrong_dtype(dev, gen, i=i):
-            ts, at = base(dev, gen)
-            ts[i] = ts[i].double()
-            return ts, at
-        cases.append(ErrorCase(f"{t.name} float64, {first} float32", wrong_dtype, TypeError,
-                               f"{t.name} must have the dtype of {first} (float32); got float64"))
+        cases.append(ErrorCase(f"{t.name} float64, {first} float32", replaced(i, lambda x, dev, gen: x.double()),
+                               TypeError, f"{t.name} must have the dtype of {first} (float32); got float64"))
         earlier = {n for u in spec.inputs[:i] for n in u.pattern.names}
         for pos, tok in enumerate(t.pattern.tokens):
-            if tok == ELLIPSIS or tok.isdigit() or tok not in earlier:
-                continue
-            def mismatch(dev, gen, i=i, pos=pos):
-                ts, at = base(dev, gen)
-                shape = list(ts[i].shape)
-                p = spec.inputs[i].pattern  # the dim of token `pos`, counted from the end after a "..."
-                d = pos if p.ellipsis < 0 or pos < p.ellipsis else ts[i].dim() - (len(p.tokens) - pos)
-                shape[d] += 1
-                ts[i] = torch.randn(shape, generator=gen, device=dev)
-                return ts, at
-            cases.append(ErrorCase(f"{t.name} with a wrong {tok}", mismatch, ValueError,
-                                   f"{t.name} must have shape"))
+            if tok != ELLIPSIS and not tok.isdigit() and tok in earlier:
+                cases.append(ErrorCase(f"{t.name} with a wrong {tok}", replaced(i, wrong_dim(i, pos)), ValueError,
+                                       f"{t.name} must have shape"))
         if ELLIPSIS in t.pattern.tokens and ELLIPSIS in {n for u in spec.inputs[:i] for n in u.pattern.tokens}:
-            def lead(dev, gen, i=i):
-                ts, at = base(dev, gen)
-                ts[i] = torch.randn((2, *ts[i].shape), generator=gen, device=dev)
-                return ts, at
+            lead = replaced(i, lambda x, dev, gen: torch.randn((2, *x.shape), generator=gen, device=dev))
             cases.append(ErrorCase(f"{t.name} with extra leading dims", lead, ValueError, f"{t.name} must have shape"))
 
     def ints(dev, gen):
@@ -91,10 +88,6 @@ def derived_error_cases(spec, device: str = "cpu") -> list[ErrorCase]:
             cases.append(ErrorCase(f"{a.name} = {value}", attr_case, ValueError, f"{a.name} {match}"))
 
     if device == "cuda" and len(spec.inputs) > 1:
-        def other_device(dev, gen):
-            ts, at = base(dev, gen)
-            ts[1] = ts[1].cpu()
-            return ts, at
-        cases.append(ErrorCase(f"{spec.inputs[1].name} on the CPU", other_device, RuntimeError,
+        cases.append(ErrorCase(f"{spec.inputs[1].name} on the CPU", replaced(1, lambda x, dev, gen: x.cpu()), RuntimeError,
                                f"{spec.inputs[1].name} must be on the same device as {first}"))
     return cases

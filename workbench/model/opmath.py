@@ -1,8 +1,5 @@
-"""How a declaration names its math without importing it: an op's declaration (workbench/specs/<op>.py)
-is torch-free data, and its math (workbench/specs/<op>_math.py) may import torch. The declaration
-holds MathRefs (MathModule("workbench.specs.<op>_math").reference), and OpSpec's math fields
-(MathField) resolve them to the functions on first read, so a process that never reads them (the NumPy
-front end, export) never imports the math.
+"""How a torch-free declaration names its math (workbench/specs/<op>_math.py, which may import
+torch) without importing it: MathRefs, resolved by OpSpec's MathFields on first read.
 """
 from __future__ import annotations
 
@@ -13,9 +10,7 @@ from typing import Callable
 
 @dataclass(frozen=True)
 class MathRef:
-    """A function of an op's math module, by name: called, it imports the module (which may import
-    torch) and calls the function. A declaration holds these instead of the functions, so reading
-    it imports nothing but this model."""
+    """A function of an op's math module, by name: called, it imports the module and calls it."""
     module: str
     attr: str
 
@@ -30,10 +25,9 @@ class MathRef:
 
 
 class MathField:
-    """An OpSpec field of the op's math: it holds a function (or a dict of them), or a MathRef; a
-    read gives the function, importing a MathRef's module on the first read (then kept apart from
-    the declared value, which declared() returns), so the benchmark times and torch.compile traces
-    the function itself, not the reference to it."""
+    """An OpSpec field of the op's math (a function, a dict of them, or MathRefs): a read gives the
+    function itself, resolved once (the benchmark times it, torch.compile traces it); declared()
+    gives the value as declared."""
     _NONE = object()
 
     def __init__(self, default=_NONE):

@@ -1,20 +1,14 @@
 """The op model: an op declared once, in its Python spec, and everything derived from it.
 
-A spec (workbench/specs/<op>.py, or one built in a notebook) names the op's tensor inputs with dims
-patterns ("... n", "n"), its scalar attributes, its outputs (shapes from the inputs' dims), which
-inputs are differentiable, a float64 reference and the PyTorch eager math. The declaration is
-torch-free data: the math of a spec in the tree lives beside it (workbench/specs/<op>_math.py) and
-is named in the declaration by MathRef (MathModule("workbench.specs.<op>_math").reference), imported on
-its first call, so a process without torch (the NumPy front end, export) reads every declaration.
-From that alone the
-workbench derives the schemas and the C++ harness's checks (fields()), the fake and autograd
-registrations (torchops.py), inputs for any size, the check matrix's tolerances (how many terms
-each output sums), the bytes a direction must move, the bad-input cases every op is tested with
-(error_cases()), and the baselines a benchmark compares against.
+A spec (workbench/specs/<op>.py, or one built in a notebook) is torch-free data: the op's tensor
+inputs with dims patterns ("... n"), scalar attributes, outputs, which inputs are differentiable,
+and MathRefs to its float64 reference and eager PyTorch math (workbench/specs/<op>_math.py,
+imported on first call, so the NumPy front end and export never import torch). From it come the
+schemas and the harness's checks (fields()), the fakes and autograd (torchops.py), inputs for any
+size, tolerances, the bytes a direction moves, the bad-input cases and the baselines.
 
-A *size* is a tuple filling the op's size pattern (by default its first input's dims): for
-bias_gelu, "... n" with (127, 129) is x of shape [127, 129] and bias of [129]; for a matmul
-declared with size "m k n", (127, 3, 1000) is a [127, 3] @ [3, 1000].
+A *size* fills the op's size pattern (by default its first input's dims): for bias_gelu, "... n"
+with (127, 129) is x [127, 129] and bias [129].
 """
 from __future__ import annotations
 
@@ -114,6 +108,24 @@ def as_tuple(out) -> tuple:
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
+def one_or_tuple(out):
+    """A step's result as the schemas return it: a tensor alone, else a tuple."""
+    out = as_tuple(out)
+    return out[0] if len(out) == 1 else out
+
+
+def input_grads(spec, forward: Callable, inputs, grads) -> tuple:
+    """Gradients of spec's differentiable inputs through forward(*inputs) by autograd (zeros where unused)."""
+    import torch
+
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_(s.differentiable) for s, t in zip(spec.inputs, inputs)]
+        outs = as_tuple(forward(*leaves))
+        wanted = [x for s, x in zip(spec.inputs, leaves) if s.differentiable]
+        got = torch.autograd.grad(outs, wanted, grads, allow_unused=True)
+    return tuple(torch.zeros_like(w) if g is None else g for g, w in zip(got, wanted))
+
+
 def _default_flops(dims, direction: str) -> int:
     return 0
 
@@ -190,8 +202,6 @@ class OpSpec:
         if len(self.inputs) + len(self.outputs) > 8 or len(self.attrs) > 8:
             raise ValueError(f"{self.name}: at most 8 tensors and 8 attributes")
 
-    # ------------------------------------------------------------------ structure
-
     @property
     def differentiable(self) -> tuple[Tensor, ...]:
         return tuple(t for t in self.inputs if t.differentiable)
@@ -221,8 +231,7 @@ class OpSpec:
         return f"{self.name}_backward({', '.join(args + ['str variant'])}) -> {rets}"
 
     def fields(self) -> tuple:
-        """The declaration as data, a column per field (bindings/harness/op_decl.h's OpFields, in
-        order): what the torch harness and the NumPy module are handed."""
+        """The declaration as data, a column per field of bindings/harness/op_decl.h's OpFields."""
         ins, outs, attrs = self.inputs, self.outputs, self.attrs
         lo = [None if a.min is None else float(a.min) for a in attrs]
         hi = [None if a.max is None else float(a.max) for a in attrs]
@@ -232,8 +241,7 @@ class OpSpec:
                 [a.name for a in attrs], [_KINDS[a.kind] for a in attrs], lo, hi, [bool(a.finite) for a in attrs])
 
     def declaration(self) -> str:
-        """The declaration's text form, for a byte protocol (the judge's runner pipe, an exported
-        package's literal): tab-separated lines (bindings/harness/op_decl.h)."""
+        """The declaration as tab-separated lines (op_decl.h), for the runner pipe and exported packages."""
         lines = [f"op\t{self.name}", f"schema\t{self.schema()}"]
         if self.backward_schema():
             lines.append(f"backward_schema\t{self.backward_schema()}")
@@ -247,11 +255,8 @@ class OpSpec:
             lines.append(f"attr\t{a.name}\t{_KINDS[a.kind]}\t{lo}\t{hi}\t{int(a.finite)}")
         return "\n".join(lines)
 
-    # ------------------------------------------------------------------ calls
-
     def call_args(self, args: tuple, kwargs: dict, *, grads: int = 0) -> tuple[tuple, tuple]:
-        """(tensors, attribute values in order) from a call like k(x, bias, scale=2.0): the tensors
-        (after `grads` gradients), then attributes by position or name, defaults filled in."""
+        """(tensors, attribute values in order) from a call like k(x, bias, scale=2.0), defaults filled in."""
         n = grads + len(self.inputs)
         if len(args) < n:
             names = [f"grad_{o.name}" for o in self.outputs][:grads] + [t.name for t in self.inputs]
@@ -291,8 +296,6 @@ class OpSpec:
                 raise ValueError(f"{self.name}: attribute {a.name} has no default and no samples to check with")
         n = max((len(c) for c in columns), default=1)
         return [{a.name: col[i % len(col)] for a, col in zip(self.attrs, columns)} for i in range(n)]
-
-    # ------------------------------------------------------------------ sizes and shapes
 
     def dims(self, size) -> ShapeBinder:
         """The dims a size binds (ValueError naming the pattern if it does not fit)."""
@@ -334,23 +337,15 @@ class OpSpec:
         return (tuple(b.product(o.terms) for o in self.outputs),
                 tuple(b.product(t.grad_terms) for t in self.differentiable))
 
-    # ------------------------------------------------------------------ math
-
     def run_reference(self, inputs, attrs: dict) -> tuple:
         return as_tuple(self.reference(*[t.detach().double() for t in inputs], **attrs))
 
     def run_reference_backward(self, grads, inputs, attrs: dict) -> tuple:
         """Float64 gradients of the differentiable inputs, independent of any kernel's backward."""
-        import torch
-
+        grads, inputs = tuple(g.detach().double() for g in grads), tuple(t.detach().double() for t in inputs)
         if self.reference_backward is not None:
-            return as_tuple(self.reference_backward(tuple(g.detach().double() for g in grads),
-                                                    tuple(t.detach().double() for t in inputs), attrs))
-        leaves = [t.detach().double().requires_grad_(s.differentiable) for s, t in zip(self.inputs, inputs)]
-        outs = as_tuple(self.reference(*leaves, **attrs))
-        wanted = [x for s, x in zip(self.inputs, leaves) if s.differentiable]
-        got = torch.autograd.grad(outs, wanted, [g.detach().double() for g in grads], allow_unused=True)
-        return tuple(torch.zeros_like(w) if g is None else g for g, w in zip(got, wanted))
+            return as_tuple(self.reference_backward(grads, inputs, attrs))
+        return input_grads(self, lambda *leaves: self.reference(*leaves, **attrs), inputs, grads)
 
     def bytes(self, size, dtype, direction: str) -> int:
         """Bytes `direction` must move at least: every tensor it reads, once, and every one it writes."""
@@ -374,13 +369,8 @@ class OpSpec:
             return int(self.flops(b, "fwd")) + int(self.flops(b, "bwd"))
         return int(self.flops(b, direction))
 
-    # ------------------------------------------------------------------ checks (the fake's side)
-
     def check_call(self, step: str, tensors, attrs) -> ShapeBinder:
-        """What the C++ harness checks before it looks at the variant, in its order and words
-        (shapes.check_call): devices, dtypes, shapes, attributes of torch tensors (the fakes' and
-        Python variants' side; the NumPy front end runs the C++ contract itself).
-        Raises RuntimeError / TypeError / ValueError."""
+        """The C++ harness's checks of a call of torch tensors, in its order and words (shapes.check_call)."""
         bwd = step == "bwd"
         names = ([f"grad_{o.name}" for o in self.outputs] if bwd else []) + [t.name for t in self.inputs]
         patterns = ([o.pattern for o in self.outputs] if bwd else []) + [t.pattern for t in self.inputs]

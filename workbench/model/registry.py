@@ -1,16 +1,9 @@
-"""Ops and their variants: what exists, read without building anything.
+"""Ops and their variants: what exists, read without building or importing anything.
 
-An op in the tree is three pieces: a folder kernels/<op>/ with its torch-free contract <op>.h (the
-parameter structs and launcher table) and its variants, a binding bindings/<op>.cpp (fills the
-structs from a checked call), and a spec workbench/specs/<op>.py (the torch-free declaration
-everything else derives from; its math beside it in <op>_math.py). This module is the process's one
-store of specs: spec(op) imports a tree op's declaration once and keeps it; define_op's are put
-here; the fakes, autograd, the loader, the NumPy front end and export all read them from here. An op can also be given as the same three pieces from a notebook
-(workbench.define_op); those are listed here once defined. A variant is a source file beside the
-op's header: kernels/<op>/<variant>.cu (CUDA) or .cpp (CPU), whose name, device and dtypes are read
-from its WB_EXPORT_VARIANT(...) call, or kernels/<op>/<variant>.py (a PyTorch formula or Triton
-kernels), whose module-level WB_VARIANT = {...} literal is read with `ast`; listing builds and
-imports nothing (no triton import to list a Triton variant).
+An op in the tree is kernels/<op>/<op>.h (its torch-free contract) with its variants beside it,
+bindings/<op>.cpp and workbench/specs/<op>.py (its declaration); define_op adds ops from a notebook.
+This module keeps the process's one store of specs. A variant is kernels/<op>/<name>.cu or .cpp
+(listed from its WB_EXPORT_VARIANT(...) text) or <name>.py (its WB_VARIANT literal, read with `ast`).
 """
 from __future__ import annotations
 
@@ -26,8 +19,6 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")   # used with fullmatch: "abc\n" i
 MAX_NAME = 64   # a variant's name goes into file names in the build cache (255 bytes at most each)
 _DTYPE_BITS = {mask: name for name, mask in dtypes.MASKS.items()}
 SUFFIXES = (".cu", ".cpp", ".py")
-# A Python variant's kinds: plain tensor ops (autograd flows through them), or Triton kernels
-# registered with torch.library.triton_op (torch.compile sees into them).
 PYTHON_KINDS = ("torch", "triton")
 PYTHON_DEVICES = ("cuda", "cpu", "any")   # "any": whatever device the tensors are on
 _DECLARATION_KEYS = ("op", "device", "dtypes", "description", "kind")
@@ -48,7 +39,6 @@ class VariantInfo:
         return self.kind in PYTHON_KINDS
 
     def runs_on(self, device_type: str) -> bool:
-        """Whether the variant takes tensors on this device type ("cuda" or "cpu")."""
         return self.device in (device_type, "any")
 
     def __repr__(self) -> str:
@@ -58,8 +48,6 @@ class VariantInfo:
 
 @dataclass(frozen=True)
 class OpSources:
-    """Where an op's C++ lives: the header's folder (also its variants' include dir), the header
-    and the binding source."""
     kernel_dir: pathlib.Path
     header: pathlib.Path
     binding: pathlib.Path
@@ -75,8 +63,7 @@ loaded_spec = _specs.get
 
 @dataclass(frozen=True)
 class ResolvedOp:
-    """One look-up of an op, carried down a load: its spec, where its C++ lives, and its variant
-    files (name -> path, from one listing of its folder)."""
+    """One look-up of an op, carried down a load: spec, sources, variant files (name -> path)."""
     op: str
     spec: object
     sources: OpSources
@@ -89,22 +76,17 @@ class ResolvedOp:
         return self.variant_files[variant]
 
     def is_tree_variant(self, name: str, source: pathlib.Path) -> bool:
-        """Whether `source` is the op's own file of that name (not a string, not a file elsewhere)."""
         return self.variant_files.get(name) == source
 
 
 def _tree_ops() -> list[str]:
     if not config.KERNELS_DIR.is_dir():
         return []
-    return sorted(d.name for d in config.KERNELS_DIR.iterdir()
-                  if d.is_dir() and (d / f"{d.name}.h").exists()
-                  and (config.BINDINGS_DIR / f"{d.name}.cpp").exists()
-                  and (config.PACKAGE_DIR / "specs" / f"{d.name}.py").exists())
+    return sorted(d.name for d in config.KERNELS_DIR.iterdir() if d.is_dir() and _is_tree_op(d.name))
 
 
 def ops() -> list[str]:
-    """Ops with a header, a binding and a spec: those in the tree (read afresh on every call, so
-    an op added while a process runs is listed) and those defined in this process."""
+    """The tree's ops (listed afresh: an op added while a process runs is listed) and define_op's."""
     return sorted(set(_tree_ops()) | set(_inline_sources))
 
 
@@ -114,7 +96,6 @@ def _is_tree_op(op: str) -> bool:
 
 
 def check_op(op: str) -> None:
-    """A known op, by three stats of its files (the folder is listed only to say what is known)."""
     if not isinstance(op, str) or not _NAME.fullmatch(op) or not (op in _inline_sources or _is_tree_op(op)):
         raise ValueError(f"op must be one of {ops()}; got {op!r}")
 
@@ -127,21 +108,18 @@ def check_variant_name(name: str) -> None:
                          f"got a {len(name)}-character name {name[:20]!r}...")
 
 
-def check_not_shadowing(r: ResolvedOp, name: str, source: pathlib.Path, replace: bool, what: str) -> None:
-    """Refuse a variant built from a string or another file under the name of one of the tree's
-    variants (kernels/<op>/<name>.*), unless replace=True: it would take that name's place in
-    torch.ops while the file still says otherwise."""
+def check_not_shadowing(r: ResolvedOp, name: str, replace: bool, what: str) -> None:
+    """A string under a tree variant's name would take its place while the file says otherwise."""
     tree = r.variant_files.get(name) if not r.sources.inline else None
-    if tree is not None and tree != source and not replace:
+    if tree is not None and not replace:
         raise ValueError(f"{what}: name={name!r} is a variant of the tree ({tree}); loading this source under that "
                          f"name would replace it in this process. Pick another name, or pass replace=True to "
                          f"replace it on purpose")
 
 
 def spec(op: str):
-    """The op's spec: workbench/specs/<op>.py's SPEC (imported on the first look-up, then kept: the
-    fakes read it on every call), or the one given to define_op. Torch-free: its math is imported
-    when first used."""
+    """workbench/specs/<op>.py's SPEC (imported once, then kept: the fakes read it on every call),
+    or define_op's."""
     found = _specs.get(op) if isinstance(op, str) else None
     if found is not None:
         return found
@@ -150,7 +128,6 @@ def spec(op: str):
 
 
 def _import_spec(op: str):
-    """A known tree op's spec, imported and kept (the caller checked the op)."""
     declared = importlib.import_module(f"workbench.specs.{op}").SPEC
     if getattr(declared, "name", None) != op:
         raise ValueError(f"workbench/specs/{op}.py: SPEC must be an OpSpec named {op!r}; got {declared!r:.80}")
@@ -171,9 +148,8 @@ def _sources(op: str) -> OpSources:
 
 
 def add_inline_op(spec, srcs: OpSources) -> tuple | None:
-    """Record an op defined from a notebook (workbench.define_op does the checking and building).
-    Returns what the name had before ((spec, sources) or None), for restore_inline_op."""
-    if spec.name in _tree_ops():
+    """Record define_op's op; returns what the name had before, for restore_inline_op."""
+    if _is_tree_op(spec.name):
         raise ValueError(f"op {spec.name!r} is in the tree (kernels/{spec.name}/); pick another name for a "
                          f"notebook op, or edit the tree's files")
     before = (_specs[spec.name], _inline_sources[spec.name]) if spec.name in _inline_sources else None
@@ -182,8 +158,7 @@ def add_inline_op(spec, srcs: OpSources) -> tuple | None:
 
 
 def restore_inline_op(op: str, before: tuple | None) -> None:
-    """Undo add_inline_op (a define_op whose binding failed to build leaves nothing behind): the
-    earlier definition of the name is back, or the name is gone."""
+    """Undo add_inline_op: a define_op whose binding failed to build leaves nothing behind."""
     if before is None:
         _specs.pop(op, None)
         _inline_sources.pop(op, None)
@@ -191,46 +166,26 @@ def restore_inline_op(op: str, before: tuple | None) -> None:
         _specs[op], _inline_sources[op] = before
 
 
+_STRING = r'"(?:[^"\\]|\\.)*"'
+_COMMENT_OR_STRING = re.compile(rf"{_STRING}|//[^\n]*|/\*.*?\*/", re.S)
+_ARG = rf"(?:{_STRING}|\([^()]*\)|[^,()\"])+"   # one macro argument: strings and (...) kept whole
+
+
 def _export_args(text: str) -> list[str] | None:
-    """The top-level arguments of the WB_EXPORT_VARIANT( ... ) call in a source text."""
-    text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", text, flags=re.S)
-    start = text.find("WB_EXPORT_VARIANT(")
-    if start < 0:
-        return None
-    i, depth, args, cur, in_str = start + len("WB_EXPORT_VARIANT("), 1, [], "", False
-    while i < len(text) and depth:
-        ch = text[i]
-        if in_str:
-            cur += ch
-            if ch == "\\":
-                cur += text[i + 1]
-                i += 1
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str, cur = True, cur + ch
-        elif ch in "([{":
-            depth, cur = depth + 1, cur + ch
-        elif ch in ")]}":
-            depth -= 1
-            if depth:
-                cur += ch
-        elif ch == "," and depth == 1:
-            args.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-        i += 1
-    args.append(cur.strip())
-    return args
+    """The arguments of the WB_EXPORT_VARIANT(...) call in a source text (comments dropped; a "//"
+    inside a string is text), or None where it has none."""
+    text = _COMMENT_OR_STRING.sub(lambda m: m[0] if m[0].startswith('"') else " ", text)
+    call = re.search(rf'\bWB_EXPORT_VARIANT\(((?:{_STRING}|\([^()]*\)|[^()"])*)\)', text)
+    return None if call is None else [a.strip() for a in re.findall(_ARG, call[1])]
 
 
 def static_variant(op: str, source: pathlib.Path, name: str | None = None) -> VariantInfo:
-    """Read a variant's declaration from its source without building (or importing) it."""
+    """A variant's declaration as its source text writes it, for listing variants without building
+    them (wb.variants, the CLI, export) and for a process that never loads the library (the exercise
+    checker, the runners' parent). A load reads what the built library exports (the harness), never this."""
     if source.suffix == ".py":
         return python_variant(op, source, name)
-    text = source.read_text(errors="replace")
-    args = _export_args(text)
+    args = _export_args(source.read_text(errors="replace"))
     if not args or len(args) != 6:
         raise ValueError(f"{source}: a variant source must end with "
                          f"WB_EXPORT_VARIANT(op, device, dtypes, \"description\", launchers, status_string)")
@@ -250,11 +205,13 @@ _PY_EXPECTED = ('a Python variant declares itself in a module-level literal, e.g
                 f'tuple of {dtypes.NAMES}')
 
 
-def python_declaration(text: str, source) -> dict:
-    """The WB_VARIANT literal of a Python variant's text, validated (ValueError naming the file and
-    what is expected). A syntax error propagates as SyntaxError (the loader reports it as a
-    BuildError; listing as a ValueError)."""
-    tree = ast.parse(text, filename=str(source))
+def python_variant(op: str, source: pathlib.Path, name: str | None = None, text: str | None = None) -> VariantInfo:
+    """A Python variant's WB_VARIANT literal, read with `ast` (the file is not imported), validated:
+    ValueError naming the file and what is expected."""
+    try:
+        tree = ast.parse(source.read_text() if text is None else text, filename=str(source))
+    except SyntaxError as e:
+        raise ValueError(f"{source}:{e.lineno}: cannot read the variant's declaration: SyntaxError: {e.msg}") from None
     found = [n for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
              and any(isinstance(t, ast.Name) and t.id == "WB_VARIANT"
                      for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))]
@@ -290,24 +247,15 @@ def python_declaration(text: str, source) -> dict:
         raise bad(f"dtypes must be a non-empty tuple of distinct names among {dtypes.NAMES}; got {names!r}")
     if not isinstance(decl["description"], str):
         raise bad(f"description must be a string; got {decl['description']!r}")
-    # The harness's order (its messages list dtypes this way), whatever order the file uses.
-    return dict(decl, dtypes=tuple(n for n in dtypes.NAMES if n in names))
-
-
-def python_variant(op: str, source: pathlib.Path, name: str | None = None, text: str | None = None) -> VariantInfo:
-    """A Python variant's declaration, read with `ast` (the file is not imported)."""
-    try:
-        decl = python_declaration(source.read_text() if text is None else text, source)
-    except SyntaxError as e:
-        raise ValueError(f"{source}:{e.lineno}: cannot read the variant's declaration: SyntaxError: {e.msg}") from None
     if decl["op"] != op:
         raise ValueError(f"{source}: declares a variant of op '{decl['op']}', expected '{op}'")
-    return VariantInfo(op=op, name=name or source.stem, device=decl["device"], dtypes=decl["dtypes"],
-                       description=decl["description"], source=source, kind=decl["kind"])
+    # In the harness's order (its messages list dtypes this way), whatever order the file uses.
+    return VariantInfo(op=op, name=name or source.stem, device=decl["device"],
+                       dtypes=tuple(n for n in dtypes.NAMES if n in names), description=decl["description"],
+                       source=source, kind=decl["kind"])
 
 
 def resolve(op: str) -> ResolvedOp:
-    """The op looked up once: spec, sources and variant files (ValueError for an unknown op)."""
     check_op(op)
     declared = _specs.get(op) or _import_spec(op)
     srcs = _sources(op)
@@ -315,8 +263,7 @@ def resolve(op: str) -> ResolvedOp:
 
 
 def variant_sources(op: str) -> dict[str, pathlib.Path]:
-    """The op's variant files: every .cu, .cpp and .py beside its header (a .py whose name starts
-    with '_' is a helper, not a variant)."""
+    """Every .cu, .cpp and .py beside the op's header (a .py named _* is a helper, not a variant)."""
     return _variant_files(op, sources(op).kernel_dir)
 
 
@@ -337,8 +284,7 @@ def variant_source(op: str, variant: str) -> pathlib.Path:
 
 
 def variants(op: str) -> list[VariantInfo]:
-    """The op's variants in its folder (a declared ladder's rungs first, in ladder order), each as
-    its source declares it. (wb.variants adds what this process built from strings: run/process_state.py.)"""
+    """The op's variants in its folder, the ladder's rungs first, each as its source declares it."""
     r = resolve(op)
     rank = {name: i for i, name in enumerate(r.spec.ladder)}
     found = sorted(r.variant_files.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))

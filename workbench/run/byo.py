@@ -1,5 +1,5 @@
 """Bring your own implementation: any callable, or a torch extension written the course's way,
-checked and timed as a variant of an op. One path: an extension is built and loaded here, then its
+checked and timed as a variant of an op. One path: an extension is built and loaded, then its
 functions go through variant() as any callable does.
 
     v = wb.variant(fn, op="bias_gelu")                  # dtypes and device probed, and said
@@ -7,24 +7,13 @@ functions go through variant() as any callable does.
     ext = wb.load_inline("bias_gelu", source, name="course", style="extension")
 
 A callable takes the op's tensor inputs, then its attributes (by name), and returns the op's
-outputs (a tensor, or a tuple/list in the spec's order). `backward`, where given, takes (grads of
-the outputs..., inputs..., attributes...) and returns the gradients of the differentiable inputs;
-without one, gradients flow through the callable where autograd can, else the backward checks are
-skipped, said. Nothing is taken on trust (byo_kernel.py): each call's outputs are checked against
-the op's declaration; what was not declared is probed on tiny inputs (each device here, CUDA
-first, and dtype), and `kernel.probe` says what ran and what raised. Rows and plots name a
-callable by `module.qualname` ("__main__." left off).
-
-A torch extension (style="extension"): .cpp/.cu files (`[binding.cpp, kernels.cu]`) with
-torch/extension.h and a PYBIND11_MODULE (TORCH_EXTENSION_NAME, or a name of its own) exporting
-`forward` (and `backward`), or a TORCH_LIBRARY(ns, m) defining them. It is built through the
-content-keyed cache (C++ files read a precompiled torch/extension.h: build/torch_pch.py) without
-loading it, then imported here, so that a load that fails says why.
-
-isolate=True, wb.profile and sanitize serve a variant from a runner process (workbench/judge),
-which re-makes it from child_address: an extension from its sources (the build is in the cache),
-a callable by module path (a top-level function of an importable module, not __main__, not a
-lambda); any other callable is refused saying why and what to do.
+outputs; `backward`, where given, takes (grads of the outputs..., inputs..., attributes...).
+Nothing is taken on trust (byo_kernel.py): outputs are checked against the declaration on every
+call, and what was not declared is probed on tiny inputs. An extension (.cpp/.cu files with
+torch/extension.h and a PYBIND11_MODULE or TORCH_LIBRARY exporting `forward`, maybe `backward`)
+is built through the content-keyed cache (C++ files read a precompiled torch/extension.h), then
+imported. isolate=True, wb.profile and sanitize re-make a variant in a runner (child_address): an
+extension from its sources, a callable by module path (not __main__, not a lambda).
 """
 from __future__ import annotations
 
@@ -73,13 +62,11 @@ def qualified_name(fn) -> str:
 def variant(fn, op: str, backward=None, dtypes=None, device=None, name: str | None = None, *, out=None,
             kind: str = "callable", module=None, origin: dict | None = None, library=None, source=None,
             build_id: str | None = None, built: bool = False, description: str | None = None) -> CallableKernel:
-    """A callable as a variant of `op` (see the module): a CallableKernel, which wb.check /
-    gradcheck / bench / profile take. dtypes / device: what it takes, probed where not given.
-    backward: (grads..., inputs..., attrs...) -> gradients of the differentiable inputs. name: how
-    rows and plots call it (default module.qualname). out: for a function that writes its result
-    into a tensor it is given (`elementwise_mult(a, b, result)`), that parameter's name or position
-    (a list: one per output of the op); the workbench allocates it, of the declared shape. kind and
-    the rest: an extension's or a runner's (load_extension, judge/remote.py)."""
+    """A callable as a variant of `op` (see the module). dtypes / device: probed where not given.
+    backward: (grads..., inputs..., attrs...) -> gradients of the differentiable inputs. name:
+    default module.qualname. out: for a function that writes its result into a tensor it is given
+    (`elementwise_mult(a, b, result)`), that parameter's name or position (one per output); the
+    workbench allocates it. kind and the rest: an extension's or a runner's (judge/remote.py)."""
     start = time.perf_counter()
     registry.check_op(op)
     if isinstance(fn, CallableKernel):
@@ -205,11 +192,9 @@ def _style_of(paths, texts) -> _Style:
 
 
 def _piece(op: str, paths, options: build.BuildOptions = build.DEFAULT_OPTIONS) -> build.Piece:
-    """The extension's build piece: every file, nvcc for the .cu ones. One label per op, whatever
-    the name, so the same text finds the same build (a notebook's, a test's, the exercise
-    checker's); options as a variant's (line info for wb.profile). The precompiled torch headers'
-    folder comes first on the include path; it is not part of the key (the same code comes out),
-    and -Winvalid-pch is on either way (a build log says where a .gch was not used)."""
+    """The extension's build piece: one label per op, so the same text finds the same build. The
+    precompiled torch headers' folder comes first on the include path, outside the key (the same
+    code comes out); -Winvalid-pch says in the log where a .gch was not used."""
     first = next((p for p in paths if p.suffix == ".cu"), paths[0])
     dirs = list(dict.fromkeys(p.parent for p in paths))
     piece = cuda_source_piece(label=f"{op}/torch_extension", kind="extension", source=first, include_dirs=dirs,
@@ -259,10 +244,8 @@ def _build(op: str, name: str, piece: build.Piece, rename=None):
 
 
 def build_extension(op: str, path, name: str | None = None) -> BuiltExtension:
-    """Build (or find in the cache) an extension-style source (a file, or a list of them) without
-    loading it in this process (loader.build_source's rule: its code runs only in a child). Raises
-    BuildError naming file and line, ValueError for a source that exports nothing the workbench can
-    call."""
+    """Build (or find in the cache) an extension-style source without loading it here (its code
+    runs only in a child: the exercise checker's)."""
     start = time.perf_counter()
     paths, _, piece = _prepared(op, path)
     name = name or paths[0].stem
@@ -309,12 +292,9 @@ def _load_module(lib: pathlib.Path, style: _Style, paths):
 def load_extension(op: str, path, name: str | None = None, *, dtypes=None, device=None, forward: str = "forward",
                    backward: str | None = "backward", out=None, inline_label: str | None = None,
                    options: build.BuildOptions = build.DEFAULT_OPTIONS, library=None) -> CallableKernel:
-    """Build (cached) and load an extension-style source (a file, or a list: [binding.cpp,
-    kernels.cu]) and serve its `forward` (and `backward`, where it exports one) as a variant of
-    `op` through variant() (probed where not declared; `backward` and `out` as there). options: how
-    it is built beyond the defaults (BuildOptions(line_info=True) for wb.profile's source lines),
-    as loader.load's. library: the build of these sources made elsewhere (the exercise checker's
-    hashed copy, in a runner that has no build cache), loaded as it is."""
+    """Build (cached) and load an extension-style source (a file, or [binding.cpp, kernels.cu]) and
+    serve its `forward` (and `backward`) through variant(). options: as loader.load's. library: a
+    build of these sources made elsewhere (the exercise checker's, in a runner without a cache)."""
     start = time.perf_counter()
     if library is None:
         paths, style, piece = _prepared(op, path, options)

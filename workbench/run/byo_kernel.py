@@ -1,9 +1,7 @@
-"""The handle a brought implementation (byo.py) becomes, and what it is held to before anything
-trusts it: a CallableKernel (a loaded Kernel's interface over a callable), every call's outputs
-against the op's declaration (check_outputs: count, shape, dtype, device, named in the error), the
-probe of the devices and dtypes it runs on, on tiny inputs, with what raised where, its signature
-against the op's call (a function that writes its result into an argument it is given:
-out_argument_hint, out_positions), and why an extension's library does not load (load_failure)."""
+"""The handle a brought implementation (byo.py) becomes, a CallableKernel, and what it is held to:
+every call's outputs against the op's declaration (check_outputs), the probe of the devices and
+dtypes it runs on, its signature against the op's call (out_argument_hint, out_positions), and why
+an extension's library does not load (load_failure)."""
 from __future__ import annotations
 
 import ctypes
@@ -18,14 +16,10 @@ from typing import Any, Callable
 from ..build import toolchain
 from ..errors import WorkbenchError
 from ..model import registry
-from ..model.opspec import as_tuple
+from ..model.opspec import as_tuple, input_grads, one_or_tuple
 from . import loader
 
 PROBE_SIZE_MAX = 64                             # the probe's inputs: the op's smallest non-empty check size
-
-
-def one_or_tuple(out: tuple):
-    return out[0] if len(out) == 1 else tuple(out)
 
 
 @dataclass(repr=False)
@@ -44,8 +38,13 @@ class CallableKernel(loader.Kernel):
 
     def __post_init__(self):
         self._spec = registry.spec(self.op)  # once: registry.spec looks at the tree on every call
-        self._function = _autograd_function(self) if self.backward_fn is not None and self.spec.differentiable \
-            else None
+        self._function = None
+        if self.backward_fn is not None and self.spec.differentiable:
+            # Autograd through kernel(...) uses the implementation's own backward, as k.backward does.
+            from .torchops import autograd_function
+
+            self._function = autograd_function(f"byo_{self.op}_{re.sub(r'[^A-Za-z0-9_]', '_', self.name)}",
+                                               lambda: self.spec, self.call_fn, self._backward_of_function)
 
     @property
     def qualified(self) -> str:
@@ -88,8 +87,6 @@ class CallableKernel(loader.Kernel):
 
     def backward(self, *args, **attrs):
         """The backward step: the given backward, else autograd through the callable."""
-        import torch
-
         spec = self.spec
         if not spec.differentiable:
             raise WorkbenchError(f"{self.op} has no differentiable inputs, so no backward")
@@ -98,21 +95,21 @@ class CallableKernel(loader.Kernel):
         if self.backward_fn is not None:
             got = self.backward_fn(*grads, *inputs, *values)
         elif self.autograd:
-            with torch.enable_grad():
-                leaves = [t.detach().requires_grad_(s.differentiable) for s, t in zip(spec.inputs, inputs)]
-                outs = self._checked(self.call_fn(leaves, values), "fwd", leaves, values)
-                wanted = [t for s, t in zip(spec.inputs, leaves) if s.differentiable]
-                got = torch.autograd.grad(outs, wanted, grads, allow_unused=True)
-            got = tuple(torch.zeros_like(w) if g is None else g for g, w in zip(got, wanted))
+            got = input_grads(spec, lambda *leaves: self._checked(self.call_fn(leaves, values), "fwd", leaves, values),
+                              inputs, grads)
         else:
             raise WorkbenchError(f"{self.op}/{self.name} has no backward: none was given, and autograd cannot "
                                  f"see through it (its output does not require grad)")
         return one_or_tuple(self._checked(got, "bwd", tensors, values))
 
     def _checked(self, out, step: str, tensors, values) -> tuple:
-        """The outputs of a step as a tuple, after checking their number, shapes, dtypes and device
-        against the op's declaration; a WorkbenchError naming the output and what was expected."""
         return check_outputs(self.spec, f"{self.op}/{self.name}", step, out, tensors, values)
+
+    def _backward_of_function(self, grads, saved, attrs) -> tuple:
+        import torch
+
+        grads = [g if g is not None else torch.zeros_like(x) for g, x in zip(grads, saved)]
+        return self._checked(listed(self.backward_fn(*grads, *saved, *attrs)), "bwd", (*grads, *saved), attrs)
 
     def __repr__(self) -> str:
         steps = "" if "backward" in self.steps else ", forward only"
@@ -120,37 +117,9 @@ class CallableKernel(loader.Kernel):
         return f"<{how} {self.op}/{self.name} on {self.device} [{', '.join(self.dtypes) or 'no dtypes'}]{steps}>"
 
 
-def _autograd_function(kernel: CallableKernel):
-    """forward = the callable, backward = the given backward: autograd through kernel(...) uses the
-    implementation's own backward, as k.backward does (gradcheck and the matrix hold the same one)."""
-    import torch
-
-    class Function(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, *args):
-            spec = kernel.spec
-            n = len(spec.inputs)
-            ctx.save_for_backward(*args[:n])
-            ctx.attrs = args[n:]
-            return kernel.call_fn(args[:n], args[n:])
-
-        @staticmethod
-        def backward(ctx, *grads):
-            spec = kernel.spec
-            grads = [g if g is not None else torch.zeros_like(x) for g, x in zip(grads, ctx.saved_tensors)]
-            got = iter(kernel._checked(listed(kernel.backward_fn(*grads, *ctx.saved_tensors, *ctx.attrs)), "bwd",
-                                       (*grads, *ctx.saved_tensors), ctx.attrs))
-            return (*[next(got) if t.differentiable else None for t in spec.inputs], *[None] * len(ctx.attrs))
-
-    Function.__name__ = Function.__qualname__ = f"byo_{kernel.op}_{re.sub(r'[^A-Za-z0-9_]', '_', kernel.name)}"
-    return Function
-
-
 def check_outputs(spec, who: str, step: str, out, tensors, values) -> tuple:
-    """`out` as a tuple, checked against what the op declares for `step` ("fwd": its outputs, of
-    the shapes its patterns give and the first input's dtype and device; "bwd": the gradients of its
-    differentiable inputs, each of its input's shape and dtype). Raises WorkbenchError naming the
-    output and what was expected."""
+    """`out` as a tuple, checked against what the op declares for `step` (outputs, or the gradients
+    of the differentiable inputs); WorkbenchError naming the output and what was expected."""
     import torch
 
     got = tuple(out) if isinstance(out, (list, tuple)) else (out,)

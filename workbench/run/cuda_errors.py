@@ -1,11 +1,7 @@
-"""A CUDA error met while running someone's code, or a runner process it ended: what most likely
-caused it, and whether this process's CUDA context survived it.
-
-An error of a launch that nobody checked (a grid of zero blocks for an empty tensor, one computed
-from an `int` size past 2^31) stays pending and is raised by the next PyTorch op, whoever's call that
-is; it is cleared by that raise, and the context goes on. A fault inside a kernel (an illegal
-address, a misaligned vector access, a device-side assert) is sticky: every later call in the
-process fails with it, and only a fresh process has a usable GPU again."""
+"""A CUDA error met while running someone's code, or a runner process it ended: its likely cause,
+and whether this process's CUDA context survived. An unchecked launch error stays pending until the
+next op raises (and clears) it; a fault inside a kernel is sticky: only a fresh process has a usable
+GPU again."""
 from __future__ import annotations
 
 import ctypes

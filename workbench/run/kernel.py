@@ -42,7 +42,6 @@ class Kernel:
     kind = "c++"                # a class attribute; a PythonKernel's is "torch" or "triton"
 
     def runs_on(self, device_type: str) -> bool:
-        """Whether this build takes tensors on `device_type` ("cuda" or "cpu")."""
         return self.info.get("device", self.device) in (device_type, "any")
 
     @property
@@ -57,7 +56,6 @@ class Kernel:
 
     @property
     def steps(self) -> tuple[str, ...]:
-        """The steps this variant implements: ("forward", "backward"), or ("forward",) alone."""
         return tuple(self.info.get("steps", ("forward", "backward")))
 
     @property
@@ -83,8 +81,7 @@ class Kernel:
         self._dynamo_compiling = torch.compiler.is_dynamo_compiling
 
     def _set_defaults(self, spec) -> None:
-        """The attribute values of a call that gives none (None where an attribute has no default),
-        for `spec`, kept until the op's spec is defined again."""
+        """The attribute values of a call that gives none (None: an attribute has no default)."""
         attrs = spec.attrs
         self._defaults = None if any(a.required for a in attrs) else tuple(a.value(a.default, spec.name) for a in attrs)
         self._fast = None if self._defaults is None else self._fast_caller(spec)
@@ -140,9 +137,7 @@ class Kernel:
 
 @dataclass(repr=False)
 class PythonKernel(Kernel):
-    """A loaded build of a Python variant (kernels/<op>/<name>.py). `library` is its source file;
-    `kind` is "torch" (tensor ops: autograd and torch.compile trace through them) or "triton"
-    (two torch.ops.workbench ops of its own, `build.ops`). Checked like a C++ variant's calls."""
+    """A loaded build of a Python variant (kernels/<op>/<name>.py); `library` is its source file."""
     kind: str = "torch"
     build: pyvariant.Build | None = None
 

@@ -1,22 +1,13 @@
 """Loading: the harness (built once per toolchain), each op's binding, and variant libraries.
 
-`load(op, variant)` resolves the op once (registry.resolve: spec, sources, variant files) and
-carries that down: it makes sure the op is declared in this process (its schemas, fake and autograd
-registration, from its spec) and its binding is loaded, then hands the variant's piece
-(build/__init__.py) to the build pipeline (build.get_or_build: a warm hit loads with no ninja and no
-lock; otherwise it is built under the key's lock and published). The library is registered with the
-harness under `name` and `name@build_id`; the returned Kernel calls its exact build, so a handle to
-an older build keeps working after an edit. What the library declares (device, dtypes, description)
-is read from the harness; every record of what is loaded lives in process_state.STATE. Each piece is its
-own library: editing one op's binding or one variant rebuilds that piece alone, never the harness.
-
-Installed from a wheel, each piece is first looked up among the libraries the wheel prebuilt
-(build/prebuilt.py, the pipeline's first tier): where its source and torch match, it loads with no
-compiler and no cache.
-
-A Python variant (kernels/<op>/<name>.py: a PyTorch formula or Triton kernels) needs neither the
-harness nor a compiler: it is imported per content (pyvariant.py) and served by a PythonKernel,
-the same interface with the same checks.
+`load(op, variant)` resolves the op once (registry.resolve) and carries it down: the op is declared
+in this process and its binding loaded, then the variant's piece goes through build.get_or_build
+(a wheel's prebuilt library, a warm cache hit, or a build under the key's lock). The library is
+registered with the harness under `name` and `name@build_id`, and what it declares (device, dtypes,
+description) is what the harness reads from its exported descriptor, never the source text. A
+Kernel calls its exact build, so a handle to an older build keeps working after an edit; every
+record of what is loaded lives in process_state.STATE. A Python variant needs neither harness nor
+compiler: pyvariant.py imports it per content.
 """
 from __future__ import annotations
 
@@ -42,8 +33,7 @@ from ..errors import WorkbenchError
 
 
 def ensure_harness() -> dict:
-    """Build (once per toolchain) and load the C++ harness: the registries and the one kernel that
-    serves every op. It knows no op: ops are declared to it at run time."""
+    """Build (once per toolchain) and load the C++ harness; it knows no op until one is declared."""
     with STATE.lock:
         if STATE.harness is not None:
             return STATE.harness
@@ -76,9 +66,8 @@ def _wheel():
 
 
 def _other_harness_loaded(lib: pathlib.Path) -> bool:
-    """Whether torch.ops.load_library loaded another build of the harness in this process (its
-    TORCH_LIBRARY(workbench) is registered once per process): a library exporting the harness's
-    entry point (already loaded: ctypes finds its handle, nothing runs)."""
+    """Whether another build of the harness is loaded here (TORCH_LIBRARY(workbench) registers once
+    per process); ctypes finds an already loaded library's handle, nothing runs."""
     import torch
     return any(pathlib.Path(p).resolve() != lib.resolve() and hasattr(ctypes.CDLL(p), "workbench_harness_info")
                for p in torch.ops.loaded_libraries)
@@ -98,10 +87,8 @@ def _call_harness(fn: str, *args: str) -> str:
 
 
 def ensure_op(r: ResolvedOp, *, python: bool = True) -> None:
-    """Declare the resolved op in this process (once) and load its newest binding (rebuilt if
-    edited). python=False leaves out the fake and autograd registration (torch.library's, which
-    imports much of torch): for a process that builds and loads variants but never calls them (the
-    exercise checker's, whose checks run in a child)."""
+    """Declare the op here (once) and load its newest binding. python=False skips the fake and
+    autograd registration (which imports much of torch), for a process that never calls variants."""
     ensure_harness()
     with STATE.lock:
         # Built before the op is declared: a binding that does not build leaves no schema behind.
@@ -125,7 +112,6 @@ def ensure_op(r: ResolvedOp, *, python: bool = True) -> None:
 
 
 def _register_python(r: ResolvedOp, name: str, source: pathlib.Path) -> Kernel:
-    """Import (once per content) and serve a Python variant; the C++ harness is not involved."""
     start = time.perf_counter()
     op = r.op
     build_, imported = pyvariant.load(op, name, source, lambda: registry.spec(op),
@@ -147,26 +133,27 @@ def _register_python(r: ResolvedOp, name: str, source: pathlib.Path) -> Kernel:
 
 def _register(r: ResolvedOp, name: str, source: pathlib.Path, *, inline_label: str | None = None,
               python: bool = True, options: BuildOptions = DEFAULT_OPTIONS) -> Kernel:
-    """Build (or find) and register one variant of the resolved op. Its description is the one its
-    library exports (the harness returns it): the source's macro is not parsed here."""
+    """Build (or find) and register one variant of the resolved op. What it declares (device, dtypes,
+    description) is what its library exports, as the harness reads it: its source text is not read."""
     if source.suffix == ".py":
         return _register_python(r, name, source)
     start = time.perf_counter()
     op = r.op
     ensure_op(r, python=python)
-    if not r.is_tree_variant(name, source):
-        # A string or a file from elsewhere: a malformed or misaddressed WB_EXPORT_VARIANT is refused
-        # before it costs a compile (what it declares is still read from the library, below).
-        registry.static_variant(op, source, name)
     _check_can_build(r, name, source)
     rename = {str(source): inline_label} if inline_label else None
     lib, bdir, built, key, record = get_or_build(variant_piece(r, name, source, options), rename=rename,
                                                  last_good=STATE.last_good.get((op, name)))
     build_id = key[:10]
     with STATE.lock:
-        # The contract of the binding just ensured: the variant's build key covers the same header.
-        info = json.loads(_call_harness("workbench_register_variant", op, name, build_id, str(lib),
-                                        STATE.bindings[op][1]))
+        try:  # the contract of the binding just ensured: the variant's build key covers the same header
+            info = json.loads(_call_harness("workbench_register_variant", op, name, build_id, str(lib),
+                                            STATE.bindings[op][1]))
+        except WorkbenchError as e:
+            if not any(s in str(e) for s in ("exports no workbench_variant_info", "exports a variant of op")):
+                raise
+            raise ValueError(f"{inline_label or source}: {e}; expected WB_EXPORT_VARIANT({op}, device, dtypes, "
+                             f"\"description\", launchers, status_string)") from None
         nvrtc_routes.attach(lib, record.get("nvrtc_unit"))  # an NVRTC tier library's kernels: its provider
         cache.mark_in_use(bdir)
         kernel = Kernel(op=op, name=name, build_id=build_id, device=info["device"], dtypes=tuple(info["dtypes"]),
@@ -179,13 +166,12 @@ def _register(r: ResolvedOp, name: str, source: pathlib.Path, *, inline_label: s
 
 def _check_can_build(r: ResolvedOp, name: str, source: pathlib.Path) -> None:
     """A .cu variant where CUDA code cannot be built (and no wheel prebuilt it): say so, and what can run."""
-    # With an installed wheel, prebuilt.find serves the variant or says why it cannot.
     if source.suffix != ".cu" or toolchain.can_build_cuda() or config.INSTALLED and _wheel().manifest() is not None:
         return
     import torch
 
     cpu = [n for n, p in r.variant_files.items() if p.suffix == ".cpp"
-           or p.suffix == ".py" and registry.static_variant(r.op, p, n).runs_on("cpu")]
+           or p.suffix == ".py" and registry.python_variant(r.op, p, n).runs_on("cpu")]
     raise WorkbenchError(
         f"{r.op}/{name} is a CUDA variant, and this machine cannot build CUDA code "
         f"(torch {torch.__version__} {'has no CUDA' if not toolchain.torch_has_cuda() else 'found no nvcc'}); "
@@ -193,32 +179,23 @@ def _check_can_build(r: ResolvedOp, name: str, source: pathlib.Path) -> None:
 
 
 def load(op: str, variant: str, *, options: BuildOptions = DEFAULT_OPTIONS) -> Kernel:
-    """Build (or fetch from the cache) and load one variant of an op from kernels/<op>/. options:
-    how it is built beyond the defaults (BuildOptions(line_info=True): a build with nvcc -lineinfo)."""
+    """Build (or fetch from the cache) and load kernels/<op>/<variant>.*; options: beyond the
+    default build (BuildOptions(line_info=True): nvcc -lineinfo)."""
     r = registry.resolve(op)
     return _register(r, variant, r.variant_source(variant), options=_checked(options))
 
 
 def load_source(op: str, path, name: str | None = None, *, python: bool = True,
                 options: BuildOptions = DEFAULT_OPTIONS) -> Kernel:
-    """Build and load a variant of `op` from a source file anywhere (an exercise, a planted test
-    kernel, a copy of a Python variant); `name` defaults to the file's stem. python=False: see
-    ensure_op (a C++ variant only); options: see load. (wb.load_source also takes style="extension":
-    byo.py.)"""
+    """Build and load a variant of `op` from a .cu, .cpp or .py file anywhere; `name` defaults to
+    the file's stem. python=False: see ensure_op; options: see load."""
     r = registry.resolve(op)
-    path, name = _source_file("load_source", path, name, registry.SUFFIXES)
-    return _register(r, name, path, python=python, options=_checked(options))
-
-
-def _source_file(what: str, path, name: str | None, suffixes) -> tuple[pathlib.Path, str]:
-    """(the file, the variant's name: the given one, else the file's stem), both checked."""
     path = pathlib.Path(path).resolve()
-    if not path.is_file() or path.suffix not in suffixes:
-        raise ValueError(f"{what}: path must be an existing {', '.join(suffixes[:-1])} or {suffixes[-1]} file; "
-                         f"got {str(path)!r}")
+    if not path.is_file() or path.suffix not in registry.SUFFIXES:
+        raise ValueError(f"load_source: path must be an existing .cu, .cpp or .py file; got {str(path)!r}")
     name = name or path.stem
     registry.check_variant_name(name)
-    return path, name
+    return _register(r, name, path, python=python, options=_checked(options))
 
 
 def _checked(options) -> BuildOptions:
@@ -229,11 +206,8 @@ def _checked(options) -> BuildOptions:
 
 @dataclass
 class BuiltVariant:
-    """A C++/CUDA variant's library, built (or found in the cache) and NOT loaded: what a process
-    that must never run the variant's code (the exercise checker's) knows of it, from its source
-    text and its files. `device`, `dtypes` and `description` are the declaration read from the
-    source (registry.static_variant), not the library's exported descriptor: reading that means
-    loading the library, which runs its static initializers (a runner does it: workbench/judge)."""
+    """A variant's library built and not loaded here (its code runs only in a child: the exercise
+    checker's; byo.BuiltExtension), described by what its sources say."""
     op: str
     name: str
     source: pathlib.Path
@@ -251,46 +225,25 @@ class BuiltVariant:
         return self.key[:10]    # as a loaded Kernel's
 
 
-def build_source(op: str, path, name: str | None = None) -> BuiltVariant:
-    """Build (or find in the cache) a C++/CUDA variant of `op` from a source file, without loading
-    it in this process: no dlopen, so none of its code runs here (compiling it is safe). A later
-    load_source of the same file (in a child process) finds this build in the cache and only loads
-    it; no build lock is held by then. Raises BuildError, ValueError or WorkbenchError as
-    load_source does."""
-    r = registry.resolve(op)
-    path, name = _source_file("build_source", path, name, (".cu", ".cpp"))
-    start = time.perf_counter()
-    static = registry.static_variant(op, path, name=name)  # not loaded: the source is all there is to read
-    _check_can_build(r, name, path)
-    lib, bdir, built, key, _ = get_or_build(variant_piece(r, name, path))  # a build loads nothing
-    cache.mark_in_use(bdir)  # a shared lock that keeps `clean` away until this process ends, not a build lock
-    return BuiltVariant(op=op, name=name, source=path, library=lib, build_dir=bdir, built=built,
-                        seconds=time.perf_counter() - start, key=key, device=static.device, dtypes=static.dtypes,
-                        description=static.description)
-
-
 def load_inline(op: str, source: str, name: str, *, replace: bool = False,
                 options: BuildOptions = EDIT_LOOP_OPTIONS) -> Kernel:
-    """Build a variant of `op` from a source string (a notebook cell). The text is written to the
-    cache under a name derived from its hash; errors point at lines of the string. A name of one of
-    the tree's variants (kernels/<op>/<name>.*) is refused unless replace=True, which makes this
-    build that name in this process (wb.variants then describes it, not the file). (wb.load_inline
-    also takes style="extension": byo.py.) options: the NVRTC tier by default (a device edit is
-    rebuilt by NVRTC alone; build/nvrtc_tier.py)."""
+    """Build a variant of `op` from a source string (a notebook cell), written to the cache under
+    its hash; errors point at lines of the string. A tree variant's name needs replace=True (this
+    build then takes that name in this process). options: the NVRTC tier by default (a device edit
+    is rebuilt by NVRTC alone)."""
     r = registry.resolve(op)
     if not isinstance(source, str) or not source.strip():
         raise ValueError("load_inline: source must be a non-empty string of CUDA C++ (or C++ for a CPU variant)")
     registry.check_variant_name(name)
-    registry.check_not_shadowing(r, name, None, replace, f"load_inline({op!r}, ..., name={name!r})")
+    registry.check_not_shadowing(r, name, replace, f"load_inline({op!r}, ..., name={name!r})")
     is_cuda = "__global__" in source or "WB_DEVICE_CUDA" in source
     path = cache.write_source(op, source, ".cu" if is_cuda else ".cpp", name)
     return _register(r, name, path, inline_label=f"<inline {op}/{name}>", options=_checked(options))
 
 
 def define_op(spec, header: str, binding: str) -> None:
-    """Define an op from a notebook: its spec (an OpSpec), its contract header and its binding, each
-    as source text or a path to a file. The op is declared and its binding built at once (errors
-    show here); then load_inline / load_source build its variants, in this process, no restart."""
+    """Define an op from a notebook: an OpSpec, its contract header and its binding (source text or
+    a path each). It is declared and its binding built at once, so errors show here."""
     from ..model.opspec import OpSpec
 
     if not isinstance(spec, OpSpec):
@@ -321,8 +274,7 @@ def define_op(spec, header: str, binding: str) -> None:
 
 
 def get(op: str, name: str) -> Kernel:
-    """The newest loaded build of `name` (inline and file variants included), else load it from
-    kernels/<op>/."""
+    """The newest loaded build of `name`, else load it from kernels/<op>/."""
     return STATE.newest(op, name) or load(op, name)
 
 

@@ -5,21 +5,13 @@
     %%workbench OP NAME [--only gpu|cpu] [--quiet]
     <the variant's CUDA C++ (or C++ for a CPU variant), ending in WB_EXPORT_VARIANT(...)>
 
-The cell is built with workbench.load_inline(OP, cell, name=NAME): CUDA when it has a __global__
-function or says WB_DEVICE_CUDA, C++ otherwise. The Kernel is bound to NAME in the notebook and
-one line says what happened (built or cached, seconds, device, dtypes, and whether an earlier build
-of NAME is now stale). Running the cell again after an edit rebuilds only this kernel; handles to
-earlier builds keep running their own build.
-
---only gpu / --only cpu: build the cell only on a machine with / without a visible GPU, else print
-why it was skipped. A CUDA cell and its C++ twin under the same NAME let the cells below use NAME
-on either machine. --quiet: no line after a successful build. A CUDA cell is built by load_inline's
-default tier, NVRTC's (device code by NVRTC, the host side by the host compiler, each rebuilt only
-when it changed: workbench/build/nvrtc_tier.py); the line after the build names the tier.
-
-A compile error raises workbench.BuildError, shown in the cell as the compiler's first error and
-the full log's path. Line numbers in it are the cell's own (the %%workbench line is line 1). NAME
-keeps the last good build, which stays callable.
+The cell is built with workbench.load_inline(OP, cell, name=NAME) (CUDA when it has a __global__
+function or says WB_DEVICE_CUDA, through NVRTC's tier) and the Kernel bound to NAME; one line says
+what happened (built or cached, seconds, device, dtypes, tier, and whether an earlier build of NAME
+is now stale: handles to it keep running it). --only gpu / --only cpu: build only on a machine
+with / without a visible GPU, so a CUDA cell and its C++ twin under one NAME serve either machine.
+--quiet: no line after a successful build. A compile error raises workbench.BuildError with the
+cell's own line numbers (the %%workbench line is line 1); NAME keeps its last good build.
 """
 from __future__ import annotations
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 import torch
 
 from . import loader
-from .process_state import STATE
 from ..model import registry
 
 
 def default_variant(op: str, device: torch.device, dtype: torch.dtype) -> str:
     """The op's preferred variant for this device and dtype among those present in kernels/<op>/."""
-    spec = registry.spec(op)
-    present = registry.variant_sources(op)
+    r = registry.resolve(op)
+    spec, present = r.spec, r.variant_files
     dname = str(dtype).replace("torch.", "")
     choices = spec.preferred.get((device.type, dname)) or spec.preferred.get((device.type, None)) or []
     for name in choices:
@@ -74,7 +73,7 @@ class OpLayer(torch.nn.Module):
     def _resolve(self) -> None:
         p = next(self.parameters())
         self._variant = self.variant or default_variant(self.op, p.device, p.dtype)
-        kernel = STATE.newest(self.op, self._variant) or loader.load(self.op, self._variant)
+        kernel = loader.get(self.op, self._variant)
         # A C++ variant is called through the harness's op by name (its newest build serves); a
         # Python variant has no harness entry: its Kernel, the build current now, is called.
         python = isinstance(kernel, loader.PythonKernel)

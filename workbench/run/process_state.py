@@ -1,9 +1,6 @@
-"""What this process has loaded, in one place: the harness, the ops declared to it, each op's
-binding, each variant name's newest build (and the last good one, for a failed edit's message), and
-the descriptions of variants built from strings or from files outside their op's folder.
-
-The loader writes here and nowhere else; a Kernel asks here whether it is stale; wb.variants reads
-the catalog (model/registry.py, the tree as its files declare it) with this process's builds over it.
+"""What this process has loaded, in one place: the harness, the ops declared to it, their
+bindings, each variant name's newest build (and last good one), and the descriptions of builds not
+from their tree file. The loader writes here alone; wb.variants reads the registry with these over it.
 """
 from __future__ import annotations
 
@@ -28,9 +25,8 @@ class LoadedState:
         return self.current.get((op, name))
 
     def put(self, kernel, where: str, from_tree: bool, info: registry.VariantInfo | None = None) -> None:
-        """Record a loaded build as its name's newest. `where`: its library (or source) for a later
-        BuildError; from_tree: built from the op's own file of that name, which describes it again;
-        otherwise `info` describes the name from now on (marked inline)."""
+        """Record a loaded build as its name's newest (`where`: for a later BuildError); one not from
+        its tree file is described by `info` from now on."""
         with self.lock:
             key = (kernel.op, kernel.name)
             self.current[key] = kernel
@@ -48,8 +44,8 @@ STATE = LoadedState()
 
 
 def variants(op: str) -> list[registry.VariantInfo]:
-    """wb.variants: the op's variants in its folder (ladder order), each described by what this
-    process built under its name if that was not the tree's file, then the names built only here."""
+    """wb.variants: the op's folder's variants (what this process built under a name over the file's
+    declaration), then the names built only here."""
     out = [STATE.described.get((op, v.name)) or v for v in registry.variants(op)]
     known = {v.name for v in out}
     out += [info for (o, name), info in sorted(STATE.described.items()) if o == op and name not in known]

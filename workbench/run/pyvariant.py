@@ -1,25 +1,16 @@
 """Python variants: kernels/<op>/<name>.py, the op's math as PyTorch tensor ops (kind "torch") or
-as Triton kernels (kind "triton"), beside the C++/CUDA variants and held to the same checks.
-
-A file declares itself in a module-level literal (read with `ast` for listing, registry.py):
+Triton kernels (kind "triton"), declared in a module-level literal (registry.python_variant):
 
     WB_VARIANT = {"op": "rmsnorm", "device": "cuda", "dtypes": ("float32", "bfloat16"),
                   "description": "...", "kind": "triton"}
 
-and defines forward(<tensor inputs...>, <attrs...>) -> outputs and, for kind "triton" (optional
-for "torch"), backward(<grads of outputs...>, <tensor inputs...>, <attrs...>) -> the grads of the
-differentiable inputs. Each content of a file is one build: it is executed as a module of its own,
-named from op, name and the content's hash (build_id = the hash's first 10 hex digits), so an
-edited file loads as a new build while handles to the old one keep running the old code.
-
-Every call is checked as the C++ harness checks it (spec.check_call: the same order and words),
-then against the variant's device and dtypes (the harness's words again), and its tensors are made
-contiguous before forward/backward see them. Kind "torch" runs in Python: autograd and
-torch.compile trace straight through it. Kind "triton" becomes two custom ops per build,
-workbench_py::<op>__<name>_<build_id> and its _backward, registered with torch.library.triton_op so
-torch.compile sees the Triton kernels inside; their fake implementations come from the spec and
-their autograd is torchops.register_autograd's (the backward op's own derivative: the spec's
-double_backward, else autograd through the eager math, as for the harness's ops).
+with forward(<tensor inputs...>, <attrs...>) and, for kind "triton" (optional for "torch"),
+backward(<grads of outputs...>, <tensor inputs...>, <attrs...>). Each content of a file is one
+build, executed as a module of its own (build_id: its hash), so handles to an old build keep
+running the old code. Calls are checked as the C++ harness checks them (same order and words).
+Kind "torch" runs in Python (autograd and torch.compile trace through it); kind "triton" becomes two
+torch.library.triton_op ops per build, workbench_py::<op>__<name>_<build_id> and its _backward,
+with the spec's fakes and torchops' autograd.
 """
 from __future__ import annotations
 
@@ -38,7 +29,7 @@ from .. import config
 from ..model import registry
 from . import torchops
 from ..errors import BuildError
-from ..model.opspec import as_tuple
+from ..model.opspec import as_tuple, input_grads, one_or_tuple
 
 # Not torch.ops.workbench: the harness treats that namespace as its own (a second harness build in
 # one process is refused by looking for it).
@@ -63,10 +54,8 @@ class Build:
     passed_spec: Any = None                   # the spec they passed under
 
     def checked(self, step: str, args: tuple, spec=None) -> tuple[list, tuple]:
-        """(contiguous tensors, attribute values) of a call, after the harness's checks, under the
-        op's current spec (`spec` where the caller has just looked it up). A call like one that
-        passed already (same spec, step, attributes and each tensor's shape, dtype and device: all
-        the checks read) is not checked again."""
+        """(contiguous tensors, attribute values) of a call, after the harness's checks under the
+        op's current spec; a call like one that passed already (all the checks read) is not checked again."""
         spec = self.spec_of() if spec is None else spec
         n = len(spec.inputs) + (len(spec.outputs) if step == "bwd" else 0)
         tensors, attrs = args[:n], tuple(args[n:])
@@ -110,18 +99,15 @@ class Build:
     def run_forward(self, *args):
         tensors, attrs = self.checked("fwd", args)
         if self.function is not None:
-            return _one_or_tuple(self.function.apply(*tensors, *attrs))
+            return one_or_tuple(self.function.apply(*tensors, *attrs))
         return self._launch(self.module.forward, tensors, attrs)
 
     def call_direct(self, args: tuple, defaults: tuple, spec):
-        """A handle's forward call of the op's tensors alone (PythonKernel.__call__, which passes the
-        op's spec), run outside the custom op where nothing needs the dispatcher (runs_direct), else
-        NotImplemented. It runs the checked body as triton_op's own eager backend does: with
-        wrap_triton off, so the variant's wrap_triton(kernel)[grid](...) launches the kernel itself
-        rather than going through the higher-order op's dispatch (~150 us a call on the H100: this
-        path measured 218 us against a bare launch's 18 before). The body is called here, not through
-        run_forward and _launch, where the tensors are on the current device: on the H100's host each
-        layer's frame and look-ups cost about a microsecond, against a bare launch's 14 to 22."""
+        """A handle's forward call outside the custom op where nothing needs the dispatcher
+        (runs_direct), else NotImplemented. It runs the checked body with wrap_triton off, as
+        triton_op's eager backend does: the higher-order op's dispatch cost ~150 us a call on the
+        H100 (218 us against a bare launch's 18). The body is called here, not through _launch,
+        where the tensors are on the current device: each frame costs about a microsecond."""
         c = _torch_state()
         if not self.runs_direct(args, c):
             return NotImplemented
@@ -138,7 +124,7 @@ class Build:
         try:
             x = tensors[0]
             if x.is_cuda and x.get_device() == c.cuda_device():
-                return _one_or_tuple(self.module.forward(*tensors, *attrs))
+                return one_or_tuple(self.module.forward(*tensors, *attrs))
             return self._launch(self.module.forward, tensors, attrs)  # another GPU (made current there), or none
         finally:
             flag.value = was
@@ -158,16 +144,13 @@ class Build:
             # is initialised, and that function's lazy-init check cost a microsecond or two a call.
             if tensors[0].get_device() != _torch_state().cuda_device():
                 with torch.cuda.device(tensors[0].device):
-                    return _one_or_tuple(fn(*tensors, *attrs))
-        return _one_or_tuple(fn(*tensors, *attrs))
+                    return one_or_tuple(fn(*tensors, *attrs))
+        return one_or_tuple(fn(*tensors, *attrs))
 
     def runs_direct(self, tensors, c=None) -> bool:
-        """Whether a forward call of a kind triton build may skip its custom op (call_direct): nothing
-        for the dispatcher to do (no graph to record, no tracing, no mode, no functorch transform,
-        plain tensors), so the op's Python autograd and triton_op layers would only cost time. `c`:
-        _torch_state(), where the caller has it. Dynamo's tracing is asked (a constant to dynamo);
-        other tracers (make_fx, non-strict export) work through a mode or with tensor subclasses,
-        which the rest refuses."""
+        """Whether a kind triton forward call may skip its custom op (call_direct): no graph to
+        record, no tracing (dynamo's is asked; make_fx and export work through a mode or tensor
+        subclasses, refused too), no functorch transform, plain tensors."""
         c = _torch_state() if c is None else c
         if self.info.kind != "triton" or c.dynamo_compiling() or c.dispatch_modes() or c.functorch() \
                 or c.torch_function(tensors):  # a TorchFunctionMode, or a tensor overriding torch functions
@@ -180,22 +163,9 @@ class Build:
 
     def _autograd_backward(self, tensors, attrs):
         """Kind torch without a backward: autograd through its forward."""
-        import torch
-
         spec = self.spec_of()
         grads, inputs = tensors[:len(spec.outputs)], tensors[len(spec.outputs):]
-        with torch.enable_grad():
-            leaves = [t.detach().requires_grad_(s.differentiable) for s, t in zip(spec.inputs, inputs)]
-            outs = as_tuple(self.module.forward(*leaves, *attrs))
-            wanted = [t for s, t in zip(spec.inputs, leaves) if s.differentiable]
-            got = torch.autograd.grad(outs, wanted, grads, allow_unused=True)
-        return _one_or_tuple(tuple(torch.zeros_like(w) if g is None else g for g, w in zip(got, wanted)))
-
-
-def _one_or_tuple(out):
-    """A step's result as the harness's schemas return it: a tensor alone, else a tuple."""
-    out = as_tuple(out)
-    return out[0] if len(out) == 1 else tuple(out)
+        return one_or_tuple(input_grads(spec, lambda *leaves: self.module.forward(*leaves, *attrs), inputs, grads))
 
 
 def _log(op: str, name: str, digest: str, text: str):
@@ -241,9 +211,8 @@ def _check_entry_points(module, kind: str, spec, source) -> None:
 
 
 def load(op: str, name: str, source, spec_of: Callable, *, last_good: str | None = None) -> tuple[Build, bool]:
-    """(the build of the file's current content, whether it was imported by this call). A syntax or
-    import error raises BuildError (file, line, log); a malformed declaration or a missing forward /
-    backward raises ValueError naming the file and what is expected."""
+    """(the build of the file's current content, whether this call imported it). A syntax or import
+    error raises BuildError; a malformed declaration or entry point, ValueError."""
     text = source.read_text()
     digest = hashlib.sha256(text.encode()).hexdigest()
     with _lock:
@@ -279,41 +248,20 @@ def load(op: str, name: str, source, spec_of: Callable, *, last_good: str | None
         if info.kind == "torch":
             build.forward, build.backward = build.run_forward, build.run_backward
             if hasattr(module, "backward") and spec.differentiable:
-                build.function = _autograd_function(build)
+                # Autograd through k(...) uses the variant's backward, as k.backward does.
+                build.function = torchops.autograd_function(
+                    f"{op}_{name}_{build.build_id}", spec_of,
+                    lambda tensors, attrs: module.forward(*tensors, *attrs),
+                    lambda grads, tensors, attrs: as_tuple(module.backward(*grads, *tensors, *attrs)))
         else:
             _register_triton_ops(build, spec)
         _builds[(op, name, digest)] = build
         return build, True
 
 
-def _autograd_function(build: Build):
-    """Kind torch with a backward: that backward is the variant's, for autograd through k(...) as
-    for k.backward (so gradcheck and the check matrix hold the same function to account). Its
-    tensor ops are recorded under create_graph=True, so it is differentiable in turn."""
-    import torch
-
-    class Function(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, *args):
-            spec = build.spec_of()
-            ctx.save_for_backward(*args[:len(spec.inputs)])
-            ctx.attrs = args[len(spec.inputs):]
-            return build.module.forward(*args)
-
-        @staticmethod
-        def backward(ctx, *grads):
-            spec = build.spec_of()
-            got = iter(as_tuple(build.module.backward(*grads, *ctx.saved_tensors, *ctx.attrs)))
-            return (*[next(got) if t.differentiable else None for t in spec.inputs], *[None] * len(ctx.attrs))
-
-    Function.__name__ = Function.__qualname__ = f"{build.info.op}_{build.info.name}_{build.build_id}"
-    return Function
-
-
 def _typed(run, params: list, n_out: int):
-    """A fresh function `impl(<params>) -> Tensor | tuple` calling run(*params), with the parameter
-    names and annotations the op's schema is inferred from (torch.library.triton_op infers it from
-    the signature; torch 2.11 takes no schema string there)."""
+    """A function impl(<params>) calling run(*params), annotated: triton_op infers the schema from the
+    signature (torch 2.11 takes no schema string there)."""
     import typing
 
     import torch
@@ -328,8 +276,7 @@ def _typed(run, params: list, n_out: int):
 
 
 def _register_triton_ops(build: Build, spec) -> None:
-    """workbench_py::<op>__<name>_<build_id> and its _backward: triton_ops (torch.compile traces into
-    their bodies and sees the Triton kernels), fakes from the spec, autograd from torchops."""
+    """workbench_py::<op>__<name>_<build_id> and its _backward: triton_ops, fakes from the spec."""
     import torch
 
     qual = f"{build.info.op}__{build.info.name}_{build.build_id}"
@@ -371,8 +318,7 @@ def _wrap_triton_switch():
 
 @functools.cache
 def _torch_state() -> types.SimpleNamespace:
-    """torch's state the direct path reads (runs_direct, call_direct, _launch), each a callable bound
-    once, not looked up through torch's modules on every call."""
+    """torch's state the direct path reads, each callable bound once, not looked up on every call."""
     import torch
 
     return types.SimpleNamespace(

@@ -1,20 +1,16 @@
 """torch.ops.workbench.<op>: the fake implementations and the backward's derivative, from the spec.
 
-The C++ harness defines the schemas, serves real calls and records autograd (its Autograd-key
-kernels, bindings/harness/op_autograd.cpp: <op>'s backward calls <op>_backward with the same
-variant, no Python per call); this module registers, once per op and process, what PyTorch needs
-besides: a fake (meta) implementation that checks a call as the harness would and returns outputs
-of the declared shapes (torch.compile, opcheck), and <op>_backward_backward, the backward's own
-derivative for create_graph=True (the spec's double_backward, else autograd through the eager
-math). Both look the spec up at call time in the registry (the process's one store of specs), so
-declaring an op again with an edited spec (same schema) takes effect without a restart. A Triton
-variant's own ops (pyvariant.py) take the same fake (fake_outputs) and, in Python, the same
-autograd (register_autograd).
+The C++ harness defines the schemas, serves real calls and records autograd (op_autograd.cpp, no
+Python per call); this module registers, once per op and process, a fake that checks a call as the
+harness would and returns outputs of the declared shapes (torch.compile, opcheck), and
+<op>_backward_backward for create_graph=True (the spec's double_backward, else autograd through
+the eager math). Both read the spec at call time, so an edited spec (same schema) takes effect
+without a restart. A Triton variant's own ops (pyvariant.py) share fake_outputs and register_autograd.
 """
 from __future__ import annotations
 
 from ..model import registry
-from ..model.opspec import OpSpec, as_tuple
+from ..model.opspec import OpSpec, as_tuple, one_or_tuple
 
 _registered: set[str] = set()  # ops whose fake and double backward are registered in this process
 _library = None                # the torch.library fragment holding the <op>_backward_backward kernels
@@ -26,9 +22,8 @@ def current_spec(op: str) -> OpSpec | None:
 
 
 def eager_double_backward(spec: OpSpec, upstream, grads, inputs, attrs: dict) -> tuple:
-    """The backward's own derivative for an op whose spec gives none: autograd twice through the
-    op's eager PyTorch math (so create_graph=True works for every op, at the eager math's
-    precision). Returns gradients for (grads of outputs..., inputs...)."""
+    """The backward's own derivative where the spec gives none: autograd twice through the eager
+    math. Returns gradients for (grads of outputs..., inputs...)."""
     import torch
 
     with torch.enable_grad():
@@ -45,22 +40,21 @@ def eager_double_backward(spec: OpSpec, upstream, grads, inputs, attrs: dict) ->
 
 
 def _split(spec: OpSpec, args: tuple, n_tensors: int):
-    """(tensors, attributes, what follows them: the variant's name for the harness's ops, nothing
-    for a Python variant's own ops)."""
+    """(tensors, attributes, what follows: the harness's variant name, or nothing)."""
     k = n_tensors + len(spec.attrs)
     return args[:n_tensors], args[n_tensors:k], args[k:]
 
 
 def fake_outputs(spec: OpSpec, step: str, tensors, attrs):
-    """What a step ("fwd" or "bwd") returns, as empty tensors of the declared shapes, after the
-    harness's checks (same order, same words): the fake implementation of every workbench op."""
+    """The fake of every workbench op: a step's outputs as empty tensors of the declared shapes,
+    after the harness's checks."""
     binder = spec.check_call(step, tensors, attrs)
     inputs = tensors[len(tensors) - len(spec.inputs):]
     if step == "fwd":
         outs = [inputs[0].new_empty(binder.shape_of(o.pattern)) for o in spec.outputs]
     else:
         outs = [t.new_empty(t.shape) for s, t in zip(spec.inputs, inputs) if s.differentiable]
-    return outs[0] if len(outs) == 1 else tuple(outs)
+    return one_or_tuple(outs)
 
 
 def _fake(op: str, step: str, *args):
@@ -71,8 +65,7 @@ def _fake(op: str, step: str, *args):
 
 
 def register(spec: OpSpec) -> None:
-    """Register op `spec.name`'s Python parts, once per process (they read the registry's spec at
-    call time: a spec defined again takes over there)."""
+    """Register the op's fakes and double backward, once per process."""
     import torch
 
     if spec.name in _registered:
@@ -92,16 +85,14 @@ def register(spec: OpSpec) -> None:
 
 
 def backward_derivative(spec: OpSpec, upstream, grads, inputs, attrs: dict) -> tuple:
-    """Gradients for (grads of outputs..., inputs...) of <op>_backward given `upstream`, the
-    gradients of its outputs (None: unused): the spec's double_backward, else the eager math's."""
+    """Gradients for (grads of outputs..., inputs...) of <op>_backward given `upstream`."""
     if spec.double_backward:
         return spec.double_backward(upstream, grads, inputs, attrs)
     return eager_double_backward(spec, upstream, grads, inputs, attrs)
 
 
 def _double_backward(op: str, upstream, saved, *attr_values) -> list:
-    """<op>_backward_backward(upstream, saved = grads + inputs, attrs..., variant): a list, zeros for
-    what does not depend on the saved tensors (the schema returns Tensor[])."""
+    """<op>_backward_backward(upstream, saved = grads + inputs, attrs..., variant): a list (Tensor[])."""
     import torch
 
     s = registry.spec(op)
@@ -110,11 +101,31 @@ def _double_backward(op: str, upstream, saved, *attr_values) -> list:
     return [torch.zeros_like(t) if g is None else g for g, t in zip(got, saved)]
 
 
+def autograd_function(name: str, spec_of, forward, backward):
+    """An autograd.Function of the op's tensors and attributes: forward(tensors, attrs) -> outputs,
+    backward(grads, tensors, attrs) -> the differentiable inputs' gradients, in order."""
+    import torch
+
+    class Function(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            n = len(spec_of().inputs)
+            ctx.save_for_backward(*args[:n])
+            ctx.attrs = args[n:]
+            return forward(args[:n], args[n:])
+
+        @staticmethod
+        def backward(ctx, *grads):
+            got = iter(backward(grads, ctx.saved_tensors, ctx.attrs))
+            return (*[next(got) if t.differentiable else None for t in spec_of().inputs], *[None] * len(ctx.attrs))
+
+    Function.__name__ = Function.__qualname__ = name
+    return Function
+
+
 def register_autograd(name: str, spec_of, namespace: str = "workbench_py") -> None:
-    """Autograd in Python for <namespace>::<name>, an op of the spec spec_of() returns (looked up
-    at call time): a Triton variant's own ops (the harness's ops have theirs in C++). Its backward
-    calls <namespace>::<name>_backward with the saved inputs, the same attributes and whatever
-    follows them. The backward op is differentiable too (create_graph=True): backward_derivative."""
+    """Autograd in Python for a Triton variant's own op <namespace>::<name> (the harness's are in
+    C++): its backward calls <name>_backward, itself differentiable through backward_derivative."""
     import torch
 
     backward_op = getattr(getattr(torch.ops, namespace), f"{name}_backward").default

@@ -72,7 +72,7 @@ def _check_variants(op: str, variants) -> list[str]:
             continue
         py = registry.variant_sources(op).get(v)
         if py is not None:
-            kind = registry.static_variant(op, py, v).kind
+            kind = registry.python_variant(op, py, v).kind
             raise ValueError(f"variants: {op}/{v} is a Python variant (kind {kind}); an exported package compiles "
                              f"C++ variants (.cu, .cpp): {listed}")
         raise ValueError(f"variants: {op} has no variant {v!r}; its C++ variants: {listed}")
