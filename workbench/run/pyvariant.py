@@ -139,7 +139,7 @@ class Build:
         if self.info.kind == "triton" and tensors[0].is_cuda:
             import torch
 
-            # Triton launches on the current device: make it the tensors' (the harness's DeviceScope).
+            # Triton launches on the current device: make it the tensors' (as the harness's device guard does).
             # torch.accelerator's look-up, not torch.cuda.current_device(): a CUDA tensor means CUDA
             # is initialised, and that function's lazy-init check cost a microsecond or two a call.
             if tensors[0].get_device() != _torch_state().cuda_device():
