@@ -54,6 +54,16 @@ def cuda_home() -> str | None:
     return home
 
 
+def cuda_tool(name: str, env: str | None = None, *more: str) -> str | None:
+    """A CUDA toolkit program: $env where set (None if that is not a file), else PATH, CUDA_HOME's
+    bin/, /usr/local/cuda/bin/, then the `more` places given."""
+    if env and os.environ.get(env):
+        return os.environ[env] if pathlib.Path(os.environ[env]).is_file() else None
+    home = cuda_home()
+    places = (shutil.which(name), home and str(pathlib.Path(home) / "bin" / name), f"/usr/local/cuda/bin/{name}", *more)
+    return next((c for c in places if c and pathlib.Path(c).is_file()), None)
+
+
 def nvcc_path() -> str | None:
     home = cuda_home()
     return str(pathlib.Path(home) / "bin" / "nvcc") if home else None

@@ -15,10 +15,8 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
-import os
 import pathlib
 import re
-import shutil
 import subprocess
 import tempfile
 import time
@@ -61,14 +59,7 @@ class Kernels(list):
 
 def find() -> str | None:
     """ncu: $WORKBENCH_NCU, PATH, or the CUDA toolkit's bin/."""
-    env = os.environ.get("WORKBENCH_NCU")
-    if env:
-        return env if pathlib.Path(env).is_file() else None
-    home = toolchain.cuda_home()
-    for cand in (shutil.which("ncu"), home and str(pathlib.Path(home) / "bin" / "ncu"), "/usr/local/cuda/bin/ncu"):
-        if cand and pathlib.Path(cand).is_file():
-            return cand
-    return None
+    return toolchain.cuda_tool("ncu", "WORKBENCH_NCU")
 
 
 def require() -> str:

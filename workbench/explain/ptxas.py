@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pathlib
 import re
-import shutil
 import subprocess
 import tempfile
 from collections import Counter
@@ -95,14 +94,12 @@ def compile_report(source: pathlib.Path, arch: str = "sm_90", *, cubin: pathlib.
 
 def cuobjdump() -> str | None:
     """cuobjdump from the CUDA toolkit, or the copy Triton's wheel carries."""
-    home = toolchain.cuda_home()
-    candidates = [shutil.which("cuobjdump"), home and str(pathlib.Path(home) / "bin" / "cuobjdump")]
     try:
         import triton
-        candidates.append(str(pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"))
+        bundled = str(pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump")
     except ImportError:
-        pass
-    return next((c for c in candidates if c and pathlib.Path(c).is_file()), None)
+        bundled = None
+    return toolchain.cuda_tool("cuobjdump", None, bundled)
 
 
 def sass(binary: pathlib.Path, what: str = "-sass") -> str:

@@ -8,10 +8,8 @@ the small check runs here. The tool's report is its log, written as the runner e
 from __future__ import annotations
 
 import math
-import os
 import pathlib
 import re
-import shutil
 import tempfile
 from dataclasses import dataclass
 
@@ -37,15 +35,7 @@ def small_check(op: str) -> dict:
 
 def find() -> str | None:
     """compute-sanitizer: $WORKBENCH_COMPUTE_SANITIZER, PATH, or the CUDA toolkit's bin/."""
-    env = os.environ.get("WORKBENCH_COMPUTE_SANITIZER")
-    if env:
-        return env if pathlib.Path(env).is_file() else None
-    home = toolchain.cuda_home()
-    for cand in (shutil.which("compute-sanitizer"), home and str(pathlib.Path(home) / "bin" / "compute-sanitizer"),
-                 "/usr/local/cuda/bin/compute-sanitizer"):
-        if cand and pathlib.Path(cand).is_file():
-            return cand
-    return None
+    return toolchain.cuda_tool("compute-sanitizer", "WORKBENCH_COMPUTE_SANITIZER")
 
 
 @dataclass
