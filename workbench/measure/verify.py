@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import dtypes as dtypes_
-from ..model.opspec import LAYOUTS, as_tuple
+from ..model.opspec import LAYOUTS, as_tuple, input_grads
 
 # Share of the device's free memory the float64 reference (inputs, outputs, autograd's
 # intermediates: about 3x the float64 tensors) may take; beyond it the eager baseline is trusted.
@@ -87,8 +87,10 @@ def _float64_fits(spec, size, device: torch.device) -> bool:
 
 def eager_step(spec, inputs, attrs: dict, direction: str, grads=None) -> tuple:
     """The op's eager math (PyTorch at the inputs' dtype) for one `direction` step."""
-    with torch.no_grad() if direction == "fwd" else contextlib.nullcontext():
-        return run_step(spec.eager, spec, inputs, attrs, direction, grads, unused_as_zeros=True)
+    if direction == "fwd":
+        with torch.no_grad():
+            return as_tuple(spec.eager(*inputs, **attrs))
+    return tuple(g.detach() for g in input_grads(spec, lambda *leaves: spec.eager(*leaves, **attrs), inputs, grads))
 
 
 def expected(spec, size, inputs, attrs: dict, direction: str, grads=None) -> tuple[tuple, str, int, tuple | None]:
@@ -167,7 +169,7 @@ def judge(spec, size, dname: str, direction: str, got, refs, against: str, scale
     return worst
 
 
-def run_step(call, spec, inputs, attrs: dict, direction: str, grads=None, *, unused_as_zeros: bool = False):
+def run_step(call, spec, inputs, attrs: dict, direction: str, grads=None):
     """One `direction` step of `call` (the op's signature) on `inputs`, with autograd where it
     needs it; returns the outputs (fwd) or the differentiable inputs' gradients."""
     if direction == "fwd":  # grad mode left on: torch.compile's guards would recompile under no_grad
@@ -175,10 +177,7 @@ def run_step(call, spec, inputs, attrs: dict, direction: str, grads=None, *, unu
     leaves = [t.detach().requires_grad_(s.differentiable) for s, t in zip(spec.inputs, inputs)]
     outs = as_tuple(call(*leaves, **attrs))
     wanted = [x for s, x in zip(spec.inputs, leaves) if s.differentiable]
-    got = torch.autograd.grad(outs, wanted, grads, allow_unused=unused_as_zeros)
-    if not unused_as_zeros:
-        return got
-    return tuple(torch.zeros_like(w) if g is None else g.detach() for g, w in zip(got, wanted))
+    return torch.autograd.grad(outs, wanted, grads)
 
 
 class Probe:
