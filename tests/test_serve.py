@@ -13,6 +13,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -202,17 +203,25 @@ def test_a_broken_judge_gives_the_submission_back_then_says_so(cls):
 
 
 def test_a_judge_that_is_gone_hands_its_submission_to_another(tmp_path):
+    tried = threading.Event()
+
     def gone(job, on_line):
+        tried.set()
         raise JudgeGone("its Ray worker died")
+
+    def after_gone(job, on_line):  # holds its first submission until the gone judge has claimed one
+        assert tried.wait(30), "the gone judge never got a submission"
+        return stub_judge(job, on_line)
 
     store = Store(tmp_path / "class.sqlite3")
     token = store.add_user("alice")
-    queue = Queue(store, [gone, stub_judge], timeout_s=60)
+    queue = Queue(store, [gone, after_gone], timeout_s=60)
     with TestClient(make_app(store, queue)) as client:
-        subs = [verdict(client, token, submitted(submit(client, token, "// PASS 1.0\n"))) for _ in range(3)]
+        sids = [submitted(submit(client, token, "// PASS 1.0\n")) for _ in range(3)]  # queued together
+        subs = [verdict(client, token, sid, timeout=60) for sid in sids]
         # The other judge may finish the handed-over submission before the gone one's thread returns.
         queue.threads[0].join(timeout=30)
-        assert not queue.threads[0].is_alive()
+        assert tried.is_set() and not queue.threads[0].is_alive()
     assert [s["row"]["status"] for s in subs] == ["PASS"] * 3
 
 
